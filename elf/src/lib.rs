@@ -1,0 +1,37 @@
+//! ELF and DWARF inspection for symtrace.
+//!
+//! Everything here works on a byte slice (usually an mmap of a spooled upload
+//! or a stored blob) and does no I/O of its own, so the server, the uploader
+//! and the agent can share it:
+//!
+//! - [`inspect`] reads what a file is: its GNU build-ID, what debug data it
+//!   carries ([`Quality`]), its section table and its debug links;
+//! - [`source_files`] lists the source files its DWARF line tables name, as
+//!   canonical absolute paths (`comp_dir` + directory + file name);
+//! - [`canonical_path`] is the path normalisation debuginfod clients and
+//!   servers agree on (RFC 3986 dot-segment removal plus `//` → `/`);
+//! - [`BuildId`] is a validated, lowercase-hex GNU build-ID.
+
+mod build_id;
+mod inspect;
+mod path;
+mod sources;
+
+pub use build_id::{BuildId, BuildIdError};
+pub use inspect::{inspect, ElfInfo, FileKind, Quality, SectionEntry};
+pub use path::canonical_path;
+pub use sources::{source_files, SourceFiles};
+
+/// Why a file could not be read as ELF or DWARF.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The bytes are not an ELF file at all (bad magic, truncated header).
+    #[error("not an ELF file: {0}")]
+    NotElf(String),
+    /// The ELF structure is damaged (a section or note points outside the file).
+    #[error("malformed ELF file: {0}")]
+    Malformed(String),
+    /// DWARF data could not be parsed.
+    #[error("malformed DWARF: {0}")]
+    Dwarf(String),
+}

@@ -1,0 +1,105 @@
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use gimli::{EndianSlice, RunTimeEndian};
+use object::{Object, ObjectSection};
+
+use crate::{canonical_path, Error};
+
+/// The source files a file's DWARF names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceFiles {
+    /// Canonical paths, sorted and unique. Absolute when the DWARF gave a
+    /// `DW_AT_comp_dir` or an absolute directory.
+    pub paths: Vec<String>,
+    /// Names the DWARF refers to through a dwz supplementary file
+    /// (`DW_FORM_GNU_strp_alt`/`DW_FORM_strp_sup`) and that could not be read
+    /// without it.
+    pub unresolved: usize,
+}
+
+/// Lists the source files that the DWARF line tables and compilation units of
+/// an ELF file name: `DW_AT_comp_dir` + include directory + file name,
+/// canonicalised with [`canonical_path`]. DWARF 2–5, compressed sections
+/// (zlib, zstd, `.zdebug`) included. A file without DWARF has no sources.
+pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
+    let file = object::File::parse(data).map_err(|e| Error::Malformed(e.to_string()))?;
+    let endian = if file.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
+    let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, Error> {
+        let section = file
+            .section_by_name(id.name())
+            .or_else(|| file.section_by_name(&id.name().replacen(".debug_", ".zdebug_", 1)));
+        match section {
+            Some(s) if s.file_range().is_some() => s
+                .uncompressed_data()
+                .map_err(|e| Error::Malformed(format!("section {}: {e}", id.name()))),
+            _ => Ok(Cow::Borrowed(&[][..])),
+        }
+    };
+    let sections = gimli::DwarfSections::load(load)?;
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+
+    let mut paths = BTreeSet::new();
+    let mut unresolved = 0usize;
+    let mut units = dwarf.units();
+    while let Some(header) = units.next().map_err(dwarf_err)? {
+        let unit = dwarf.unit(header).map_err(dwarf_err)?;
+        let comp_dir = unit.comp_dir.map(|d| d.to_string_lossy().into_owned());
+        let join = |dir: Option<&str>, name: &str| -> String {
+            let mut full = String::new();
+            if !name.starts_with('/') {
+                if let Some(dir) = dir.filter(|d| !d.is_empty()) {
+                    if !dir.starts_with('/') {
+                        if let Some(comp) = comp_dir.as_deref() {
+                            full.push_str(comp);
+                            full.push('/');
+                        }
+                    }
+                    full.push_str(dir);
+                    full.push('/');
+                } else if let Some(comp) = comp_dir.as_deref() {
+                    full.push_str(comp);
+                    full.push('/');
+                }
+            }
+            full.push_str(name);
+            canonical_path(&full)
+        };
+        if let Some(name) = unit.name {
+            let name = name.to_string_lossy();
+            if !name.is_empty() && !name.starts_with('<') {
+                paths.insert(join(None, &name));
+            }
+        }
+        let Some(program) = unit.line_program.as_ref() else { continue };
+        let header = program.header();
+        for entry in header.file_names() {
+            let name = match dwarf.attr_string(&unit, entry.path_name()) {
+                Ok(s) => s.to_string_lossy().into_owned(),
+                Err(_) => {
+                    unresolved += 1;
+                    continue;
+                }
+            };
+            let dir = match entry.directory(header) {
+                Some(value) => match dwarf.attr_string(&unit, value) {
+                    Ok(s) => Some(s.to_string_lossy().into_owned()),
+                    Err(_) => {
+                        unresolved += 1;
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            if name.is_empty() || name.starts_with('<') {
+                continue;
+            }
+            paths.insert(join(dir.as_deref(), &name));
+        }
+    }
+    Ok(SourceFiles { paths: paths.into_iter().collect(), unresolved })
+}
+
+fn dwarf_err(e: gimli::Error) -> Error {
+    Error::Dwarf(e.to_string())
+}
