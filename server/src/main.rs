@@ -1,1 +1,135 @@
-fn main(){}
+//! symtrace-server: see `symtrace-server --help` and README.md.
+
+mod app;
+mod auth;
+mod config;
+mod debuginfod;
+mod error;
+mod federation;
+mod metrics;
+mod serve;
+mod store;
+mod upload;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::sync::Semaphore;
+
+use crate::app::AppState;
+use crate::auth::Auth;
+use crate::config::{Config, LogFormat};
+use crate::federation::Federation;
+use crate::store::blobs::ObjectBlobStore;
+use crate::store::meta::SqlMetadata;
+use crate::store::SymbolStore;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    init_tracing(config.log_format);
+    run(config).await
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    let spool_dir = config.data_dir.join("spool");
+    let cleared = store::spool::clear_spool_dir(&spool_dir)
+        .with_context(|| format!("clearing spool directory {}", spool_dir.display()))?;
+    if cleared > 0 {
+        tracing::info!(cleared, "removed unfinished uploads left by an earlier run");
+    }
+
+    let meta = SqlMetadata::open(&config.database_url())
+        .await
+        .context("opening the metadata database")?;
+    let blobs = ObjectBlobStore::from_url(&config.storage_url()).context("opening the blob store")?;
+    tracing::info!(database = meta_backend(&meta), objects = %blobs_description(&blobs), "storage ready");
+    let store = Arc::new(SymbolStore::new(Arc::new(meta), Arc::new(blobs), spool_dir));
+
+    let auth = Auth::new(
+        config.read_tokens.clone(),
+        config.upload_tokens.clone(),
+        config.admin_tokens.clone(),
+    );
+    if !auth.uploads_need_token() {
+        tracing::warn!("no upload token configured (SYMTRACE_UPLOAD_TOKENS): uploads are accepted from loopback clients only");
+    }
+    tracing::info!(auth = %auth.describe());
+
+    let upstreams = config.upstreams();
+    let federation = if upstreams.is_empty() {
+        None
+    } else {
+        tracing::info!(?upstreams, hop_limit = config.hop_limit, "federating misses");
+        Some(Arc::new(Federation::new(
+            upstreams,
+            store.clone(),
+            Duration::from_secs(config.upstream_timeout_secs),
+            Duration::from_secs(config.upstream_negative_ttl_secs),
+            config.hop_limit,
+            config.max_upload_bytes,
+        )?))
+    };
+
+    store::gc::spawn(store.clone(), config.gc_interval(), config.gc_grace());
+
+    let state = Arc::new(AppState {
+        upload_slots: Semaphore::new(config.max_concurrent_uploads.max(1)),
+        metrics: metrics::recorder()?,
+        config: config.clone(),
+        store,
+        auth,
+        federation,
+    });
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding {}", config.http_addr))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "symtrace-server listening on http://{addr}");
+    axum::serve(listener, app::router(state).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("shut down");
+    Ok(())
+}
+
+fn meta_backend(meta: &SqlMetadata) -> &'static str {
+    use crate::store::meta::MetadataStore;
+    meta.backend()
+}
+
+fn blobs_description(blobs: &ObjectBlobStore) -> String {
+    use crate::store::blobs::BlobStore;
+    blobs.describe()
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down: finishing requests in flight");
+}

@@ -1,0 +1,61 @@
+//! Wiring: the shared state and the router.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::auth::Auth;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::federation::Federation;
+use crate::store::SymbolStore;
+
+pub struct AppState {
+    pub config: Config,
+    pub store: Arc<SymbolStore>,
+    pub auth: Auth,
+    pub federation: Option<Arc<Federation>>,
+    pub metrics: PrometheusHandle,
+    pub upload_slots: Semaphore,
+}
+
+pub type SharedState = Arc<AppState>;
+
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .merge(crate::debuginfod::routes())
+        .merge(crate::upload::routes())
+        .route("/", get(home))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(crate::metrics::render))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(axum::middleware::from_fn(crate::metrics::track))
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::new())
+        .with_state(state)
+}
+
+async fn home() -> &'static str {
+    concat!("symtrace-server ", env!("CARGO_PKG_VERSION"), " (debuginfod-compatible symbol store)\n")
+}
+
+async fn ready(State(state): State<SharedState>) -> impl IntoResponse {
+    let db = state.store.meta.ping().await;
+    let blobs = state.store.blobs.ping().await;
+    let body = json!({
+        "database": db.as_ref().map(|_| "ok".to_owned()).unwrap_or_else(|e| e.to_string()),
+        "objects": blobs.as_ref().map(|_| "ok".to_owned()).unwrap_or_else(|e| e.to_string()),
+    });
+    let status = if db.is_ok() && blobs.is_ok() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body))
+}

@@ -1,0 +1,133 @@
+//! Command-line flags, each with a `SYMTRACE_*` environment twin. With no
+//! flags at all the server runs on SQLite and a local directory under
+//! `./symtrace-data`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// symtrace-server: a debuginfod-compatible symbol store.
+///
+/// Serves /buildid/ID/{debuginfo,executable,source/PATH,section/NAME} to
+/// debuginfod clients (gdb, perf, debuginfod-find), accepts uploads on
+/// /api/v1/debuginfo, and federates misses to upstream debuginfod servers.
+#[derive(Parser, Clone)]
+#[command(name = "symtrace-server", version, about, long_about)]
+pub struct Config {
+    /// Address of the HTTP listener (debuginfod protocol, upload API, metrics).
+    #[arg(long, env = "SYMTRACE_HTTP_ADDR", default_value = "127.0.0.1:8002")]
+    pub http_addr: SocketAddr,
+
+    /// Directory for the embedded defaults (SQLite file, blob directory) and
+    /// for spooling uploads.
+    #[arg(long, env = "SYMTRACE_DATA_DIR", default_value = "./symtrace-data")]
+    pub data_dir: PathBuf,
+
+    /// Metadata database: postgres://user:pass@host/db, or sqlite://PATH.
+    /// Default: SQLite at DATA_DIR/symtrace.db.
+    #[arg(long, env = "SYMTRACE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Blob storage: s3://bucket/prefix, gs://bucket/prefix, az://container/prefix,
+    /// or a directory. Default: DATA_DIR/objects. S3 settings come from the
+    /// AWS_* variables (AWS_ENDPOINT_URL and AWS_ALLOW_HTTP=true for
+    /// S3-compatible servers).
+    #[arg(long, env = "SYMTRACE_STORAGE_URL")]
+    pub storage_url: Option<String>,
+
+    /// Upstream debuginfod servers asked on a miss, space-separated like
+    /// DEBUGINFOD_URLS. Fetched files are validated and stored.
+    #[arg(long, env = "SYMTRACE_UPSTREAM_URLS", value_delimiter = ' ', num_args = 0..)]
+    pub upstream_urls: Vec<String>,
+
+    /// Seconds to wait for an upstream server's response headers.
+    #[arg(long, env = "SYMTRACE_UPSTREAM_TIMEOUT", default_value_t = 30)]
+    pub upstream_timeout_secs: u64,
+
+    /// Seconds an upstream miss is remembered before it is asked again.
+    #[arg(long, env = "SYMTRACE_UPSTREAM_NEGATIVE_TTL", default_value_t = 60)]
+    pub upstream_negative_ttl_secs: u64,
+
+    /// Requests that already crossed this many federating servers (entries in
+    /// X-Forwarded-For) are not forwarded again, which breaks loops.
+    #[arg(long, env = "SYMTRACE_HOP_LIMIT", default_value_t = 8)]
+    pub hop_limit: usize,
+
+    /// Comma-separated bearer tokens allowed to upload. With neither these
+    /// nor admin tokens, uploads are accepted from loopback clients only.
+    #[arg(long, env = "SYMTRACE_UPLOAD_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    pub upload_tokens: Vec<String>,
+
+    /// Comma-separated bearer tokens allowed to upload and delete. Without
+    /// them, deletes are accepted from loopback clients only.
+    #[arg(long, env = "SYMTRACE_ADMIN_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    pub admin_tokens: Vec<String>,
+
+    /// Comma-separated bearer tokens required for reads. Without them reads
+    /// are public (debuginfod clients send tokens via DEBUGINFOD_HEADERS_FILE).
+    #[arg(long, env = "SYMTRACE_READ_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    pub read_tokens: Vec<String>,
+
+    /// Largest accepted upload, in bytes, after Content-Encoding is undone.
+    #[arg(long, env = "SYMTRACE_MAX_UPLOAD_BYTES", default_value_t = 8 << 30)]
+    pub max_upload_bytes: u64,
+
+    /// Uploads processed at once; more get 503 with Retry-After.
+    #[arg(long, env = "SYMTRACE_MAX_CONCURRENT_UPLOADS", default_value_t = 16)]
+    pub max_concurrent_uploads: usize,
+
+    /// Seconds between orphan-collection passes.
+    #[arg(long, env = "SYMTRACE_GC_INTERVAL", default_value_t = 3600)]
+    pub gc_interval_secs: u64,
+
+    /// Seconds an unreferenced blob is kept before it is collected.
+    #[arg(long, env = "SYMTRACE_GC_GRACE", default_value_t = 3600)]
+    pub gc_grace_secs: u64,
+
+    /// Log format: text or json. Verbosity comes from RUST_LOG (default info).
+    #[arg(long, env = "SYMTRACE_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Config {
+    pub fn database_url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| {
+            format!("sqlite://{}", self.data_dir.join("symtrace.db").display())
+        })
+    }
+
+    pub fn storage_url(&self) -> String {
+        self.storage_url
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("objects").display().to_string())
+    }
+
+    pub fn upstreams(&self) -> Vec<String> {
+        self.upstream_urls
+            .iter()
+            .map(|u| u.trim())
+            .filter(|u| !u.is_empty())
+            .map(|u| {
+                let u = u.trim_end_matches('/');
+                let u = u.strip_suffix("/buildid").unwrap_or(u);
+                if u.contains("://") { u.to_owned() } else { format!("http://{u}") }
+            })
+            .collect()
+    }
+
+    pub fn gc_interval(&self) -> Duration {
+        Duration::from_secs(self.gc_interval_secs.max(1))
+    }
+
+    pub fn gc_grace(&self) -> Duration {
+        Duration::from_secs(self.gc_grace_secs)
+    }
+}

@@ -1,0 +1,95 @@
+//! The one error type HTTP handlers return: a status, a stable code and a
+//! message that says what was wrong, rendered as
+//! `{"error": {"code": …, "message": …}}`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::blobs::BlobError;
+use crate::store::spool::SpoolError;
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(status = %self.status, code = self.code, message = %self.message, "request failed");
+        }
+        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Rejected(m) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", m),
+            StoreError::Meta(e) => Self::internal(format!("database error: {e}")),
+            StoreError::Blob(e) => e.into(),
+            StoreError::Io(e) => Self::internal(format!("I/O error: {e}")),
+        }
+    }
+}
+
+impl From<BlobError> for ApiError {
+    fn from(e: BlobError) -> Self {
+        Self::internal(format!("object store error: {e}"))
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::internal(format!("database error: {e}"))
+    }
+}
+
+impl From<SpoolError> for ApiError {
+    fn from(e: SpoolError) -> Self {
+        match e {
+            SpoolError::TooLarge { .. } => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
+            }
+            SpoolError::Body(_) => Self::bad_request(e.to_string()),
+            SpoolError::Io(e) => Self::internal(format!("spool I/O error: {e}")),
+        }
+    }
+}
+
+impl From<symtrace_elf::BuildIdError> for ApiError {
+    fn from(e: symtrace_elf::BuildIdError) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_build_id", e.to_string())
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,267 @@
+//! Blobs: content-addressed files in an object store (a local directory by
+//! default; S3, GCS or Azure for several replicas), through `object_store`.
+//!
+//! Keys are `blobs/<first two hex digits>/<sha256>`. Every backend makes a
+//! put atomic (the local one writes a staging file and renames it; S3
+//! completes a multipart upload in one step), so a reader never sees half a
+//! blob, and a blob is only referenced once the metadata row is committed.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::buffered::BufWriter;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore};
+use tokio::io::AsyncWriteExt;
+
+/// Blob store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    #[error("blob {0} is not in the object store")]
+    NotFound(String),
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("blob I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A blob's bytes, ready to become an HTTP body.
+pub enum BlobBody {
+    /// Small or memory-mapped content, sent in one piece.
+    Bytes(Bytes),
+    /// Content streamed from a remote store.
+    Stream(BoxStream<'static, Result<Bytes, std::io::Error>>),
+}
+
+/// The narrow interface the rest of the server uses for blobs.
+#[async_trait]
+pub trait BlobStore: Send + Sync + 'static {
+    /// Where blobs live, for logs.
+    fn describe(&self) -> String;
+    /// Cheap reachability check for `/readyz`.
+    async fn ping(&self) -> Result<(), BlobError>;
+    /// Stores a complete local file under its hash, durably.
+    async fn put_file(&self, sha256: &str, file: &Path) -> Result<(), BlobError>;
+    /// Reads a blob, or a byte range of it.
+    async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, BlobError>;
+    /// Deletes a blob (absent is fine).
+    async fn delete(&self, sha256: &str) -> Result<(), BlobError>;
+    /// Every blob with its last-modified time, for the orphan collector.
+    fn list(&self) -> BoxStream<'static, Result<(String, SystemTime), BlobError>>;
+}
+
+/// [`BlobStore`] over any `object_store` backend.
+pub struct ObjectBlobStore {
+    store: Arc<dyn ObjectStore>,
+    description: String,
+    /// Root directory when the backend is the local filesystem: blobs are
+    /// fsynced there after a put, and read through mmap.
+    local_root: Option<PathBuf>,
+}
+
+/// Reads at most this many bytes with one `read`; larger local blobs are mmapped.
+const SMALL_READ: u64 = 1 << 20;
+/// Buffer of the upload writer; larger blobs go up as multipart uploads.
+const PUT_BUFFER: usize = 8 << 20;
+
+fn key(sha256: &str) -> ObjectPath {
+    ObjectPath::from(format!("blobs/{}/{}", &sha256[..2], sha256))
+}
+
+impl ObjectBlobStore {
+    /// A blob store in a local directory (created if absent).
+    pub fn local(dir: &Path) -> Result<Self, BlobError> {
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        let store = LocalFileSystem::new_with_prefix(&dir)?;
+        Ok(Self {
+            store: Arc::new(store),
+            description: format!("file://{}", dir.display()),
+            local_root: Some(dir),
+        })
+    }
+
+    /// A blob store from a URL: `s3://bucket/prefix`, `gs://bucket/prefix`,
+    /// `az://container/prefix`, `file:///dir` or a plain directory path.
+    /// Credentials and endpoints come from the usual environment variables
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`,
+    /// `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, …).
+    pub fn from_url(url: &str) -> anyhow::Result<Self> {
+        if let Some(dir) = url.strip_prefix("file://") {
+            return Ok(Self::local(Path::new(dir))?);
+        }
+        if !url.contains("://") {
+            return Ok(Self::local(Path::new(url))?);
+        }
+        let parsed: url_lite::Url = url_lite::Url::parse(url)?;
+        let store: Arc<dyn ObjectStore> = match parsed.scheme.as_str() {
+            "s3" | "s3a" => Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(&parsed.bucket)
+                    .build()?,
+            ),
+            "gs" => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_bucket_name(&parsed.bucket)
+                    .build()?,
+            ),
+            "az" | "azure" | "abfs" | "abfss" => Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_container_name(&parsed.bucket)
+                    .build()?,
+            ),
+            other => anyhow::bail!(
+                "unsupported storage URL scheme {other:?}: use a directory, file://, s3://, gs:// or az://"
+            ),
+        };
+        let store: Arc<dyn ObjectStore> = if parsed.prefix.is_empty() {
+            store
+        } else {
+            Arc::new(PrefixStore::new(store, parsed.prefix.as_str()))
+        };
+        Ok(Self { store, description: url.to_owned(), local_root: None })
+    }
+
+    async fn sync_local(&self, sha256: &str) -> Result<(), BlobError> {
+        let Some(root) = &self.local_root else { return Ok(()) };
+        let file = root.join(key(sha256).as_ref());
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            std::fs::File::open(&file)?.sync_all()?;
+            if let Some(dir) = file.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BlobStore for ObjectBlobStore {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    async fn ping(&self) -> Result<(), BlobError> {
+        match self.store.head(&ObjectPath::from("blobs/.ping")).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn put_file(&self, sha256: &str, file: &Path) -> Result<(), BlobError> {
+        let mut source = tokio::fs::File::open(file).await?;
+        let mut writer = BufWriter::with_capacity(self.store.clone(), key(sha256), PUT_BUFFER);
+        let copied = async {
+            tokio::io::copy(&mut source, &mut writer).await?;
+            writer.shutdown().await
+        }
+        .await;
+        if let Err(e) = copied {
+            let _ = writer.abort().await;
+            return Err(e.into());
+        }
+        self.sync_local(sha256).await
+    }
+
+    async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, BlobError> {
+        let options = GetOptions {
+            range: range.clone().map(GetRange::Bounded),
+            ..Default::default()
+        };
+        let result = match self.store.get_opts(&key(sha256), options).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(BlobError::NotFound(sha256.to_owned()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let byte_range = result.range.clone();
+        match result.payload {
+            GetResultPayload::File(file, _path) => {
+                let bytes = tokio::task::spawn_blocking(move || read_local(file, byte_range))
+                    .await
+                    .map_err(std::io::Error::other)??;
+                Ok(BlobBody::Bytes(bytes))
+            }
+            GetResultPayload::Stream(stream) => {
+                Ok(BlobBody::Stream(stream.map_err(std::io::Error::other).boxed()))
+            }
+        }
+    }
+
+    async fn delete(&self, sha256: &str) -> Result<(), BlobError> {
+        match self.store.delete(&key(sha256)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn list(&self) -> BoxStream<'static, Result<(String, SystemTime), BlobError>> {
+        self.store
+            .list(Some(&ObjectPath::from("blobs")))
+            .map_err(BlobError::from)
+            .try_filter_map(|meta| async move {
+                let name = meta.location.filename().unwrap_or_default();
+                let is_hash = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
+                Ok(is_hash.then(|| (name.to_owned(), SystemTime::from(meta.last_modified))))
+            })
+            .boxed()
+    }
+}
+
+/// Reads a range of a local blob: small ones with one read, large ones by
+/// mmap (zero-copy into the HTTP body).
+fn read_local(file: std::fs::File, range: Range<u64>) -> std::io::Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let len = range.end - range.start;
+    if len <= SMALL_READ {
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, range.start)?;
+        return Ok(Bytes::from(buf));
+    }
+    // SAFETY: blobs are immutable once written (content-addressed, replaced
+    // only by an atomic rename of identical bytes), so the mapping cannot
+    // change under us.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    if range.end > map.len() as u64 {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "blob shorter than its range"));
+    }
+    Ok(Bytes::from_owner(map).slice(range.start as usize..range.end as usize))
+}
+
+/// Minimal parsing of `scheme://bucket/prefix` storage URLs.
+mod url_lite {
+    pub struct Url {
+        pub scheme: String,
+        pub bucket: String,
+        pub prefix: String,
+    }
+
+    impl Url {
+        pub fn parse(url: &str) -> anyhow::Result<Self> {
+            let (scheme, rest) = url
+                .split_once("://")
+                .ok_or_else(|| anyhow::anyhow!("storage URL {url:?} has no scheme"))?;
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                anyhow::bail!("storage URL {url:?} names no bucket");
+            }
+            Ok(Self {
+                scheme: scheme.to_ascii_lowercase(),
+                bucket: bucket.to_owned(),
+                prefix: prefix.trim_matches('/').to_owned(),
+            })
+        }
+    }
+}

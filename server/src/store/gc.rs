@@ -1,0 +1,78 @@
+//! The orphan collector.
+//!
+//! A blob becomes an orphan when no artifact or source row references it
+//! (after a delete, or after a crash between the object put and the database
+//! commit). Collection is two-phase so that it can never race an upload that
+//! is about to reuse a blob:
+//!
+//! 1. unreferenced blob rows are *marked* (`orphaned_at = now`); an upload
+//!    that references the blob again clears the mark in its transaction;
+//! 2. rows still marked and unreferenced after the grace period are deleted,
+//!    then their objects;
+//! 3. objects with no row at all (a crash before the commit) are deleted once
+//!    older than the grace period, which is far longer than any upload takes.
+//!
+//! Every replica may run it; all its steps are idempotent.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::TryStreamExt;
+
+use super::model::now_ms;
+use super::SymbolStore;
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GcReport {
+    pub marked: u64,
+    pub deleted_rows: usize,
+    pub deleted_unreferenced_objects: usize,
+}
+
+/// One collection pass.
+pub async fn collect(store: &SymbolStore, grace: Duration) -> anyhow::Result<GcReport> {
+    let mut report = GcReport::default();
+    let now = now_ms();
+    let cutoff = now - grace.as_millis() as i64;
+    report.marked = store.meta.mark_orphans(now).await?;
+    let expired = store.meta.take_expired_orphans(cutoff).await?;
+    for sha in &expired {
+        store.blobs.delete(sha).await?;
+    }
+    report.deleted_rows = expired.len();
+
+    let old_before = SystemTime::now() - grace;
+    let candidates: Vec<String> = store
+        .blobs
+        .list()
+        .try_filter_map(|(sha, modified)| async move { Ok((modified < old_before).then_some(sha)) })
+        .try_collect()
+        .await?;
+    for chunk in candidates.chunks(1000) {
+        let known = store.meta.known_blobs(chunk).await?;
+        for (sha, known) in chunk.iter().zip(known) {
+            if !known {
+                store.blobs.delete(sha).await?;
+                report.deleted_unreferenced_objects += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Runs [`collect`] every `interval` until the process ends.
+pub fn spawn(store: Arc<SymbolStore>, interval: Duration, grace: Duration) {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match collect(&store, grace).await {
+                Ok(r) if r == GcReport::default() => tracing::debug!("orphan collection: nothing to do"),
+                Ok(r) => tracing::info!(?r, "orphan collection"),
+                Err(e) => tracing::warn!(error = %e, "orphan collection failed"),
+            }
+        }
+    });
+}

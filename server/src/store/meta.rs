@@ -1,0 +1,486 @@
+//! Metadata: which blobs exist and what they are, in SQLite (embedded
+//! default) or PostgreSQL (shared by several replicas), through sqlx.
+//!
+//! Both databases run the same SQL: `$N` placeholders, `ON CONFLICT` and
+//! `RETURNING` mean the same in each. Only the migrations differ.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlitePool};
+
+use super::model::{
+    Artifact, ArtifactKind, FileQuery, ListFilter, NewArtifact, ServedArtifact,
+    SourceFile, WantedItem,
+};
+
+pub type MetaResult<T> = Result<T, sqlx::Error>;
+
+/// The narrow interface the rest of the server uses for metadata.
+#[async_trait]
+pub trait MetadataStore: Send + Sync + 'static {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    /// Cheap liveness query for `/readyz`.
+    async fn ping(&self) -> MetaResult<()>;
+    /// The candidate served for a request of `kind`: the highest quality, a
+    /// `debuginfo` upload before an unstripped executable, the newest first.
+    /// A `debuginfo` request also considers executables that carry DWARF.
+    async fn best_artifact(
+        &self,
+        build_id: &str,
+        kind: ArtifactKind,
+    ) -> MetaResult<Option<ServedArtifact>>;
+    /// Every candidate of a build-ID, best first.
+    async fn artifacts_of(&self, build_id: &str) -> MetaResult<Vec<Artifact>>;
+    /// Whether exactly this content is already stored for (build-ID, kind).
+    async fn has_artifact(&self, build_id: &str, kind: ArtifactKind, sha256: &str)
+        -> MetaResult<bool>;
+    /// Whether the blob exists and is not scheduled for collection, so a new
+    /// reference may reuse it without writing it again.
+    async fn blob_is_live(&self, sha256: &str) -> MetaResult<bool>;
+    /// Makes an artifact visible: blob row, artifact row and DWARF-named
+    /// source paths in one transaction. Returns false if it already existed.
+    async fn commit_artifact(&self, new: &NewArtifact) -> MetaResult<bool>;
+    /// The uploaded source file at a canonical path.
+    async fn source(&self, build_id: &str, path: &str) -> MetaResult<Option<SourceFile>>;
+    /// Whether the DWARF of `build_id` names `path`.
+    async fn source_is_named(&self, build_id: &str, path: &str) -> MetaResult<bool>;
+    /// Number of DWARF-named paths known for a build-ID.
+    async fn source_name_count(&self, build_id: &str) -> MetaResult<i64>;
+    /// Makes a source file visible (replacing an older upload of the path).
+    /// `name_it` also records the path as named (for federated sources).
+    async fn commit_source(&self, source: &SourceFile, name_it: bool) -> MetaResult<()>;
+    /// Uploaded sources of a build-ID.
+    async fn sources_of(&self, build_id: &str) -> MetaResult<Vec<SourceFile>>;
+    /// For each wanted item, whether the server lacks it.
+    async fn missing(&self, items: &[WantedItem]) -> MetaResult<Vec<bool>>;
+    /// Artifacts matching a filter, newest first.
+    async fn list(&self, filter: &ListFilter) -> MetaResult<Vec<Artifact>>;
+    /// Artifacts for `/metadata`.
+    async fn find_files(&self, query: &FileQuery, limit: i64) -> MetaResult<Vec<Artifact>>;
+    /// Deletes a build-ID's artifacts (of one kind, or all with their
+    /// sources). Returns the number of rows removed. Blobs are left to the
+    /// collector.
+    async fn delete(&self, build_id: &str, kind: Option<ArtifactKind>) -> MetaResult<u64>;
+    /// Marks unreferenced blobs as orphans (at `now`). Returns how many.
+    async fn mark_orphans(&self, now: i64) -> MetaResult<u64>;
+    /// Deletes blob rows orphaned before `cutoff` and still unreferenced;
+    /// returns their hashes so the objects can be deleted.
+    async fn take_expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>>;
+    /// Which of these hashes have a blob row.
+    async fn known_blobs(&self, hashes: &[String]) -> MetaResult<Vec<bool>>;
+}
+
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// [`MetadataStore`] over sqlx.
+pub struct SqlMetadata {
+    pool: Pool,
+}
+
+/// Runs the same query code on whichever pool is configured.
+macro_rules! on_pool {
+    ($self:expr, $pool:ident => $body:expr) => {
+        match &$self.pool {
+            Pool::Sqlite($pool) => $body,
+            Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+const ARTIFACT_COLUMNS: &str = "build_id, kind, sha256, size, quality, has_dwarf, has_symtab, \
+     has_dynsym, architecture, file_name, origin, created_at";
+
+impl SqlMetadata {
+    /// Opens the embedded SQLite database in `data_dir` (WAL mode, full sync:
+    /// an acknowledged upload survives a power cut) and migrates it.
+    pub async fn open_sqlite(file: &Path) -> anyhow::Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(file)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+        sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+        Ok(Self { pool: Pool::Sqlite(pool) })
+    }
+
+    /// Connects to PostgreSQL and migrates it (migrations take an advisory
+    /// lock, so replicas starting together are safe).
+    pub async fn open_postgres(url: &str) -> anyhow::Result<Self> {
+        let options = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+        Ok(Self { pool: Pool::Postgres(pool) })
+    }
+
+    /// Opens by URL: `postgres://…`/`postgresql://…`, `sqlite://PATH`, or a
+    /// plain path to a SQLite file.
+    pub async fn open(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Self::open_postgres(url).await
+        } else {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            let path = path.split('?').next().unwrap_or(path);
+            Self::open_sqlite(Path::new(path)).await
+        }
+    }
+}
+
+#[async_trait]
+impl MetadataStore for SqlMetadata {
+    fn backend(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
+        }
+    }
+
+    async fn ping(&self) -> MetaResult<()> {
+        on_pool!(self, p => sqlx::query("SELECT 1").execute(p).await.map(|_| ()))
+    }
+
+    async fn best_artifact(
+        &self,
+        build_id: &str,
+        kind: ArtifactKind,
+    ) -> MetaResult<Option<ServedArtifact>> {
+        let filter = match kind {
+            ArtifactKind::Executable => "a.kind = 'executable'",
+            ArtifactKind::Debuginfo => {
+                "(a.kind = 'debuginfo' OR (a.kind = 'executable' AND a.has_dwarf))"
+            }
+        };
+        let sql = format!(
+            "SELECT a.build_id, a.kind, a.sha256, a.size, a.quality, a.has_dwarf, a.has_symtab, \
+             a.has_dynsym, a.architecture, a.file_name, a.origin, a.created_at, b.sections \
+             FROM artifacts a JOIN blobs b ON b.sha256 = a.sha256 \
+             WHERE a.build_id = $1 AND {filter} \
+             ORDER BY a.quality DESC, (a.kind = 'debuginfo') DESC, a.created_at DESC LIMIT 1"
+        );
+        on_pool!(self, p => sqlx::query_as::<_, ServedArtifact>(&sql)
+            .bind(build_id)
+            .fetch_optional(p)
+            .await)
+    }
+
+    async fn artifacts_of(&self, build_id: &str) -> MetaResult<Vec<Artifact>> {
+        let sql = format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE build_id = $1 \
+             ORDER BY kind, quality DESC, created_at DESC"
+        );
+        on_pool!(self, p => sqlx::query_as::<_, Artifact>(&sql).bind(build_id).fetch_all(p).await)
+    }
+
+    async fn has_artifact(
+        &self,
+        build_id: &str,
+        kind: ArtifactKind,
+        sha256: &str,
+    ) -> MetaResult<bool> {
+        let sql = "SELECT 1 FROM artifacts WHERE build_id = $1 AND kind = $2 AND sha256 = $3";
+        on_pool!(self, p => sqlx::query(sql)
+            .bind(build_id)
+            .bind(kind.as_str())
+            .bind(sha256)
+            .fetch_optional(p)
+            .await
+            .map(|r| r.is_some()))
+    }
+
+    async fn blob_is_live(&self, sha256: &str) -> MetaResult<bool> {
+        let sql = "SELECT 1 FROM blobs WHERE sha256 = $1 AND orphaned_at IS NULL";
+        on_pool!(self, p => sqlx::query(sql).bind(sha256).fetch_optional(p).await.map(|r| r.is_some()))
+    }
+
+    async fn commit_artifact(&self, new: &NewArtifact) -> MetaResult<bool> {
+        let a = &new.artifact;
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            sqlx::query(
+                "INSERT INTO blobs (sha256, size, sections, created_at, orphaned_at) \
+                 VALUES ($1, $2, $3, $4, NULL) \
+                 ON CONFLICT (sha256) DO UPDATE SET orphaned_at = NULL, \
+                 sections = COALESCE(blobs.sections, excluded.sections)",
+            )
+            .bind(&a.sha256)
+            .bind(a.size)
+            .bind(&new.sections)
+            .bind(a.created_at)
+            .execute(&mut *tx)
+            .await?;
+            let inserted = sqlx::query(&format!(
+                "INSERT INTO artifacts ({ARTIFACT_COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 ON CONFLICT (build_id, kind, sha256) DO NOTHING"
+            ))
+            .bind(&a.build_id)
+            .bind(&a.kind)
+            .bind(&a.sha256)
+            .bind(a.size)
+            .bind(a.quality)
+            .bind(a.has_dwarf)
+            .bind(a.has_symtab)
+            .bind(a.has_dynsym)
+            .bind(&a.architecture)
+            .bind(&a.file_name)
+            .bind(&a.origin)
+            .bind(a.created_at)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                > 0;
+            for chunk in new.source_names.chunks(500) {
+                let mut sql = String::from("INSERT INTO source_names (build_id, path) VALUES ");
+                for i in 0..chunk.len() {
+                    if i > 0 {
+                        sql.push_str(", ");
+                    }
+                    sql.push_str(&format!("($1, ${})", i + 2));
+                }
+                sql.push_str(" ON CONFLICT (build_id, path) DO NOTHING");
+                let mut q = sqlx::query(&sql).bind(&a.build_id);
+                for path in chunk {
+                    q = q.bind(path);
+                }
+                q.execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(inserted)
+        })
+    }
+
+    async fn source(&self, build_id: &str, path: &str) -> MetaResult<Option<SourceFile>> {
+        let sql = "SELECT build_id, path, sha256, size, created_at FROM sources \
+                   WHERE build_id = $1 AND path = $2";
+        on_pool!(self, p => sqlx::query_as::<_, SourceFile>(sql)
+            .bind(build_id)
+            .bind(path)
+            .fetch_optional(p)
+            .await)
+    }
+
+    async fn source_is_named(&self, build_id: &str, path: &str) -> MetaResult<bool> {
+        let sql = "SELECT 1 FROM source_names WHERE build_id = $1 AND path = $2";
+        on_pool!(self, p => sqlx::query(sql)
+            .bind(build_id)
+            .bind(path)
+            .fetch_optional(p)
+            .await
+            .map(|r| r.is_some()))
+    }
+
+    async fn source_name_count(&self, build_id: &str) -> MetaResult<i64> {
+        let sql = "SELECT COUNT(*) FROM source_names WHERE build_id = $1";
+        on_pool!(self, p => sqlx::query_scalar::<_, i64>(sql).bind(build_id).fetch_one(p).await)
+    }
+
+    async fn commit_source(&self, s: &SourceFile, name_it: bool) -> MetaResult<()> {
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            sqlx::query(
+                "INSERT INTO blobs (sha256, size, sections, created_at, orphaned_at) \
+                 VALUES ($1, $2, NULL, $3, NULL) \
+                 ON CONFLICT (sha256) DO UPDATE SET orphaned_at = NULL",
+            )
+            .bind(&s.sha256)
+            .bind(s.size)
+            .bind(s.created_at)
+            .execute(&mut *tx)
+            .await?;
+            if name_it {
+                sqlx::query(
+                    "INSERT INTO source_names (build_id, path) VALUES ($1, $2) \
+                     ON CONFLICT (build_id, path) DO NOTHING",
+                )
+                .bind(&s.build_id)
+                .bind(&s.path)
+                .execute(&mut *tx)
+                .await?;
+            }
+            sqlx::query(
+                "INSERT INTO sources (build_id, path, sha256, size, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (build_id, path) DO UPDATE SET sha256 = excluded.sha256, \
+                 size = excluded.size, created_at = excluded.created_at",
+            )
+            .bind(&s.build_id)
+            .bind(&s.path)
+            .bind(&s.sha256)
+            .bind(s.size)
+            .bind(s.created_at)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await
+        })
+    }
+
+    async fn sources_of(&self, build_id: &str) -> MetaResult<Vec<SourceFile>> {
+        let sql = "SELECT build_id, path, sha256, size, created_at FROM sources \
+                   WHERE build_id = $1 ORDER BY path";
+        on_pool!(self, p => sqlx::query_as::<_, SourceFile>(sql).bind(build_id).fetch_all(p).await)
+    }
+
+    async fn missing(&self, items: &[WantedItem]) -> MetaResult<Vec<bool>> {
+        let mut out = Vec::with_capacity(items.len());
+        on_pool!(self, p => {
+            let mut conn = p.acquire().await?;
+            for item in items {
+                let lacks = if item.kind == "source" {
+                    let path = symtrace_elf::canonical_path(item.path.as_deref().unwrap_or(""));
+                    sqlx::query(
+                        "SELECT 1 FROM sources WHERE build_id = $1 AND path = $2 AND sha256 = $3",
+                    )
+                    .bind(&item.build_id)
+                    .bind(&path)
+                    .bind(&item.sha256)
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .is_none()
+                } else {
+                    let same = sqlx::query(
+                        "SELECT 1 FROM artifacts WHERE build_id = $1 AND kind = $2 AND sha256 = $3",
+                    )
+                    .bind(&item.build_id)
+                    .bind(&item.kind)
+                    .bind(&item.sha256)
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .is_some();
+                    let better = match item.quality {
+                        Some(q) if !same => sqlx::query(
+                            "SELECT 1 FROM artifacts WHERE build_id = $1 AND kind = $2 \
+                             AND quality > $3",
+                        )
+                        .bind(&item.build_id)
+                        .bind(&item.kind)
+                        .bind(q)
+                        .fetch_optional(&mut *conn)
+                        .await?
+                        .is_some(),
+                        _ => false,
+                    };
+                    !same && !better
+                };
+                out.push(lacks);
+            }
+            Ok::<_, sqlx::Error>(())
+        })?;
+        Ok(out)
+    }
+
+    async fn list(&self, f: &ListFilter) -> MetaResult<Vec<Artifact>> {
+        let sql = format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts \
+             WHERE ($1 = '' OR build_id LIKE $1 || '%') AND ($2 = '' OR kind = $2) \
+             AND ($3 = '' OR file_name LIKE '%' || $3 || '%') \
+             ORDER BY created_at DESC, build_id, kind LIMIT $4 OFFSET $5"
+        );
+        let limit = f.limit.unwrap_or(100).clamp(1, 10_000);
+        let offset = f.offset.unwrap_or(0).max(0);
+        on_pool!(self, p => sqlx::query_as::<_, Artifact>(&sql)
+            .bind(f.build_id.as_deref().unwrap_or(""))
+            .bind(f.kind.as_deref().unwrap_or(""))
+            .bind(f.file.as_deref().unwrap_or(""))
+            .bind(limit)
+            .bind(offset)
+            .fetch_all(p)
+            .await)
+    }
+
+    async fn find_files(&self, query: &FileQuery, limit: i64) -> MetaResult<Vec<Artifact>> {
+        let (cond, value) = match query {
+            FileQuery::Exact(v) => ("file_name = $1", v.clone()),
+            FileQuery::Prefix(v) => ("file_name LIKE $1 || '%'", v.clone()),
+            FileQuery::BuildId(v) => ("build_id = $1", v.clone()),
+        };
+        let sql = format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE {cond} \
+             ORDER BY build_id, kind, quality DESC LIMIT $2"
+        );
+        on_pool!(self, p => sqlx::query_as::<_, Artifact>(&sql)
+            .bind(value)
+            .bind(limit)
+            .fetch_all(p)
+            .await)
+    }
+
+    async fn delete(&self, build_id: &str, kind: Option<ArtifactKind>) -> MetaResult<u64> {
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            let mut removed = match kind {
+                Some(kind) => sqlx::query("DELETE FROM artifacts WHERE build_id = $1 AND kind = $2")
+                    .bind(build_id)
+                    .bind(kind.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected(),
+                None => sqlx::query("DELETE FROM artifacts WHERE build_id = $1")
+                    .bind(build_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected(),
+            };
+            if kind.is_none() {
+                removed += sqlx::query("DELETE FROM sources WHERE build_id = $1")
+                    .bind(build_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                sqlx::query("DELETE FROM source_names WHERE build_id = $1")
+                    .bind(build_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(removed)
+        })
+    }
+
+    async fn mark_orphans(&self, now: i64) -> MetaResult<u64> {
+        let sql = "UPDATE blobs SET orphaned_at = $1 WHERE orphaned_at IS NULL \
+                   AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256) \
+                   AND NOT EXISTS (SELECT 1 FROM sources s WHERE s.sha256 = blobs.sha256)";
+        on_pool!(self, p => sqlx::query(sql).bind(now).execute(p).await.map(|r| r.rows_affected()))
+    }
+
+    async fn take_expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>> {
+        let sql = "DELETE FROM blobs WHERE orphaned_at IS NOT NULL AND orphaned_at < $1 \
+                   AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256) \
+                   AND NOT EXISTS (SELECT 1 FROM sources s WHERE s.sha256 = blobs.sha256) \
+                   RETURNING sha256";
+        on_pool!(self, p => sqlx::query_scalar::<_, String>(sql).bind(cutoff).fetch_all(p).await)
+    }
+
+    async fn known_blobs(&self, hashes: &[String]) -> MetaResult<Vec<bool>> {
+        let mut out = Vec::with_capacity(hashes.len());
+        on_pool!(self, p => {
+            let mut conn = p.acquire().await?;
+            for h in hashes {
+                out.push(
+                    sqlx::query("SELECT 1 FROM blobs WHERE sha256 = $1")
+                        .bind(h)
+                        .fetch_optional(&mut *conn)
+                        .await?
+                        .is_some(),
+                );
+            }
+            Ok::<_, sqlx::Error>(())
+        })?;
+        Ok(out)
+    }
+}

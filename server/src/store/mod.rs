@@ -1,0 +1,283 @@
+//! The symbol store: metadata ([`meta`]) plus content-addressed blobs
+//! ([`blobs`]), and the one ingest path every upload and every federated
+//! fetch goes through.
+//!
+//! Write order, which is what makes a crash harmless:
+//! 1. the body is spooled to a temporary file, hashed and counted ([`spool`]);
+//! 2. it is validated (ELF, build-ID, kind) from an mmap of that file;
+//! 3. the blob is written to the object store under its SHA-256 (atomic put);
+//! 4. one database transaction makes it visible.
+//!
+//! A crash before 4 leaves at most an unreferenced blob, which the collector
+//! ([`gc`]) removes; readers only follow committed rows.
+
+pub mod blobs;
+pub mod gc;
+pub mod meta;
+pub mod model;
+pub mod spool;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use symtrace_elf::{BuildId, ElfInfo};
+
+use blobs::{BlobError, BlobStore};
+use meta::MetadataStore;
+use model::{now_ms, Artifact, ArtifactKind, NewArtifact, SourceFile};
+use spool::Spooled;
+
+/// Why an ingest was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The content is not what the request claims (not ELF, wrong build-ID,
+    /// wrong kind, a source path the DWARF does not name).
+    #[error("{0}")]
+    Rejected(String),
+    #[error("database: {0}")]
+    Meta(#[from] sqlx::Error),
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UploadStatus {
+    /// Stored, and it is what the server now serves.
+    Created,
+    /// These exact bytes were already stored; nothing was written.
+    Unchanged,
+    /// Stored as a candidate, but a better file stays served.
+    Superseded,
+}
+
+/// The answer to an artifact upload.
+#[derive(Debug, Serialize)]
+pub struct UploadOutcome {
+    pub status: UploadStatus,
+    pub build_id: String,
+    pub kind: ArtifactKind,
+    pub sha256: String,
+    pub size: u64,
+    pub quality: &'static str,
+    /// The hash of the file now served for this (build-ID, kind).
+    pub served_sha256: String,
+    /// How many source paths the file's DWARF names.
+    pub source_files: usize,
+}
+
+/// Metadata and blobs together.
+pub struct SymbolStore {
+    pub meta: Arc<dyn MetadataStore>,
+    pub blobs: Arc<dyn BlobStore>,
+    spool_dir: PathBuf,
+}
+
+impl SymbolStore {
+    pub fn new(meta: Arc<dyn MetadataStore>, blobs: Arc<dyn BlobStore>, spool_dir: PathBuf) -> Self {
+        Self { meta, blobs, spool_dir }
+    }
+
+    /// Where request bodies are spooled.
+    pub fn spool_dir(&self) -> &Path {
+        &self.spool_dir
+    }
+
+    /// Validates a spooled ELF and, if it is new, stores it as a candidate for
+    /// (build-ID, kind).
+    pub async fn ingest_artifact(
+        &self,
+        build_id: &BuildId,
+        kind: ArtifactKind,
+        body: &Spooled,
+        file_name: Option<&str>,
+        origin: &str,
+    ) -> Result<UploadOutcome, StoreError> {
+        let path = body.path.to_path_buf();
+        let (info, source_names) = tokio::task::spawn_blocking(move || inspect_file(&path))
+            .await
+            .map_err(std::io::Error::other)??;
+        validate(&info, build_id, kind)?;
+        let quality = info.quality();
+        let outcome = |status, served_sha256: String, source_files| UploadOutcome {
+            status,
+            build_id: build_id.to_string(),
+            kind,
+            sha256: body.sha256.clone(),
+            size: body.size,
+            quality: quality.as_str(),
+            served_sha256,
+            source_files,
+        };
+
+        if self.meta.has_artifact(build_id.as_str(), kind, &body.sha256).await? {
+            let served = self.served_sha(build_id, kind).await?;
+            return Ok(outcome(UploadStatus::Unchanged, served, source_names.len()));
+        }
+        if !self.meta.blob_is_live(&body.sha256).await? {
+            self.blobs.put_file(&body.sha256, &body.path).await?;
+        }
+        let default_name = match kind {
+            ArtifactKind::Executable => build_id.to_string(),
+            ArtifactKind::Debuginfo => format!("{build_id}.debug"),
+        };
+        let sections: Vec<(&str, u64, u64)> = info
+            .sections
+            .iter()
+            .filter(|s| !s.nobits)
+            .map(|s| (s.name.as_str(), s.offset, s.size))
+            .collect();
+        let new = NewArtifact {
+            artifact: Artifact {
+                build_id: build_id.to_string(),
+                kind: kind.as_str().to_owned(),
+                sha256: body.sha256.clone(),
+                size: body.size as i64,
+                quality: quality.rank(),
+                has_dwarf: info.has_dwarf,
+                has_symtab: info.has_symtab,
+                has_dynsym: info.has_dynsym,
+                architecture: info.architecture.clone(),
+                file_name: file_name.map(str::to_owned).unwrap_or(default_name),
+                origin: origin.to_owned(),
+                created_at: now_ms(),
+            },
+            sections: serde_json::to_string(&sections).unwrap_or_else(|_| "[]".into()),
+            source_names,
+        };
+        self.meta.commit_artifact(&new).await?;
+        let served = self.served_sha(build_id, kind).await?;
+        let status = if served == body.sha256 {
+            UploadStatus::Created
+        } else {
+            UploadStatus::Superseded
+        };
+        tracing::info!(
+            build_id = %build_id, kind = kind.as_str(), sha256 = %body.sha256, size = body.size,
+            quality = quality.as_str(), ?status, origin, "artifact stored"
+        );
+        Ok(outcome(status, served, new.source_names.len()))
+    }
+
+    async fn served_sha(&self, build_id: &BuildId, kind: ArtifactKind) -> Result<String, StoreError> {
+        Ok(self
+            .meta
+            .best_artifact(build_id.as_str(), kind)
+            .await?
+            .map(|a| a.artifact.sha256)
+            .unwrap_or_default())
+    }
+
+    /// Stores a source file at a path the build-ID's DWARF names. `trusted`
+    /// (federated fetches) skips that check and records the name.
+    pub async fn ingest_source(
+        &self,
+        build_id: &BuildId,
+        path: &str,
+        body: &Spooled,
+        trusted: bool,
+    ) -> Result<UploadStatus, StoreError> {
+        let path = checked_source_path(path)?;
+        if !trusted && !self.meta.source_is_named(build_id.as_str(), &path).await? {
+            let named = self.meta.source_name_count(build_id.as_str()).await?;
+            return Err(StoreError::Rejected(if named == 0 {
+                format!(
+                    "no DWARF naming source files is stored for build-ID {build_id}: upload its \
+                     debuginfo first"
+                )
+            } else {
+                format!(
+                    "source path {path:?} is not among the {named} files the DWARF of build-ID \
+                     {build_id} names"
+                )
+            }));
+        }
+        if let Some(existing) = self.meta.source(build_id.as_str(), &path).await? {
+            if existing.sha256 == body.sha256 {
+                return Ok(UploadStatus::Unchanged);
+            }
+        }
+        if !self.meta.blob_is_live(&body.sha256).await? {
+            self.blobs.put_file(&body.sha256, &body.path).await?;
+        }
+        let source = SourceFile {
+            build_id: build_id.to_string(),
+            path,
+            sha256: body.sha256.clone(),
+            size: body.size as i64,
+            created_at: now_ms(),
+        };
+        self.meta.commit_source(&source, trusted).await?;
+        Ok(UploadStatus::Created)
+    }
+}
+
+/// A source path as stored: absolute and canonical. Relative paths are
+/// refused (their meaning depends on a directory the server cannot know).
+pub fn checked_source_path(path: &str) -> Result<String, StoreError> {
+    if path.contains('\0') {
+        return Err(StoreError::Rejected("source path contains a NUL byte".into()));
+    }
+    let canonical = symtrace_elf::canonical_path(path);
+    if !canonical.starts_with('/') || canonical == "/" {
+        return Err(StoreError::Rejected(format!(
+            "source path {path:?} must be absolute, as the DWARF names it (comp_dir + file)"
+        )));
+    }
+    Ok(canonical)
+}
+
+fn inspect_file(path: &Path) -> Result<(ElfInfo, Vec<String>), StoreError> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: the spool file is private to this request and not modified
+    // while mapped.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    let info = symtrace_elf::inspect(&map).map_err(|e| StoreError::Rejected(e.to_string()))?;
+    let names = if info.has_dwarf {
+        match symtrace_elf::source_files(&map) {
+            Ok(files) => files.paths.into_iter().filter(|p| p.starts_with('/')).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not list the DWARF's source files");
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    Ok((info, names))
+}
+
+fn validate(info: &ElfInfo, claimed: &BuildId, kind: ArtifactKind) -> Result<(), StoreError> {
+    match &info.build_id {
+        None => {
+            return Err(StoreError::Rejected(
+                "the ELF file has no GNU build-ID note; link it with -Wl,--build-id".into(),
+            ))
+        }
+        Some(found) if found != claimed => {
+            return Err(StoreError::Rejected(format!(
+                "the ELF file's build-ID is {found}, not {claimed} as the URL says"
+            )))
+        }
+        Some(_) => {}
+    }
+    match kind {
+        ArtifactKind::Debuginfo if !info.has_dwarf && !info.has_symtab => {
+            Err(StoreError::Rejected(
+                "the file has neither DWARF (.debug_info) nor a symbol table (.symtab), so it \
+                 is not debuginfo; upload it as executable"
+                    .into(),
+            ))
+        }
+        ArtifactKind::Executable if !info.has_code => Err(StoreError::Rejected(
+            "the file has no code (its .text has no contents): it looks like a debuginfo file \
+             made by --only-keep-debug; upload it as debuginfo"
+                .into(),
+        )),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,134 @@
+//! The rows the symbol store keeps, shared by the metadata backends and the
+//! HTTP layers.
+
+use serde::{Deserialize, Serialize};
+
+/// Which half of a build an artifact is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArtifactKind {
+    /// The runnable ELF (stripped or not).
+    Executable,
+    /// A file with DWARF or a symbol table: a split `.debug` file, a dwz
+    /// supplementary file, or an unstripped binary.
+    Debuginfo,
+}
+
+impl ArtifactKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Executable => "executable",
+            Self::Debuginfo => "debuginfo",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "executable" => Some(Self::Executable),
+            "debuginfo" => Some(Self::Debuginfo),
+            _ => None,
+        }
+    }
+}
+
+/// One stored candidate for a (build-ID, kind).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Artifact {
+    pub build_id: String,
+    pub kind: String,
+    pub sha256: String,
+    pub size: i64,
+    pub quality: i32,
+    pub has_dwarf: bool,
+    pub has_symtab: bool,
+    pub has_dynsym: bool,
+    pub architecture: String,
+    pub file_name: String,
+    pub origin: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// An artifact together with its blob's section table, as the debuginfod
+/// handlers need it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ServedArtifact {
+    #[sqlx(flatten)]
+    pub artifact: Artifact,
+    /// JSON `[[name, offset, size], ...]`.
+    pub sections: Option<String>,
+}
+
+impl ServedArtifact {
+    /// The file range of a section with contents, from the stored table.
+    pub fn section_range(&self, name: &str) -> Option<(u64, u64)> {
+        let table: Vec<(String, u64, u64)> =
+            serde_json::from_str(self.sections.as_deref()?).ok()?;
+        table.into_iter().find(|(n, _, _)| n == name).map(|(_, off, size)| (off, size))
+    }
+}
+
+/// An uploaded source file.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct SourceFile {
+    pub build_id: String,
+    pub path: String,
+    pub sha256: String,
+    pub size: i64,
+    pub created_at: i64,
+}
+
+/// A new artifact to commit, with what inspection found.
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub artifact: Artifact,
+    /// JSON section table of the blob.
+    pub sections: String,
+    /// Source paths its DWARF names.
+    pub source_names: Vec<String>,
+}
+
+/// One entry of a `missing` query.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct WantedItem {
+    pub build_id: String,
+    /// `executable`, `debuginfo` or `source`.
+    pub kind: String,
+    pub sha256: String,
+    /// For `source`: the absolute path the DWARF names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// For artifacts: the quality rank the client computed (0–3); when the
+    /// server already serves something strictly better the item is not missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<i32>,
+}
+
+/// Filters of the list API.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ListFilter {
+    /// Build-ID prefix.
+    pub build_id: Option<String>,
+    pub kind: Option<String>,
+    /// Substring of the file name.
+    pub file: Option<String>,
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+}
+
+/// How a file name is matched by `/metadata`.
+#[derive(Debug, Clone)]
+pub enum FileQuery {
+    Exact(String),
+    /// SQL LIKE prefix to narrow the scan before fnmatch filtering.
+    Prefix(String),
+    BuildId(String),
+}
+
+/// Current time in unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

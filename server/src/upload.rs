@@ -1,0 +1,395 @@
+//! The upload API that `symtrace-upload` (and any CI script) calls:
+//!
+//! - `PUT /api/v1/debuginfo/{build_id}/{executable|debuginfo}[?file=PATH]`
+//! - `PUT /api/v1/debuginfo/{build_id}/source/{path}`: one source file
+//! - `PUT /api/v1/debuginfo/{build_id}/sources`: a tar bundle of sources
+//! - `POST /api/v1/debuginfo/missing`: which of these files does the server lack?
+//! - `GET /api/v1/debuginfo[?build_id=&kind=&file=&limit=&offset=]`, `GET …/{build_id}`
+//! - `DELETE /api/v1/debuginfo/{build_id}[/{kind}]` (admin)
+//!
+//! Bodies may be sent with `Content-Encoding: zstd` or `gzip`. Every body is
+//! spooled and validated before anything becomes visible.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use symtrace_elf::BuildId;
+use tokio::sync::SemaphorePermit;
+use tower_http::decompression::RequestDecompressionLayer;
+
+use crate::app::SharedState;
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
+use crate::store::spool::{hash_file, spool, Spooled};
+use crate::store::{StoreError, UploadStatus};
+
+/// Most entries a `missing` request may ask about.
+const MAX_MISSING_ITEMS: usize = 100_000;
+/// Most members a source bundle may hold.
+const MAX_BUNDLE_ENTRIES: usize = 100_000;
+
+pub fn routes() -> Router<SharedState> {
+    Router::new()
+        .route("/api/v1/debuginfo", get(list))
+        .route("/api/v1/debuginfo/missing", post(missing))
+        .route("/api/v1/debuginfo/{build_id}", get(details).delete(delete_all))
+        .route("/api/v1/debuginfo/{build_id}/{kind}", put(upload).delete(delete_kind))
+        .route("/api/v1/debuginfo/{build_id}/source/{*path}", put(upload_source))
+        .layer(RequestDecompressionLayer::new())
+        .layer(DefaultBodyLimit::max(64 << 20))
+}
+
+#[derive(Deserialize)]
+struct UploadQuery {
+    /// The file's path on the build machine, served as X-DEBUGINFOD-FILE
+    /// and matched by /metadata.
+    file: Option<String>,
+}
+
+fn upload_slot(state: &SharedState) -> ApiResult<SemaphorePermit<'_>> {
+    state.upload_slots.try_acquire().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many uploads in progress; retry shortly",
+        )
+    })
+}
+
+/// Refuses early when the declared length is already over the limit.
+fn check_length(state: &SharedState, headers: &HeaderMap) -> ApiResult<()> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let limit = state.config.max_upload_bytes;
+    match declared {
+        Some(n) if n > limit && !headers.contains_key(header::CONTENT_ENCODING) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("body of {n} bytes is larger than the limit of {limit} bytes"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+async fn receive(state: &SharedState, body: Body) -> ApiResult<Spooled> {
+    let spooled = spool(body.into_data_stream(), state.store.spool_dir(), state.config.max_upload_bytes).await?;
+    metrics::counter!("symtrace_upload_bytes_total").increment(spooled.size);
+    Ok(spooled)
+}
+
+fn status_code(status: UploadStatus) -> StatusCode {
+    match status {
+        UploadStatus::Created => StatusCode::CREATED,
+        UploadStatus::Unchanged | UploadStatus::Superseded => StatusCode::OK,
+    }
+}
+
+async fn upload(
+    State(state): State<SharedState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((build_id, kind)): Path<(String, String)>,
+    Query(query): Query<UploadQuery>,
+    body: Body,
+) -> ApiResult<Response> {
+    state.auth.check(&headers, peer, Scope::Upload)?;
+    let build_id: BuildId = build_id.parse()?;
+    if kind == "sources" {
+        return upload_bundle(state, headers, build_id, body).await;
+    }
+    let kind = ArtifactKind::parse(&kind).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "unknown kind {kind:?}: use executable, debuginfo, sources (a tar bundle) or source/PATH"
+        ))
+    })?;
+    check_length(&state, &headers)?;
+    let _slot = upload_slot(&state)?;
+    let spooled = receive(&state, body).await?;
+    let outcome = state
+        .store
+        .ingest_artifact(&build_id, kind, &spooled, query.file.as_deref(), "upload")
+        .await;
+    let label = match &outcome {
+        Ok(o) => match o.status {
+            UploadStatus::Created => "created",
+            UploadStatus::Unchanged => "unchanged",
+            UploadStatus::Superseded => "superseded",
+        },
+        Err(StoreError::Rejected(_)) => "rejected",
+        Err(_) => "error",
+    };
+    metrics::counter!("symtrace_uploads_total", "kind" => kind.as_str(), "result" => label).increment(1);
+    let outcome = outcome?;
+    Ok((status_code(outcome.status), Json(outcome)).into_response())
+}
+
+async fn upload_source(
+    State(state): State<SharedState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((build_id, path)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<Response> {
+    state.auth.check(&headers, peer, Scope::Upload)?;
+    let build_id: BuildId = build_id.parse()?;
+    check_length(&state, &headers)?;
+    let _slot = upload_slot(&state)?;
+    let spooled = receive(&state, body).await?;
+    let path = format!("/{path}");
+    let status = state.store.ingest_source(&build_id, &path, &spooled, false).await?;
+    metrics::counter!("symtrace_uploads_total", "kind" => "source", "result" => "ok").increment(1);
+    let body = json!({
+        "status": status,
+        "build_id": build_id.as_str(),
+        "path": symtrace_elf::canonical_path(&path),
+        "sha256": spooled.sha256,
+        "size": spooled.size,
+    });
+    Ok((status_code(status), Json(body)).into_response())
+}
+
+#[derive(Serialize)]
+struct BundleReport {
+    build_id: String,
+    stored: Vec<String>,
+    unchanged: Vec<String>,
+    rejected: Vec<Rejected>,
+}
+
+#[derive(Serialize)]
+struct Rejected {
+    path: String,
+    reason: String,
+}
+
+/// A tar member extracted to the spool directory.
+struct Member {
+    path: String,
+    file: Spooled,
+}
+
+async fn upload_bundle(
+    state: SharedState,
+    headers: HeaderMap,
+    build_id: BuildId,
+    body: Body,
+) -> ApiResult<Response> {
+    check_length(&state, &headers)?;
+    let _slot = upload_slot(&state)?;
+    let bundle = receive(&state, body).await?;
+    let dir: PathBuf = state.store.spool_dir().to_owned();
+    let limit = state.config.max_upload_bytes;
+    let bundle_path = bundle.path.to_path_buf();
+    let (members, mut rejected) =
+        tokio::task::spawn_blocking(move || extract_bundle(&bundle_path, &dir, limit))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
+    let mut report = BundleReport {
+        build_id: build_id.to_string(),
+        stored: Vec::new(),
+        unchanged: Vec::new(),
+        rejected: Vec::new(),
+    };
+    for member in members {
+        match state.store.ingest_source(&build_id, &member.path, &member.file, false).await {
+            Ok(UploadStatus::Unchanged) => report.unchanged.push(member.path),
+            Ok(_) => report.stored.push(member.path),
+            Err(StoreError::Rejected(reason)) => rejected.push(Rejected { path: member.path, reason }),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    report.rejected = rejected;
+    metrics::counter!("symtrace_uploads_total", "kind" => "sources", "result" => "ok").increment(1);
+    let status = if report.stored.is_empty() { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(report)).into_response())
+}
+
+/// Reads a tar bundle whose members are named by absolute path (the leading
+/// `/` may be dropped, as tar does). Only regular files are kept.
+fn extract_bundle(
+    bundle: &std::path::Path,
+    dir: &std::path::Path,
+    limit: u64,
+) -> ApiResult<(Vec<Member>, Vec<Rejected>)> {
+    let bad = |e: std::io::Error| {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", format!("not a valid tar bundle: {e}"))
+    };
+    let mut archive = tar::Archive::new(std::fs::File::open(bundle).map_err(|e| ApiError::internal(e.to_string()))?);
+    let mut members = Vec::new();
+    let mut rejected = Vec::new();
+    for entry in archive.entries().map_err(bad)? {
+        let mut entry = entry.map_err(bad)?;
+        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        if !entry.header().entry_type().is_file() {
+            if !entry.header().entry_type().is_dir() {
+                rejected.push(Rejected { path: raw, reason: "not a regular file".into() });
+            }
+            continue;
+        }
+        if members.len() >= MAX_BUNDLE_ENTRIES {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("bundle has more than {MAX_BUNDLE_ENTRIES} files"),
+            ));
+        }
+        let path = format!("/{}", raw.trim_start_matches("./").trim_start_matches('/'));
+        if raw.split('/').any(|s| s == "..") {
+            rejected.push(Rejected { path: raw, reason: "path contains '..'".into() });
+            continue;
+        }
+        let mut temp = tempfile::Builder::new()
+            .prefix("bundle-")
+            .tempfile_in(dir)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let copied = std::io::copy(&mut (&mut entry).take(limit + 1), temp.as_file_mut()).map_err(bad)?;
+        if copied > limit {
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("bundle member {raw} is over the size limit")));
+        }
+        let temp_path = temp.into_temp_path();
+        let (sha256, size) = hash_file(&temp_path).map_err(|e| ApiError::internal(e.to_string()))?;
+        members.push(Member { path, file: Spooled { path: temp_path, sha256, size } });
+    }
+    Ok((members, rejected))
+}
+
+#[derive(Deserialize)]
+struct MissingRequest {
+    items: Vec<WantedItem>,
+}
+
+#[derive(Serialize)]
+struct MissingItem {
+    index: usize,
+    #[serde(flatten)]
+    item: WantedItem,
+}
+
+async fn missing(
+    State(state): State<SharedState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Json(request): Json<MissingRequest>,
+) -> ApiResult<Response> {
+    state.auth.check(&headers, peer, Scope::Upload)?;
+    if request.items.len() > MAX_MISSING_ITEMS {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("at most {MAX_MISSING_ITEMS} items per request"),
+        ));
+    }
+    for (i, item) in request.items.iter().enumerate() {
+        let what = |m: String| ApiError::bad_request(format!("item {i}: {m}"));
+        item.build_id.parse::<BuildId>().map_err(|e| what(e.to_string()))?;
+        if !matches!(item.kind.as_str(), "executable" | "debuginfo" | "source") {
+            return Err(what(format!("unknown kind {:?}", item.kind)));
+        }
+        if item.sha256.len() != 64 || !item.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(what("sha256 must be 64 hex digits".into()));
+        }
+        if item.kind == "source" && !item.path.as_deref().is_some_and(|p| p.starts_with('/')) {
+            return Err(what("a source item needs an absolute path".into()));
+        }
+    }
+    let lacks = state.store.meta.missing(&request.items).await?;
+    let total = request.items.len();
+    let missing: Vec<MissingItem> = request
+        .items
+        .into_iter()
+        .zip(lacks)
+        .enumerate()
+        .filter(|(_, (_, lacks))| *lacks)
+        .map(|(index, (item, _))| MissingItem { index, item })
+        .collect();
+    Ok(Json(json!({ "total": total, "missing": missing })).into_response())
+}
+
+async fn list(
+    State(state): State<SharedState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(filter): Query<ListFilter>,
+) -> ApiResult<Response> {
+    state.auth.check(&headers, peer, Scope::Read)?;
+    let artifacts = state.store.meta.list(&filter).await?;
+    Ok(Json(json!({ "artifacts": artifacts })).into_response())
+}
+
+async fn details(
+    State(state): State<SharedState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(build_id): Path<String>,
+) -> ApiResult<Response> {
+    state.auth.check(&headers, peer, Scope::Read)?;
+    let build_id: BuildId = build_id.parse()?;
+    let meta = &state.store.meta;
+    let artifacts = meta.artifacts_of(build_id.as_str()).await?;
+    if artifacts.is_empty() {
+        return Err(ApiError::not_found(format!("nothing stored for build-ID {build_id}")));
+    }
+    let mut served = serde_json::Map::new();
+    for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
+        if let Some(best) = meta.best_artifact(build_id.as_str(), kind).await? {
+            served.insert(kind.as_str().into(), json!(best.artifact.sha256));
+        }
+    }
+    Ok(Json(json!({
+        "build_id": build_id.as_str(),
+        "served": served,
+        "artifacts": artifacts,
+        "sources": meta.sources_of(build_id.as_str()).await?,
+        "source_names": meta.source_name_count(build_id.as_str()).await?,
+    }))
+    .into_response())
+}
+
+async fn delete_all(
+    State(state): State<SharedState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(build_id): Path<String>,
+) -> ApiResult<Response> {
+    delete(state, peer, headers, build_id, None).await
+}
+
+async fn delete_kind(
+    State(state): State<SharedState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((build_id, kind)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let kind = ArtifactKind::parse(&kind)
+        .ok_or_else(|| ApiError::bad_request(format!("unknown kind {kind:?}: use executable or debuginfo")))?;
+    delete(state, peer, headers, build_id, Some(kind)).await
+}
+
+async fn delete(
+    state: SharedState,
+    peer: SocketAddr,
+    headers: HeaderMap,
+    build_id: String,
+    kind: Option<ArtifactKind>,
+) -> ApiResult<Response> {
+    state.auth.check(&headers, peer, Scope::Admin)?;
+    let build_id: BuildId = build_id.parse()?;
+    let removed = state.store.meta.delete(build_id.as_str(), kind).await?;
+    if removed == 0 {
+        return Err(ApiError::not_found(format!("nothing stored for build-ID {build_id}")));
+    }
+    tracing::info!(build_id = %build_id, kind = kind.map(|k| k.as_str()), removed, "deleted");
+    Ok(Json(json!({ "build_id": build_id.as_str(), "removed": removed })).into_response())
+}
