@@ -45,7 +45,10 @@ impl FromStr for BuildId {
         if s.len() < 2 || s.len() % 2 != 0 || s.len() > 2 * MAX_BUILD_ID_BYTES {
             return Err(BuildIdError::Length(truncate(s)));
         }
-        if !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(BuildIdError::Digits(truncate(s)));
         }
         Ok(Self(s.to_owned()))
@@ -87,11 +90,26 @@ mod tests {
 
     #[test]
     fn rejects_what_elfutils_rejects() {
-        assert!(matches!("ABCD".parse::<BuildId>(), Err(BuildIdError::Digits(_))));
-        assert!(matches!("abc".parse::<BuildId>(), Err(BuildIdError::Length(_))));
-        assert!(matches!("".parse::<BuildId>(), Err(BuildIdError::Length(_))));
-        assert!(matches!("a".repeat(130).parse::<BuildId>(), Err(BuildIdError::Length(_))));
-        assert!(matches!("zz".parse::<BuildId>(), Err(BuildIdError::Digits(_))));
+        assert!(matches!(
+            "ABCD".parse::<BuildId>(),
+            Err(BuildIdError::Digits(_))
+        ));
+        assert!(matches!(
+            "abc".parse::<BuildId>(),
+            Err(BuildIdError::Length(_))
+        ));
+        assert!(matches!(
+            "".parse::<BuildId>(),
+            Err(BuildIdError::Length(_))
+        ));
+        assert!(matches!(
+            "a".repeat(130).parse::<BuildId>(),
+            Err(BuildIdError::Length(_))
+        ));
+        assert!(matches!(
+            "zz".parse::<BuildId>(),
+            Err(BuildIdError::Digits(_))
+        ));
         assert!("ab".repeat(64).parse::<BuildId>().is_ok());
     }
 }

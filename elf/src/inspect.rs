@@ -145,16 +145,29 @@ pub fn inspect(data: &[u8]) -> Result<ElfInfo, Error> {
             .to_owned();
         let entry = match section.file_range() {
             Some((offset, size)) => {
-                if offset.checked_add(size).is_none_or(|end| end > data.len() as u64) {
+                if offset
+                    .checked_add(size)
+                    .is_none_or(|end| end > data.len() as u64)
+                {
                     return Err(Error::Malformed(format!(
                         "section {name} ({size} bytes at offset {offset}) extends past the end \
                          of the {}-byte file (truncated upload?)",
                         data.len()
                     )));
                 }
-                SectionEntry { name, offset, size, nobits: false }
+                SectionEntry {
+                    name,
+                    offset,
+                    size,
+                    nobits: false,
+                }
             }
-            None => SectionEntry { name, offset: 0, size: 0, nobits: true },
+            None => SectionEntry {
+                name,
+                offset: 0,
+                size: 0,
+                nobits: true,
+            },
         };
         if !entry.nobits && entry.size > 0 {
             if entry.name == ".debug_info" || entry.name == ".zdebug_info" {
@@ -187,7 +200,10 @@ pub fn inspect(data: &[u8]) -> Result<ElfInfo, Error> {
         .flatten()
         .map(|(name, _crc)| String::from_utf8_lossy(name).into_owned());
     let debugaltlink = file.gnu_debugaltlink().ok().flatten().map(|(name, id)| {
-        (String::from_utf8_lossy(name).into_owned(), BuildId::from_bytes(id).ok())
+        (
+            String::from_utf8_lossy(name).into_owned(),
+            BuildId::from_bytes(id).ok(),
+        )
     });
 
     let file_kind = match file.kind() {
@@ -220,7 +236,10 @@ mod tests {
 
     #[test]
     fn rejects_non_elf() {
-        assert!(matches!(inspect(b"#!/bin/sh\necho hi\n"), Err(Error::NotElf(_))));
+        assert!(matches!(
+            inspect(b"#!/bin/sh\necho hi\n"),
+            Err(Error::NotElf(_))
+        ));
         assert!(matches!(inspect(b""), Err(Error::NotElf(_))));
     }
 
@@ -229,7 +248,11 @@ mod tests {
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         assert!(inspect(&me).is_ok());
         let cut = &me[..me.len() / 2];
-        assert!(matches!(inspect(cut), Err(Error::Malformed(_))), "{:?}", inspect(cut));
+        assert!(
+            matches!(inspect(cut), Err(Error::Malformed(_))),
+            "{:?}",
+            inspect(cut)
+        );
     }
 
     #[test]

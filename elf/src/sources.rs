@@ -24,7 +24,11 @@ pub struct SourceFiles {
 /// (zlib, zstd, `.zdebug`) included. A file without DWARF has no sources.
 pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
     let file = object::File::parse(data).map_err(|e| Error::Malformed(e.to_string()))?;
-    let endian = if file.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
+    let endian = if file.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
     let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, Error> {
         let section = file
             .section_by_name(id.name())
@@ -71,7 +75,9 @@ pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
                 paths.insert(join(None, &name));
             }
         }
-        let Some(program) = unit.line_program.as_ref() else { continue };
+        let Some(program) = unit.line_program.as_ref() else {
+            continue;
+        };
         let header = program.header();
         for entry in header.file_names() {
             let name = match dwarf.attr_string(&unit, entry.path_name()) {
@@ -97,7 +103,10 @@ pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
             paths.insert(join(dir.as_deref(), &name));
         }
     }
-    Ok(SourceFiles { paths: paths.into_iter().collect(), unresolved })
+    Ok(SourceFiles {
+        paths: paths.into_iter().collect(),
+        unresolved,
+    })
 }
 
 fn dwarf_err(e: gimli::Error) -> Error {

@@ -46,7 +46,11 @@ pub fn router(state: SharedState) -> Router {
 }
 
 async fn home() -> &'static str {
-    concat!("symtrace-server ", env!("CARGO_PKG_VERSION"), " (debuginfod-compatible symbol store)\n")
+    concat!(
+        "symtrace-server ",
+        env!("CARGO_PKG_VERSION"),
+        " (debuginfod-compatible symbol store)\n"
+    )
 }
 
 async fn ready(State(state): State<SharedState>) -> impl IntoResponse {
@@ -56,6 +60,10 @@ async fn ready(State(state): State<SharedState>) -> impl IntoResponse {
         "database": db.as_ref().map(|_| "ok".to_owned()).unwrap_or_else(|e| e.to_string()),
         "objects": blobs.as_ref().map(|_| "ok".to_owned()).unwrap_or_else(|e| e.to_string()),
     });
-    let status = if db.is_ok() && blobs.is_ok() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if db.is_ok() && blobs.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(body))
 }

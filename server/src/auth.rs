@@ -30,9 +30,16 @@ pub struct Auth {
 impl Auth {
     pub fn new(read: Vec<String>, upload: Vec<String>, admin: Vec<String>) -> Self {
         let clean = |v: Vec<String>| -> Vec<String> {
-            v.into_iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect()
+            v.into_iter()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .collect()
         };
-        Self { read: clean(read), upload: clean(upload), admin: clean(admin) }
+        Self {
+            read: clean(read),
+            upload: clean(upload),
+            admin: clean(admin),
+        }
     }
 
     /// A line for the start-up log.
@@ -42,7 +49,11 @@ impl Auth {
             self.read.len(),
             self.upload.len(),
             self.admin.len(),
-            if self.read.is_empty() { "public" } else { "need a token" },
+            if self.read.is_empty() {
+                "public"
+            } else {
+                "need a token"
+            },
             if self.upload.is_empty() && self.admin.is_empty() {
                 "accepted from loopback clients only (no SYMTRACE_UPLOAD_TOKENS)"
             } else {
@@ -61,13 +72,22 @@ impl Auth {
     }
 
     /// Checks that a request may act with `scope`.
-    pub fn check(&self, headers: &HeaderMap, peer: SocketAddr, scope: Scope) -> Result<(), ApiError> {
+    pub fn check(
+        &self,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+        scope: Scope,
+    ) -> Result<(), ApiError> {
         let accepted: Vec<&String> = match scope {
             Scope::Read => {
                 if self.read.is_empty() {
                     return Ok(());
                 }
-                self.read.iter().chain(&self.upload).chain(&self.admin).collect()
+                self.read
+                    .iter()
+                    .chain(&self.upload)
+                    .chain(&self.admin)
+                    .collect()
             }
             Scope::Upload => self.upload.iter().chain(&self.admin).collect(),
             Scope::Admin => self.admin.iter().collect(),
@@ -83,9 +103,21 @@ impl Auth {
                     format!(
                         "no {} token is configured, so this server accepts {} only from loopback \
                          clients; set {}",
-                        if scope == Scope::Admin { "admin" } else { "upload" },
-                        if scope == Scope::Admin { "deletes" } else { "uploads" },
-                        if scope == Scope::Admin { "SYMTRACE_ADMIN_TOKENS" } else { "SYMTRACE_UPLOAD_TOKENS" },
+                        if scope == Scope::Admin {
+                            "admin"
+                        } else {
+                            "upload"
+                        },
+                        if scope == Scope::Admin {
+                            "deletes"
+                        } else {
+                            "uploads"
+                        },
+                        if scope == Scope::Admin {
+                            "SYMTRACE_ADMIN_TOKENS"
+                        } else {
+                            "SYMTRACE_UPLOAD_TOKENS"
+                        },
                     ),
                 ))
             };
@@ -126,7 +158,10 @@ mod tests {
     fn headers(token: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
         if let Some(t) = token {
-            h.insert(header::AUTHORIZATION, format!("Bearer {t}").parse().unwrap());
+            h.insert(
+                header::AUTHORIZATION,
+                format!("Bearer {t}").parse().unwrap(),
+            );
         }
         h
     }
@@ -138,14 +173,40 @@ mod tests {
         let open = Auth::new(vec![], vec![], vec![]);
         assert!(open.check(&headers(None), remote, Scope::Read).is_ok());
         assert!(open.check(&headers(None), local, Scope::Upload).is_ok());
-        assert_eq!(open.check(&headers(None), remote, Scope::Upload).unwrap_err().status, 403);
+        assert_eq!(
+            open.check(&headers(None), remote, Scope::Upload)
+                .unwrap_err()
+                .status,
+            403
+        );
 
         let auth = Auth::new(vec![], vec!["up".into()], vec!["adm".into()]);
-        assert_eq!(auth.check(&headers(None), local, Scope::Upload).unwrap_err().status, 401);
-        assert_eq!(auth.check(&headers(Some("nope")), local, Scope::Upload).unwrap_err().status, 403);
-        assert!(auth.check(&headers(Some("up")), remote, Scope::Upload).is_ok());
-        assert!(auth.check(&headers(Some("adm")), remote, Scope::Upload).is_ok());
-        assert_eq!(auth.check(&headers(Some("up")), remote, Scope::Admin).unwrap_err().status, 403);
-        assert!(auth.check(&headers(Some("adm")), remote, Scope::Admin).is_ok());
+        assert_eq!(
+            auth.check(&headers(None), local, Scope::Upload)
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(
+            auth.check(&headers(Some("nope")), local, Scope::Upload)
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert!(auth
+            .check(&headers(Some("up")), remote, Scope::Upload)
+            .is_ok());
+        assert!(auth
+            .check(&headers(Some("adm")), remote, Scope::Upload)
+            .is_ok());
+        assert_eq!(
+            auth.check(&headers(Some("up")), remote, Scope::Admin)
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert!(auth
+            .check(&headers(Some("adm")), remote, Scope::Admin)
+            .is_ok());
     }
 }

@@ -43,11 +43,19 @@ pub struct Config {
     pub upstream_urls: Vec<String>,
 
     /// Seconds to wait for an upstream server's response headers.
-    #[arg(long, env = "SYMTRACE_UPSTREAM_TIMEOUT", default_value_t = 30)]
+    #[arg(
+        long = "upstream-timeout",
+        env = "SYMTRACE_UPSTREAM_TIMEOUT",
+        default_value_t = 30
+    )]
     pub upstream_timeout_secs: u64,
 
     /// Seconds an upstream miss is remembered before it is asked again.
-    #[arg(long, env = "SYMTRACE_UPSTREAM_NEGATIVE_TTL", default_value_t = 60)]
+    #[arg(
+        long = "upstream-negative-ttl",
+        env = "SYMTRACE_UPSTREAM_NEGATIVE_TTL",
+        default_value_t = 60
+    )]
     pub upstream_negative_ttl_secs: u64,
 
     /// Requests that already crossed this many federating servers (entries in
@@ -57,17 +65,32 @@ pub struct Config {
 
     /// Comma-separated bearer tokens allowed to upload. With neither these
     /// nor admin tokens, uploads are accepted from loopback clients only.
-    #[arg(long, env = "SYMTRACE_UPLOAD_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SYMTRACE_UPLOAD_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub upload_tokens: Vec<String>,
 
     /// Comma-separated bearer tokens allowed to upload and delete. Without
     /// them, deletes are accepted from loopback clients only.
-    #[arg(long, env = "SYMTRACE_ADMIN_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SYMTRACE_ADMIN_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub admin_tokens: Vec<String>,
 
     /// Comma-separated bearer tokens required for reads. Without them reads
     /// are public (debuginfod clients send tokens via DEBUGINFOD_HEADERS_FILE).
-    #[arg(long, env = "SYMTRACE_READ_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SYMTRACE_READ_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub read_tokens: Vec<String>,
 
     /// Largest accepted upload, in bytes, after Content-Encoding is undone.
@@ -79,11 +102,15 @@ pub struct Config {
     pub max_concurrent_uploads: usize,
 
     /// Seconds between orphan-collection passes.
-    #[arg(long, env = "SYMTRACE_GC_INTERVAL", default_value_t = 3600)]
+    #[arg(
+        long = "gc-interval",
+        env = "SYMTRACE_GC_INTERVAL",
+        default_value_t = 3600
+    )]
     pub gc_interval_secs: u64,
 
     /// Seconds an unreferenced blob is kept before it is collected.
-    #[arg(long, env = "SYMTRACE_GC_GRACE", default_value_t = 3600)]
+    #[arg(long = "gc-grace", env = "SYMTRACE_GC_GRACE", default_value_t = 3600)]
     pub gc_grace_secs: u64,
 
     /// Log format: text or json. Verbosity comes from RUST_LOG (default info).
@@ -99,9 +126,9 @@ pub enum LogFormat {
 
 impl Config {
     pub fn database_url(&self) -> String {
-        self.database_url.clone().unwrap_or_else(|| {
-            format!("sqlite://{}", self.data_dir.join("symtrace.db").display())
-        })
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("symtrace.db").display()))
     }
 
     pub fn storage_url(&self) -> String {
@@ -118,7 +145,11 @@ impl Config {
             .map(|u| {
                 let u = u.trim_end_matches('/');
                 let u = u.strip_suffix("/buildid").unwrap_or(u);
-                if u.contains("://") { u.to_owned() } else { format!("http://{u}") }
+                if u.contains("://") {
+                    u.to_owned()
+                } else {
+                    format!("http://{u}")
+                }
             })
             .collect()
     }

@@ -36,7 +36,12 @@ pub fn routes() -> Router<SharedState> {
 }
 
 fn forwarding(headers: &HeaderMap, peer: SocketAddr) -> Forwarding {
-    let text = |name| headers.get(name).and_then(|v: &header::HeaderValue| v.to_str().ok()).map(str::to_owned);
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &header::HeaderValue| v.to_str().ok())
+            .map(str::to_owned)
+    };
     Forwarding {
         forwarded_for: text("x-forwarded-for"),
         peer: peer.ip().to_string(),
@@ -62,12 +67,24 @@ async fn find_artifact(
     kind: ArtifactKind,
     from: &Forwarding,
 ) -> ApiResult<Option<ServedArtifact>> {
-    if let Some(found) = state.store.meta.best_artifact(build_id.as_str(), kind).await? {
+    if let Some(found) = state
+        .store
+        .meta
+        .best_artifact(build_id.as_str(), kind)
+        .await?
+    {
         return Ok(Some(found));
     }
     if let Some(federation) = &state.federation {
-        if federation.fetch(build_id, Wanted::Artifact(kind), from.clone()).await {
-            return Ok(state.store.meta.best_artifact(build_id.as_str(), kind).await?);
+        if federation
+            .fetch(build_id, Wanted::Artifact(kind), from.clone())
+            .await
+        {
+            return Ok(state
+                .store
+                .meta
+                .best_artifact(build_id.as_str(), kind)
+                .await?);
         }
     }
     Ok(None)
@@ -129,7 +146,9 @@ async fn artifact(
         }
         None => {
             count(label, "miss");
-            Err(ApiError::not_found(format!("no {label} for build-ID {build_id}")))
+            Err(ApiError::not_found(format!(
+                "no {label} for build-ID {build_id}"
+            )))
         }
     }
 }
@@ -149,7 +168,10 @@ async fn source(
     if found.is_none() {
         if let Some(federation) = &state.federation {
             let from = forwarding(&headers, peer);
-            if federation.fetch(&build_id, Wanted::Source(path.clone()), from).await {
+            if federation
+                .fetch(&build_id, Wanted::Source(path.clone()), from)
+                .await
+            {
                 found = meta.source(build_id.as_str(), &path).await?;
             }
         }
@@ -190,8 +212,14 @@ async fn section(
             any = true;
             if let Some((offset, size)) = found.section_range(&name) {
                 count("section", "hit");
-                return send_artifact(&state, &method, &headers, &found, Some((&name, offset, size)))
-                    .await;
+                return send_artifact(
+                    &state,
+                    &method,
+                    &headers,
+                    &found,
+                    Some((&name, offset, size)),
+                )
+                .await;
             }
         }
     }
@@ -218,16 +246,24 @@ async fn metadata(
 ) -> ApiResult<Response> {
     state.auth.check(&headers, peer, Scope::Read)?;
     let (Some(key), Some(value)) = (q.key, q.value) else {
-        return Err(ApiError::bad_request("/metadata needs key=file|glob|buildid and value=…"));
+        return Err(ApiError::bad_request(
+            "/metadata needs key=file|glob|buildid and value=…",
+        ));
     };
     const LIMIT: i64 = 10_000;
     let (query, pattern) = match key.as_str() {
         "file" => (FileQuery::Exact(value.clone()), None),
-        "buildid" => (FileQuery::BuildId(value.parse::<BuildId>()?.to_string()), None),
+        "buildid" => (
+            FileQuery::BuildId(value.parse::<BuildId>()?.to_string()),
+            None,
+        ),
         "glob" => {
             let pattern = glob::Pattern::new(&value)
                 .map_err(|e| ApiError::bad_request(format!("bad glob {value:?}: {e}")))?;
-            let literal: String = value.chars().take_while(|c| !"*?[\\".contains(*c)).collect();
+            let literal: String = value
+                .chars()
+                .take_while(|c| !"*?[\\".contains(*c))
+                .collect();
             (FileQuery::Prefix(literal), Some(pattern))
         }
         other => {
@@ -236,11 +272,17 @@ async fn metadata(
             )))
         }
     };
-    let options = glob::MatchOptions { require_literal_separator: true, ..Default::default() };
+    let options = glob::MatchOptions {
+        require_literal_separator: true,
+        ..Default::default()
+    };
     let mut seen = std::collections::BTreeSet::new();
     let mut results: Vec<Value> = Vec::new();
     for a in state.store.meta.find_files(&query, LIMIT).await? {
-        if pattern.as_ref().is_some_and(|p| !p.matches_with(&a.file_name, options)) {
+        if pattern
+            .as_ref()
+            .is_some_and(|p| !p.matches_with(&a.file_name, options))
+        {
             continue;
         }
         if seen.insert((a.build_id.clone(), a.kind.clone(), a.file_name.clone())) {
@@ -287,7 +329,10 @@ async fn federation_metadata(
             serde_json::from_slice::<Value>(&response.bytes().await.ok()?).ok()
         }
     });
-    let mut out = UpstreamMetadata { results: Vec::new(), complete: true };
+    let mut out = UpstreamMetadata {
+        results: Vec::new(),
+        complete: true,
+    };
     for answer in futures::future::join_all(requests).await {
         match answer {
             Some(v) => {

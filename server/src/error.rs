@@ -19,7 +19,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -54,7 +58,9 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Rejected(m) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", m),
+            StoreError::Rejected(m) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", m)
+            }
             StoreError::Meta(e) => Self::internal(format!("database error: {e}")),
             StoreError::Blob(e) => e.into(),
             StoreError::Io(e) => Self::internal(format!("I/O error: {e}")),

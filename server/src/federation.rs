@@ -52,7 +52,11 @@ impl Forwarding {
 
     /// The `X-Forwarded-For` to send upstream: the incoming one plus our client.
     pub fn next_forwarded_for(&self) -> String {
-        match self.forwarded_for.as_deref().filter(|v| !v.trim().is_empty()) {
+        match self
+            .forwarded_for
+            .as_deref()
+            .filter(|v| !v.trim().is_empty())
+        {
             Some(v) => format!("{v}, {}", self.peer),
             None => self.peer.clone(),
         }
@@ -61,8 +65,12 @@ impl Forwarding {
 
 /// Characters escaped in source paths, as elfutils' client escapes them
 /// (everything but `A-Za-z0-9-._~` and `/`).
-const PATH_ESCAPE: &AsciiSet =
-    &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');
+const PATH_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
 
 type FetchFuture = Shared<BoxFuture<'static, bool>>;
 
@@ -118,14 +126,22 @@ impl Federation {
 
     /// Fetches `wanted` from upstream into the store. Returns whether it is
     /// now stored.
-    pub async fn fetch(self: &Arc<Self>, build_id: &BuildId, wanted: Wanted, from: Forwarding) -> bool {
+    pub async fn fetch(
+        self: &Arc<Self>,
+        build_id: &BuildId,
+        wanted: Wanted,
+        from: Forwarding,
+    ) -> bool {
         if !self.may_forward(&from) {
             return false;
         }
         let target = match &wanted {
             Wanted::Artifact(kind) => format!("{build_id}/{}", kind.as_str()),
             Wanted::Source(path) => {
-                format!("{build_id}/source{}", utf8_percent_encode(path, PATH_ESCAPE))
+                format!(
+                    "{build_id}/source{}",
+                    utf8_percent_encode(path, PATH_ESCAPE)
+                )
             }
         };
         {
@@ -146,7 +162,8 @@ impl Federation {
         let shared = {
             let mut inflight = self.inflight.lock().expect("inflight lock");
             if let Some(existing) = inflight.get(&key) {
-                metrics::counter!("symtrace_upstream_fetches_total", "result" => "coalesced").increment(1);
+                metrics::counter!("symtrace_upstream_fetches_total", "result" => "coalesced")
+                    .increment(1);
                 existing.clone()
             } else {
                 let this = self.clone();
@@ -164,7 +181,8 @@ impl Federation {
                     this.inflight.lock().expect("inflight lock").remove(&key2);
                     stored
                 });
-                let fut: BoxFuture<'static, bool> = async move { task.await.unwrap_or(false) }.boxed();
+                let fut: BoxFuture<'static, bool> =
+                    async move { task.await.unwrap_or(false) }.boxed();
                 let fut = fut.shared();
                 inflight.insert(key, fut.clone());
                 fut
@@ -173,11 +191,20 @@ impl Federation {
         shared.await
     }
 
-    async fn fetch_now(&self, build_id: &BuildId, wanted: &Wanted, target: &str, from: &Forwarding) -> bool {
+    async fn fetch_now(
+        &self,
+        build_id: &BuildId,
+        wanted: &Wanted,
+        target: &str,
+        from: &Forwarding,
+    ) -> bool {
         let forwarded_for = from.next_forwarded_for();
         let attempts = self.upstreams.iter().map(|base| {
             let url = format!("{base}/buildid/{target}");
-            let mut request = self.client.get(&url).header("x-forwarded-for", &forwarded_for);
+            let mut request = self
+                .client
+                .get(&url)
+                .header("x-forwarded-for", &forwarded_for);
             if let Some(ua) = &from.user_agent {
                 request = request.header(reqwest::header::USER_AGENT, ua);
             }
@@ -194,7 +221,8 @@ impl Federation {
             Ok((winner, _rest)) => winner,
             Err(last) => {
                 tracing::debug!(build_id = %build_id, target, error = %last, "upstream miss");
-                metrics::counter!("symtrace_upstream_fetches_total", "result" => "miss").increment(1);
+                metrics::counter!("symtrace_upstream_fetches_total", "result" => "miss")
+                    .increment(1);
                 return false;
             }
         };
@@ -203,7 +231,8 @@ impl Federation {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(build_id = %build_id, target, upstream = %base, error = %e, "upstream download failed");
-                metrics::counter!("symtrace_upstream_fetches_total", "result" => "error").increment(1);
+                metrics::counter!("symtrace_upstream_fetches_total", "result" => "error")
+                    .increment(1);
                 return false;
             }
         };
@@ -214,19 +243,23 @@ impl Federation {
                 .ingest_artifact(build_id, *kind, &spooled, None, &origin)
                 .await
                 .map(|_| ()),
-            Wanted::Source(path) => {
-                self.store.ingest_source(build_id, path, &spooled, true).await.map(|_| ())
-            }
+            Wanted::Source(path) => self
+                .store
+                .ingest_source(build_id, path, &spooled, true)
+                .await
+                .map(|_| ()),
         };
         match stored {
             Ok(()) => {
                 tracing::info!(build_id = %build_id, target, upstream = %base, size = spooled.size, "fetched from upstream");
-                metrics::counter!("symtrace_upstream_fetches_total", "result" => "stored").increment(1);
+                metrics::counter!("symtrace_upstream_fetches_total", "result" => "stored")
+                    .increment(1);
                 true
             }
             Err(e) => {
                 tracing::warn!(build_id = %build_id, target, upstream = %base, error = %e, "upstream file rejected");
-                metrics::counter!("symtrace_upstream_fetches_total", "result" => "rejected").increment(1);
+                metrics::counter!("symtrace_upstream_fetches_total", "result" => "rejected")
+                    .increment(1);
                 false
             }
         }

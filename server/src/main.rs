@@ -37,7 +37,9 @@ async fn main() -> anyhow::Result<()> {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -57,7 +59,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let meta = SqlMetadata::open(&config.database_url())
         .await
         .context("opening the metadata database")?;
-    let blobs = ObjectBlobStore::from_url(&config.storage_url()).context("opening the blob store")?;
+    let blobs =
+        ObjectBlobStore::from_url(&config.storage_url()).context("opening the blob store")?;
     tracing::info!(database = meta_backend(&meta), objects = %blobs_description(&blobs), "storage ready");
     let store = Arc::new(SymbolStore::new(Arc::new(meta), Arc::new(blobs), spool_dir));
 
@@ -75,7 +78,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let federation = if upstreams.is_empty() {
         None
     } else {
-        tracing::info!(?upstreams, hop_limit = config.hop_limit, "federating misses");
+        tracing::info!(
+            ?upstreams,
+            hop_limit = config.hop_limit,
+            "federating misses"
+        );
         Some(Arc::new(Federation::new(
             upstreams,
             store.clone(),
@@ -101,9 +108,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.http_addr))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "symtrace-server listening on http://{addr}");
-    axum::serve(listener, app::router(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    axum::serve(
+        listener,
+        app::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await?;
     tracing::info!("shut down");
     Ok(())
 }

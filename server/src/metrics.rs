@@ -18,10 +18,22 @@ pub fn recorder() -> anyhow::Result<PrometheusHandle> {
         return Ok(h.clone());
     }
     let handle = PrometheusBuilder::new().install_recorder()?;
-    metrics::describe_counter!("symtrace_http_requests_total", "HTTP requests by route and status");
-    metrics::describe_histogram!("symtrace_http_request_duration_seconds", "HTTP request latency");
-    metrics::describe_counter!("symtrace_debuginfod_requests_total", "debuginfod lookups by artifact and result");
-    metrics::describe_counter!("symtrace_upstream_fetches_total", "federated fetches by result");
+    metrics::describe_counter!(
+        "symtrace_http_requests_total",
+        "HTTP requests by route and status"
+    );
+    metrics::describe_histogram!(
+        "symtrace_http_request_duration_seconds",
+        "HTTP request latency"
+    );
+    metrics::describe_counter!(
+        "symtrace_debuginfod_requests_total",
+        "debuginfod lookups by artifact and result"
+    );
+    metrics::describe_counter!(
+        "symtrace_upstream_fetches_total",
+        "federated fetches by result"
+    );
     metrics::describe_counter!("symtrace_uploads_total", "uploads by kind and result");
     metrics::describe_counter!("symtrace_upload_bytes_total", "bytes received by uploads");
     Ok(HANDLE.get_or_init(|| handle).clone())

@@ -33,9 +33,13 @@ pub async fn send(
     file: StoredFile<'_>,
 ) -> ApiResult<Response> {
     let etag = format!("\"{}{}\"", file.sha256, file.etag_suffix);
-    let modified = std::time::UNIX_EPOCH + std::time::Duration::from_millis(file.modified_ms.max(0) as u64);
+    let modified =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(file.modified_ms.max(0) as u64);
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
     headers.insert("x-debuginfod-size", HeaderValue::from(file.size));
     if let Ok(name) = HeaderValue::from_str(file.name) {
         headers.insert("x-debuginfod-file", name);
@@ -45,7 +49,10 @@ pub async fn send(
         HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("http date is ASCII"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
-    headers.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex etag is ASCII"));
+    headers.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag).expect("hex etag is ASCII"),
+    );
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
 
     if let Some(max) = request
@@ -57,7 +64,10 @@ pub async fn send(
             return Err(ApiError::new(
                 StatusCode::NOT_ACCEPTABLE,
                 "too_large",
-                format!("file is {} bytes, more than X-DEBUGINFOD-MAXSIZE {max}", file.size),
+                format!(
+                    "file is {} bytes, more than X-DEBUGINFOD-MAXSIZE {max}",
+                    file.size
+                ),
             ));
         }
     }
@@ -112,11 +122,15 @@ enum RangeSpec {
 }
 
 fn parse_range(spec: &str, size: u64) -> RangeSpec {
-    let Some(spec) = spec.trim().strip_prefix("bytes=") else { return RangeSpec::Ignore };
+    let Some(spec) = spec.trim().strip_prefix("bytes=") else {
+        return RangeSpec::Ignore;
+    };
     if spec.contains(',') {
         return RangeSpec::Ignore;
     }
-    let Some((first, last)) = spec.trim().split_once('-') else { return RangeSpec::Ignore };
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return RangeSpec::Ignore;
+    };
     let (first, last) = (first.trim(), last.trim());
     let range = if first.is_empty() {
         match last.parse::<u64>() {
@@ -125,7 +139,9 @@ fn parse_range(spec: &str, size: u64) -> RangeSpec {
             Err(_) => return RangeSpec::Ignore,
         }
     } else {
-        let Ok(start) = first.parse::<u64>() else { return RangeSpec::Ignore };
+        let Ok(start) = first.parse::<u64>() else {
+            return RangeSpec::Ignore;
+        };
         let end = if last.is_empty() {
             size
         } else {

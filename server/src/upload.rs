@@ -42,9 +42,18 @@ pub fn routes() -> Router<SharedState> {
     Router::new()
         .route("/api/v1/debuginfo", get(list))
         .route("/api/v1/debuginfo/missing", post(missing))
-        .route("/api/v1/debuginfo/{build_id}", get(details).delete(delete_all))
-        .route("/api/v1/debuginfo/{build_id}/{kind}", put(upload).delete(delete_kind))
-        .route("/api/v1/debuginfo/{build_id}/source/{*path}", put(upload_source))
+        .route(
+            "/api/v1/debuginfo/{build_id}",
+            get(details).delete(delete_all),
+        )
+        .route(
+            "/api/v1/debuginfo/{build_id}/{kind}",
+            put(upload).delete(delete_kind),
+        )
+        .route(
+            "/api/v1/debuginfo/{build_id}/source/{*path}",
+            put(upload_source),
+        )
         .layer(RequestDecompressionLayer::new())
         .layer(DefaultBodyLimit::max(64 << 20))
 }
@@ -74,17 +83,24 @@ fn check_length(state: &SharedState, headers: &HeaderMap) -> ApiResult<()> {
         .and_then(|v| v.parse::<u64>().ok());
     let limit = state.config.max_upload_bytes;
     match declared {
-        Some(n) if n > limit && !headers.contains_key(header::CONTENT_ENCODING) => Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("body of {n} bytes is larger than the limit of {limit} bytes"),
-        )),
+        Some(n) if n > limit && !headers.contains_key(header::CONTENT_ENCODING) => {
+            Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("body of {n} bytes is larger than the limit of {limit} bytes"),
+            ))
+        }
         _ => Ok(()),
     }
 }
 
 async fn receive(state: &SharedState, body: Body) -> ApiResult<Spooled> {
-    let spooled = spool(body.into_data_stream(), state.store.spool_dir(), state.config.max_upload_bytes).await?;
+    let spooled = spool(
+        body.into_data_stream(),
+        state.store.spool_dir(),
+        state.config.max_upload_bytes,
+    )
+    .await?;
     metrics::counter!("symtrace_upload_bytes_total").increment(spooled.size);
     Ok(spooled)
 }
@@ -130,7 +146,8 @@ async fn upload(
         Err(StoreError::Rejected(_)) => "rejected",
         Err(_) => "error",
     };
-    metrics::counter!("symtrace_uploads_total", "kind" => kind.as_str(), "result" => label).increment(1);
+    metrics::counter!("symtrace_uploads_total", "kind" => kind.as_str(), "result" => label)
+        .increment(1);
     let outcome = outcome?;
     Ok((status_code(outcome.status), Json(outcome)).into_response())
 }
@@ -148,7 +165,10 @@ async fn upload_source(
     let _slot = upload_slot(&state)?;
     let spooled = receive(&state, body).await?;
     let path = format!("/{path}");
-    let status = state.store.ingest_source(&build_id, &path, &spooled, false).await?;
+    let status = state
+        .store
+        .ingest_source(&build_id, &path, &spooled, false)
+        .await?;
     metrics::counter!("symtrace_uploads_total", "kind" => "source", "result" => "ok").increment(1);
     let body = json!({
         "status": status,
@@ -203,16 +223,27 @@ async fn upload_bundle(
         rejected: Vec::new(),
     };
     for member in members {
-        match state.store.ingest_source(&build_id, &member.path, &member.file, false).await {
+        match state
+            .store
+            .ingest_source(&build_id, &member.path, &member.file, false)
+            .await
+        {
             Ok(UploadStatus::Unchanged) => report.unchanged.push(member.path),
             Ok(_) => report.stored.push(member.path),
-            Err(StoreError::Rejected(reason)) => rejected.push(Rejected { path: member.path, reason }),
+            Err(StoreError::Rejected(reason)) => rejected.push(Rejected {
+                path: member.path,
+                reason,
+            }),
             Err(e) => return Err(e.into()),
         }
     }
     report.rejected = rejected;
     metrics::counter!("symtrace_uploads_total", "kind" => "sources", "result" => "ok").increment(1);
-    let status = if report.stored.is_empty() { StatusCode::OK } else { StatusCode::CREATED };
+    let status = if report.stored.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
     Ok((status, Json(report)).into_response())
 }
 
@@ -224,9 +255,15 @@ fn extract_bundle(
     limit: u64,
 ) -> ApiResult<(Vec<Member>, Vec<Rejected>)> {
     let bad = |e: std::io::Error| {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", format!("not a valid tar bundle: {e}"))
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_content",
+            format!("not a valid tar bundle: {e}"),
+        )
     };
-    let mut archive = tar::Archive::new(std::fs::File::open(bundle).map_err(|e| ApiError::internal(e.to_string()))?);
+    let mut archive = tar::Archive::new(
+        std::fs::File::open(bundle).map_err(|e| ApiError::internal(e.to_string()))?,
+    );
     let mut members = Vec::new();
     let mut rejected = Vec::new();
     for entry in archive.entries().map_err(bad)? {
@@ -234,7 +271,10 @@ fn extract_bundle(
         let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
         if !entry.header().entry_type().is_file() {
             if !entry.header().entry_type().is_dir() {
-                rejected.push(Rejected { path: raw, reason: "not a regular file".into() });
+                rejected.push(Rejected {
+                    path: raw,
+                    reason: "not a regular file".into(),
+                });
             }
             continue;
         }
@@ -247,20 +287,36 @@ fn extract_bundle(
         }
         let path = format!("/{}", raw.trim_start_matches("./").trim_start_matches('/'));
         if raw.split('/').any(|s| s == "..") {
-            rejected.push(Rejected { path: raw, reason: "path contains '..'".into() });
+            rejected.push(Rejected {
+                path: raw,
+                reason: "path contains '..'".into(),
+            });
             continue;
         }
         let mut temp = tempfile::Builder::new()
             .prefix("bundle-")
             .tempfile_in(dir)
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let copied = std::io::copy(&mut (&mut entry).take(limit + 1), temp.as_file_mut()).map_err(bad)?;
+        let copied =
+            std::io::copy(&mut (&mut entry).take(limit + 1), temp.as_file_mut()).map_err(bad)?;
         if copied > limit {
-            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("bundle member {raw} is over the size limit")));
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("bundle member {raw} is over the size limit"),
+            ));
         }
         let temp_path = temp.into_temp_path();
-        let (sha256, size) = hash_file(&temp_path).map_err(|e| ApiError::internal(e.to_string()))?;
-        members.push(Member { path, file: Spooled { path: temp_path, sha256, size } });
+        let (sha256, size) =
+            hash_file(&temp_path).map_err(|e| ApiError::internal(e.to_string()))?;
+        members.push(Member {
+            path,
+            file: Spooled {
+                path: temp_path,
+                sha256,
+                size,
+            },
+        });
     }
     Ok((members, rejected))
 }
@@ -293,7 +349,9 @@ async fn missing(
     }
     for (i, item) in request.items.iter().enumerate() {
         let what = |m: String| ApiError::bad_request(format!("item {i}: {m}"));
-        item.build_id.parse::<BuildId>().map_err(|e| what(e.to_string()))?;
+        item.build_id
+            .parse::<BuildId>()
+            .map_err(|e| what(e.to_string()))?;
         if !matches!(item.kind.as_str(), "executable" | "debuginfo" | "source") {
             return Err(what(format!("unknown kind {:?}", item.kind)));
         }
@@ -339,7 +397,9 @@ async fn details(
     let meta = &state.store.meta;
     let artifacts = meta.artifacts_of(build_id.as_str()).await?;
     if artifacts.is_empty() {
-        return Err(ApiError::not_found(format!("nothing stored for build-ID {build_id}")));
+        return Err(ApiError::not_found(format!(
+            "nothing stored for build-ID {build_id}"
+        )));
     }
     let mut served = serde_json::Map::new();
     for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
@@ -372,8 +432,11 @@ async fn delete_kind(
     headers: HeaderMap,
     Path((build_id, kind)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let kind = ArtifactKind::parse(&kind)
-        .ok_or_else(|| ApiError::bad_request(format!("unknown kind {kind:?}: use executable or debuginfo")))?;
+    let kind = ArtifactKind::parse(&kind).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "unknown kind {kind:?}: use executable or debuginfo"
+        ))
+    })?;
     delete(state, peer, headers, build_id, Some(kind)).await
 }
 
@@ -388,7 +451,9 @@ async fn delete(
     let build_id: BuildId = build_id.parse()?;
     let removed = state.store.meta.delete(build_id.as_str(), kind).await?;
     if removed == 0 {
-        return Err(ApiError::not_found(format!("nothing stored for build-ID {build_id}")));
+        return Err(ApiError::not_found(format!(
+            "nothing stored for build-ID {build_id}"
+        )));
     }
     tracing::info!(build_id = %build_id, kind = kind.map(|k| k.as_str()), removed, "deleted");
     Ok(Json(json!({ "build_id": build_id.as_str(), "removed": removed })).into_response())

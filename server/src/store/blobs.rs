@@ -127,11 +127,17 @@ impl ObjectBlobStore {
         } else {
             Arc::new(PrefixStore::new(store, parsed.prefix.as_str()))
         };
-        Ok(Self { store, description: url.to_owned(), local_root: None })
+        Ok(Self {
+            store,
+            description: url.to_owned(),
+            local_root: None,
+        })
     }
 
     async fn sync_local(&self, sha256: &str) -> Result<(), BlobError> {
-        let Some(root) = &self.local_root else { return Ok(()) };
+        let Some(root) = &self.local_root else {
+            return Ok(());
+        };
         let file = root.join(key(sha256).as_ref());
         tokio::task::spawn_blocking(move || -> std::io::Result<()> {
             std::fs::File::open(&file)?.sync_all()?;
@@ -194,9 +200,9 @@ impl BlobStore for ObjectBlobStore {
                     .map_err(std::io::Error::other)??;
                 Ok(BlobBody::Bytes(bytes))
             }
-            GetResultPayload::Stream(stream) => {
-                Ok(BlobBody::Stream(stream.map_err(std::io::Error::other).boxed()))
-            }
+            GetResultPayload::Stream(stream) => Ok(BlobBody::Stream(
+                stream.map_err(std::io::Error::other).boxed(),
+            )),
         }
     }
 
@@ -235,7 +241,10 @@ fn read_local(file: std::fs::File, range: Range<u64>) -> std::io::Result<Bytes> 
     // change under us.
     let map = unsafe { memmap2::Mmap::map(&file)? };
     if range.end > map.len() as u64 {
-        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "blob shorter than its range"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "blob shorter than its range",
+        ));
     }
     Ok(Bytes::from_owner(map).slice(range.start as usize..range.end as usize))
 }

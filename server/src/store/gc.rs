@@ -69,7 +69,9 @@ pub fn spawn(store: Arc<SymbolStore>, interval: Duration, grace: Duration) {
         loop {
             ticker.tick().await;
             match collect(&store, grace).await {
-                Ok(r) if r == GcReport::default() => tracing::debug!("orphan collection: nothing to do"),
+                Ok(r) if r == GcReport::default() => {
+                    tracing::debug!("orphan collection: nothing to do")
+                }
                 Ok(r) => tracing::info!(?r, "orphan collection"),
                 Err(e) => tracing::warn!(error = %e, "orphan collection failed"),
             }

@@ -14,8 +14,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{PgPool, SqlitePool};
 
 use super::model::{
-    Artifact, ArtifactKind, FileQuery, ListFilter, NewArtifact, ServedArtifact,
-    SourceFile, WantedItem,
+    Artifact, ArtifactKind, FileQuery, ListFilter, NewArtifact, ServedArtifact, SourceFile,
+    WantedItem,
 };
 
 pub type MetaResult<T> = Result<T, sqlx::Error>;
@@ -38,8 +38,12 @@ pub trait MetadataStore: Send + Sync + 'static {
     /// Every candidate of a build-ID, best first.
     async fn artifacts_of(&self, build_id: &str) -> MetaResult<Vec<Artifact>>;
     /// Whether exactly this content is already stored for (build-ID, kind).
-    async fn has_artifact(&self, build_id: &str, kind: ArtifactKind, sha256: &str)
-        -> MetaResult<bool>;
+    async fn has_artifact(
+        &self,
+        build_id: &str,
+        kind: ArtifactKind,
+        sha256: &str,
+    ) -> MetaResult<bool>;
     /// Whether the blob exists and is not scheduled for collection, so a new
     /// reference may reuse it without writing it again.
     async fn blob_is_live(&self, sha256: &str) -> MetaResult<bool>;
@@ -110,9 +114,14 @@ impl SqlMetadata {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await?;
         sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
-        Ok(Self { pool: Pool::Sqlite(pool) })
+        Ok(Self {
+            pool: Pool::Sqlite(pool),
+        })
     }
 
     /// Connects to PostgreSQL and migrates it (migrations take an advisory
@@ -125,7 +134,9 @@ impl SqlMetadata {
             .connect_with(options)
             .await?;
         sqlx::migrate!("../migrations/postgres").run(&pool).await?;
-        Ok(Self { pool: Pool::Postgres(pool) })
+        Ok(Self {
+            pool: Pool::Postgres(pool),
+        })
     }
 
     /// Opens by URL: `postgres://…`/`postgresql://…`, `sqlite://PATH`, or a

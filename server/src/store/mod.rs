@@ -78,8 +78,16 @@ pub struct SymbolStore {
 }
 
 impl SymbolStore {
-    pub fn new(meta: Arc<dyn MetadataStore>, blobs: Arc<dyn BlobStore>, spool_dir: PathBuf) -> Self {
-        Self { meta, blobs, spool_dir }
+    pub fn new(
+        meta: Arc<dyn MetadataStore>,
+        blobs: Arc<dyn BlobStore>,
+        spool_dir: PathBuf,
+    ) -> Self {
+        Self {
+            meta,
+            blobs,
+            spool_dir,
+        }
     }
 
     /// Where request bodies are spooled.
@@ -114,13 +122,18 @@ impl SymbolStore {
             source_files,
         };
 
-        if self.meta.has_artifact(build_id.as_str(), kind, &body.sha256).await? {
+        if self
+            .meta
+            .has_artifact(build_id.as_str(), kind, &body.sha256)
+            .await?
+        {
             let served = self.served_sha(build_id, kind).await?;
             return Ok(outcome(UploadStatus::Unchanged, served, source_names.len()));
         }
         if !self.meta.blob_is_live(&body.sha256).await? {
             self.blobs.put_file(&body.sha256, &body.path).await?;
         }
+        crash_point("after_blob_put");
         let default_name = match kind {
             ArtifactKind::Executable => build_id.to_string(),
             ArtifactKind::Debuginfo => format!("{build_id}.debug"),
@@ -163,7 +176,11 @@ impl SymbolStore {
         Ok(outcome(status, served, new.source_names.len()))
     }
 
-    async fn served_sha(&self, build_id: &BuildId, kind: ArtifactKind) -> Result<String, StoreError> {
+    async fn served_sha(
+        &self,
+        build_id: &BuildId,
+        kind: ArtifactKind,
+    ) -> Result<String, StoreError> {
         Ok(self
             .meta
             .best_artifact(build_id.as_str(), kind)
@@ -216,11 +233,28 @@ impl SymbolStore {
     }
 }
 
+/// Test hook: `SYMTRACE_CRASH_AT=<name>` aborts the process at that point,
+/// the way a power cut or an OOM kill would. The crash-safety tests use it to
+/// stop between the blob write and the metadata commit.
+fn crash_point(name: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if AT
+        .get_or_init(|| std::env::var("SYMTRACE_CRASH_AT").ok())
+        .as_deref()
+        == Some(name)
+    {
+        tracing::error!(point = name, "SYMTRACE_CRASH_AT: aborting");
+        std::process::abort();
+    }
+}
+
 /// A source path as stored: absolute and canonical. Relative paths are
 /// refused (their meaning depends on a directory the server cannot know).
 pub fn checked_source_path(path: &str) -> Result<String, StoreError> {
     if path.contains('\0') {
-        return Err(StoreError::Rejected("source path contains a NUL byte".into()));
+        return Err(StoreError::Rejected(
+            "source path contains a NUL byte".into(),
+        ));
     }
     let canonical = symtrace_elf::canonical_path(path);
     if !canonical.starts_with('/') || canonical == "/" {
@@ -239,7 +273,11 @@ fn inspect_file(path: &Path) -> Result<(ElfInfo, Vec<String>), StoreError> {
     let info = symtrace_elf::inspect(&map).map_err(|e| StoreError::Rejected(e.to_string()))?;
     let names = if info.has_dwarf {
         match symtrace_elf::source_files(&map) {
-            Ok(files) => files.paths.into_iter().filter(|p| p.starts_with('/')).collect(),
+            Ok(files) => files
+                .paths
+                .into_iter()
+                .filter(|p| p.starts_with('/'))
+                .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "could not list the DWARF's source files");
                 Vec::new()

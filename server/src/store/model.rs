@@ -64,7 +64,10 @@ impl ServedArtifact {
     pub fn section_range(&self, name: &str) -> Option<(u64, u64)> {
         let table: Vec<(String, u64, u64)> =
             serde_json::from_str(self.sections.as_deref()?).ok()?;
-        table.into_iter().find(|(n, _, _)| n == name).map(|(_, off, size)| (off, size))
+        table
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, off, size)| (off, size))
     }
 }
 

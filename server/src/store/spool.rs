@@ -41,9 +41,12 @@ where
     S: Stream<Item = Result<Bytes, E>>,
     E: Display,
 {
-    let temp = tempfile::Builder::new().prefix("upload-").tempfile_in(dir)?;
+    let temp = tempfile::Builder::new()
+        .prefix("upload-")
+        .tempfile_in(dir)?;
     let (std_file, path) = temp.into_parts();
-    let mut file = tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(std_file));
+    let mut file =
+        tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(std_file));
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     let mut body = std::pin::pin!(body);
@@ -57,7 +60,11 @@ where
         file.write_all(&chunk).await?;
     }
     file.flush().await?;
-    Ok(Spooled { path, sha256: hex::encode(hasher.finalize()), size })
+    Ok(Spooled {
+        path,
+        sha256: hex::encode(hasher.finalize()),
+        size,
+    })
 }
 
 /// Hashes a local file (for bundle members extracted on disk).

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs and starts what the test suite needs, on a fresh Debian 12 machine
+# as root: the debuginfod clients (elfutils' debuginfod-find, gdb), binutils
+# and gcc for fixtures, PostgreSQL 15, and s3s-fs as the S3-compatible server.
+# Idempotent: what is installed or running already is left alone.
+#
+# Prints the environment the tests read (source it: `. <(scripts/test-services.sh)`
+# or use scripts/test.sh, which does).
+set -euo pipefail
+
+S3_PORT=${SYMTRACE_TEST_S3_PORT:-9014}
+S3_DIR=${SYMTRACE_TEST_S3_DIR:-/tmp/symtrace-s3}
+S3_BUCKET=symtrace-test
+
+log() { echo "test-services: $*" >&2; }
+
+need_apt=()
+for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:binutils gcc:gcc \
+            pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd; do
+  tool=${pair%%:*}; pkg=${pair#*:}
+  command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+# debuginfod (the server) is what the benchmark compares against.
+command -v debuginfod >/dev/null 2>&1 || need_apt+=(debuginfod)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq elfutils "${need_apt[@]}" >&2
+fi
+
+if ! command -v s3s-fs >/dev/null 2>&1; then
+  log "installing s3s-fs (a few minutes on 2 cores)"
+  cargo install s3s-fs@0.14.1 --locked --features binary >&2
+fi
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# PostgreSQL: the Debian cluster, started without systemd; root gets a superuser role.
+PG_VERSION=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
+if [ -z "$PG_VERSION" ]; then log "no PostgreSQL cluster found"; exit 1; fi
+if ! pg_lsclusters -h | awk '{print $4}' | grep -q online; then
+  log "starting PostgreSQL $PG_VERSION"
+  pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" main start >&2
+fi
+for _ in $(seq 50); do su postgres -c "psql -qAtc 'select 1'" >/dev/null 2>&1 && break; sleep 0.2; done
+su postgres -c "psql -qAtc \"select 1 from pg_roles where rolname='root'\"" | grep -q 1 \
+  || su postgres -c "createuser -s root" >&2
+
+# s3s-fs on loopback, with one bucket.
+mkdir -p "$S3_DIR"
+if ! curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/"; then
+  log "starting s3s-fs on 127.0.0.1:$S3_PORT"
+  nohup s3s-fs --host 127.0.0.1 --port "$S3_PORT" --access-key AK --secret-key SK "$S3_DIR" \
+    > /tmp/symtrace-s3s.log 2>&1 &
+  for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break; sleep 0.2; done
+fi
+mkdir -p "$S3_DIR/$S3_BUCKET"
+curl -s -o /dev/null -X PUT -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+  --aws-sigv4 aws:amz:us-east-1:s3 --user AK:SK "http://127.0.0.1:$S3_PORT/$S3_BUCKET" || true
+
+cat <<ENV
+export SYMTRACE_TEST_POSTGRES_URL='postgres://root@localhost/postgres?host=/var/run/postgresql'
+export SYMTRACE_TEST_S3_ENDPOINT='http://127.0.0.1:$S3_PORT'
+export SYMTRACE_TEST_S3_BUCKET='$S3_BUCKET'
+export SYMTRACE_TEST_S3_ACCESS_KEY=AK
+export SYMTRACE_TEST_S3_SECRET_KEY=SK
+ENV

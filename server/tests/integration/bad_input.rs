@@ -1,0 +1,247 @@
+//! Bad input gets the right status and a clear JSON message, and nothing
+//! already stored changes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use crate::support::*;
+
+fn tools() -> bool {
+    ["gcc", "objcopy", "strip", "readelf"]
+        .iter()
+        .all(|t| have(t))
+}
+
+/// Asserts the published fixture is still served exactly.
+fn still_served(server: &Server, fx: &Fixture) {
+    let got = server.get(&format!("/buildid/{}/debuginfo", fx.build_id));
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().unwrap(), std::fs::read(&fx.debug).unwrap());
+    let got = server.get(&format!("/buildid/{}/executable", fx.build_id));
+    assert_eq!(got.bytes().unwrap(), std::fs::read(&fx.stripped).unwrap());
+}
+
+fn spool_is_empty(server: &Server) -> bool {
+    std::fs::read_dir(server.data_dir.join("spool"))
+        .unwrap()
+        .next()
+        .is_none()
+}
+
+#[test]
+fn bad_uploads_are_refused_clearly_and_change_nothing() {
+    if !tools() {
+        return;
+    }
+    let server = Server::start(&Backend::local(), &["--max-upload-bytes", "100000"]);
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    fx.publish(&server);
+    let other = Fixture::hello("src", "hello.c", &["-g", "-DOTHER"]);
+    assert_ne!(other.build_id, fx.build_id);
+    let id = &fx.build_id;
+    let url = |kind: &str| format!("/api/v1/debuginfo/{id}/{kind}");
+
+    // Not ELF.
+    let (s, b) = server.put_bytes(
+        &url("debuginfo"),
+        b"#!/bin/sh\necho not elf\n".to_vec(),
+        None,
+    );
+    assert_error(s, &b, 422, "not an ELF file");
+    // The wrong build-ID.
+    let (s, b) = server.put_file(&url("debuginfo"), &other.debug);
+    assert_error(s, &b, 422, &format!("build-ID is {}", other.build_id));
+    // A truncated ELF (complete HTTP body, half a file).
+    let half = std::fs::read(&fx.unstripped).unwrap();
+    let (s, b) = server.put_bytes(&url("executable"), half[..half.len() / 2].to_vec(), None);
+    assert_eq!(s, 422, "{b}");
+    // The wrong kind: a debug-only file as executable, a stripped one as debuginfo.
+    let (s, b) = server.put_file(&url("executable"), &fx.debug);
+    assert_error(s, &b, 422, "upload it as debuginfo");
+    let (s, b) = server.put_file(&url("debuginfo"), &fx.stripped);
+    assert_error(s, &b, 422, "upload it as executable");
+    // Invalid build-IDs and kinds in the URL.
+    let (s, b) = server.put_file("/api/v1/debuginfo/ABCD/debuginfo", &fx.debug);
+    assert_error(s, &b, 400, "lowercase hex");
+    let (s, b) = server.put_file("/api/v1/debuginfo/abc/debuginfo", &fx.debug);
+    assert_error(s, &b, 400, "even number");
+    let (s, b) = server.put_file(&url("symbols"), &fx.debug);
+    assert_error(s, &b, 400, "unknown kind");
+    // Oversized, with and without Content-Length.
+    let big = vec![0x7fu8; 200_000];
+    let (s, b) = server.put_bytes(&url("debuginfo"), big.clone(), None);
+    assert_error(s, &b, 413, "limit");
+    let chunked = client()
+        .put(format!("{}{}", server.url, url("debuginfo")))
+        .body(reqwest::blocking::Body::new(std::io::Cursor::new(big)))
+        .send()
+        .unwrap();
+    let (s, b) = json_of(chunked);
+    assert_error(s, &b, 413, "limit");
+    // Path traversal in source paths: never stored, never served.
+    for path in [
+        "source/../../etc/passwd",
+        "source/..%2F..%2Fetc/passwd",
+        "source/tmp/../../../../root/.ssh/id_rsa",
+    ] {
+        let (s, b) = raw_request(
+            &server,
+            "PUT",
+            &format!("/api/v1/debuginfo/{id}/{path}"),
+            b"x",
+        );
+        assert_error(s, &b, 422, "not among");
+    }
+    let (s, b) = raw_request(
+        &server,
+        "GET",
+        &format!("/buildid/{id}/source/../../../etc/passwd"),
+        b"",
+    );
+    assert_eq!(s, 404, "{b}");
+    // A source for a build-ID without DWARF yet.
+    let (s, b) = server.put_bytes(
+        &format!("/api/v1/debuginfo/{}/source/tmp/a.c", other.build_id),
+        b"x".to_vec(),
+        None,
+    );
+    assert_error(s, &b, 422, "upload its debuginfo first");
+    // An undecodable Content-Encoding body.
+    let resp = client()
+        .put(format!("{}{}", server.url, url("debuginfo")))
+        .header("content-encoding", "zstd")
+        .body(b"this is not zstd".to_vec())
+        .send()
+        .unwrap();
+    let (s, b) = json_of(resp);
+    assert_eq!(s, 400, "{b}");
+    // An unsupported Content-Encoding.
+    let resp = client()
+        .put(format!("{}{}", server.url, url("debuginfo")))
+        .header("content-encoding", "br")
+        .body(b"x".to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 415);
+
+    still_served(&server, &fx);
+    assert!(spool_is_empty(&server));
+    let (_, details) = json_of(server.get(&format!("/api/v1/debuginfo/{id}")));
+    assert_eq!(
+        details["artifacts"].as_array().unwrap().len(),
+        2,
+        "{details}"
+    );
+}
+
+#[test]
+fn a_connection_dropped_mid_body_stores_nothing() {
+    if !tools() {
+        return;
+    }
+    let server = Server::start(&Backend::local(), &[]);
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    fx.publish(&server);
+    let replacement = std::fs::read(&fx.unstripped).unwrap();
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    write!(
+        stream,
+        "PUT /api/v1/debuginfo/{}/debuginfo HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+        fx.build_id,
+        replacement.len()
+    )
+    .unwrap();
+    stream
+        .write_all(&replacement[..replacement.len() / 3])
+        .unwrap();
+    stream.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stream);
+    std::thread::sleep(Duration::from_millis(500));
+
+    still_served(&server, &fx);
+    assert!(
+        spool_is_empty(&server),
+        "a partial upload was left in the spool"
+    );
+    let (_, details) = json_of(server.get(&format!("/api/v1/debuginfo/{}", fx.build_id)));
+    assert_eq!(
+        details["artifacts"].as_array().unwrap().len(),
+        2,
+        "{details}"
+    );
+    // The server is fine afterwards.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+#[test]
+fn tokens_guard_uploads_and_deletes() {
+    if !tools() {
+        return;
+    }
+    let server = Server::start(
+        &Backend::local(),
+        &[
+            "--upload-tokens",
+            "up-secret",
+            "--admin-tokens",
+            "admin-secret",
+        ],
+    );
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    let url = format!("/api/v1/debuginfo/{}/debuginfo", fx.build_id);
+    let body = std::fs::read(&fx.debug).unwrap();
+    let (s, b) = server.put_bytes(&url, body.clone(), None);
+    assert_error(s, &b, 401, "Authorization");
+    let (s, b) = server.put_bytes(&url, body.clone(), Some("wrong"));
+    assert_error(s, &b, 403, "not valid");
+    let (s, b) = server.put_bytes(&url, body.clone(), Some("up-secret"));
+    assert_eq!(s, 201, "{b}");
+    // Reads stay public.
+    assert_eq!(
+        server
+            .get(&format!("/buildid/{}/debuginfo", fx.build_id))
+            .status(),
+        200
+    );
+    // Deleting needs the admin token.
+    let del = |token: Option<&str>| {
+        let mut r = client().delete(format!("{}/api/v1/debuginfo/{}", server.url, fx.build_id));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        json_of(r.send().unwrap())
+    };
+    let (s, b) = del(Some("up-secret"));
+    assert_error(s, &b, 403, "not valid");
+    assert_eq!(
+        server
+            .get(&format!("/buildid/{}/debuginfo", fx.build_id))
+            .status(),
+        200
+    );
+    let (s, b) = del(Some("admin-secret"));
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        server
+            .get(&format!("/buildid/{}/debuginfo", fx.build_id))
+            .status(),
+        404
+    );
+    // Tokens never reach the log.
+    let log = server.log_text();
+    assert!(
+        !log.contains("up-secret") && !log.contains("admin-secret"),
+        "a token was logged"
+    );
+}

@@ -1,0 +1,145 @@
+//! Crash safety: a server killed during an upload restarts consistent, with
+//! the earlier version still served and nothing partial visible; a blob
+//! orphaned by a crash before its commit is collected.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+fn tools() -> bool {
+    ["gcc", "objcopy", "strip", "readelf"]
+        .iter()
+        .all(|t| have(t))
+}
+
+fn count_objects(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            if e.path().is_dir() {
+                count_objects(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn kill_9_mid_upload_leaves_the_earlier_version() {
+    if !tools() {
+        return;
+    }
+    for backend in Backend::all() {
+        let mut server = Server::start(&backend, &[]);
+        let fx = Fixture::hello("src", "hello.c", &["-g"]);
+        fx.publish(&server);
+        // Start replacing the debuginfo with a better-ranked... any other
+        // candidate, and die half-way through the body.
+        let body = std::fs::read(&fx.unstripped).unwrap();
+        let addr = server.url.trim_start_matches("http://").to_owned();
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        write!(
+            stream,
+            "PUT /api/v1/debuginfo/{}/debuginfo HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+            fx.build_id,
+            body.len()
+        )
+        .unwrap();
+        stream.write_all(&body[..body.len() / 2]).unwrap();
+        stream.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        server.kill9();
+        drop(stream);
+
+        server.spawn();
+        let served = server.get(&format!("/buildid/{}/debuginfo", fx.build_id));
+        assert_eq!(served.status(), 200, "[{}]", backend.name);
+        assert_eq!(
+            served.bytes().unwrap(),
+            std::fs::read(&fx.debug).unwrap(),
+            "[{}]",
+            backend.name
+        );
+        let (_, details) = json_of(server.get(&format!("/api/v1/debuginfo/{}", fx.build_id)));
+        assert_eq!(
+            details["artifacts"].as_array().unwrap().len(),
+            2,
+            "[{}] {details}",
+            backend.name
+        );
+        assert!(
+            std::fs::read_dir(server.data_dir.join("spool"))
+                .unwrap()
+                .next()
+                .is_none(),
+            "[{}] the spool kept a partial upload",
+            backend.name
+        );
+    }
+}
+
+#[test]
+fn a_crash_between_blob_and_commit_leaves_an_orphan_that_is_collected() {
+    if !tools() {
+        return;
+    }
+    let mut server = Server::start(
+        &Backend::local(),
+        &["--gc-interval", "1", "--gc-grace", "0"],
+    );
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    fx.publish(&server);
+    let objects = server.data_dir.join("objects");
+    let before = count_objects(&objects);
+    assert_eq!(before, 4, "debuginfo, executable and two sources");
+    server.kill9();
+
+    // Restart with the crash point armed: the upload dies after the object
+    // write, before the metadata commit.
+    let crashing = Server::start_on(&server, &[("SYMTRACE_CRASH_AT", "after_blob_put")]);
+    let (status, _) = {
+        let r = client()
+            .put(format!(
+                "{}/api/v1/debuginfo/{}/debuginfo",
+                crashing.url, fx.build_id
+            ))
+            .body(std::fs::read(&fx.unstripped).unwrap())
+            .send();
+        (r.map(|r| r.status().as_u16()).unwrap_or(0), ())
+    };
+    assert_eq!(status, 0, "the server should have died mid-request");
+    drop(crashing);
+    assert_eq!(
+        count_objects(&objects),
+        before + 1,
+        "the orphan blob should exist after the crash"
+    );
+
+    server.spawn();
+    let served = server.get(&format!("/buildid/{}/debuginfo", fx.build_id));
+    assert_eq!(served.bytes().unwrap(), std::fs::read(&fx.debug).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count_objects(&objects) > before {
+        assert!(
+            Instant::now() < deadline,
+            "the orphan was not collected:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Referenced blobs survive collection.
+    assert_eq!(
+        server
+            .get(&format!("/buildid/{}/executable", fx.build_id))
+            .status(),
+        200
+    );
+    assert_eq!(count_objects(&objects), before);
+}

@@ -1,0 +1,14 @@
+//! Integration tests: the real `symtrace-server` binary, real debuginfod
+//! clients (elfutils' debuginfod-find, gdb), elfutils' own server as an
+//! upstream, and both storage combinations (SQLite + local directory,
+//! PostgreSQL + S3 via scripts/test-services.sh).
+
+mod support;
+
+mod bad_input;
+mod conformance;
+mod crash;
+mod federation;
+mod gdb;
+mod quality;
+mod replicas;

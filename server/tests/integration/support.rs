@@ -1,0 +1,512 @@
+//! Shared test support: storage backends, a real server process, fixtures
+//! built with gcc/objcopy, and the rule that a missing tool fails under CI.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_symtrace-server");
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// Whether a tool is on PATH. Missing under `CI=true` is a failure, not a skip.
+pub fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            !in_ci(),
+            "{tool} is required in CI (scripts/test-services.sh installs it)"
+        );
+        eprintln!("SKIP: {tool} not installed (run scripts/test-services.sh)");
+    }
+    found
+}
+
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        Instant::now().elapsed().subsec_nanos() % 1000
+    )
+}
+
+/// Where a server keeps metadata and blobs.
+#[derive(Clone, Debug)]
+pub struct Backend {
+    pub name: &'static str,
+    database_url: Option<String>,
+    storage_url: Option<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Backend {
+    /// SQLite + a local directory (the embedded defaults).
+    pub fn local() -> Self {
+        Self {
+            name: "sqlite+local",
+            database_url: None,
+            storage_url: None,
+            env: vec![],
+        }
+    }
+
+    /// A fresh PostgreSQL database and a fresh prefix in the S3 bucket, when
+    /// the test services are configured (always under CI).
+    pub fn postgres_s3() -> Option<Self> {
+        let vars = [
+            "SYMTRACE_TEST_POSTGRES_URL",
+            "SYMTRACE_TEST_S3_ENDPOINT",
+            "SYMTRACE_TEST_S3_BUCKET",
+            "SYMTRACE_TEST_S3_ACCESS_KEY",
+            "SYMTRACE_TEST_S3_SECRET_KEY",
+        ];
+        let values: Vec<Option<String>> = vars.iter().map(|v| std::env::var(v).ok()).collect();
+        if values.iter().any(Option::is_none) {
+            assert!(
+                !in_ci(),
+                "PostgreSQL/S3 test services are required in CI: set {vars:?}"
+            );
+            eprintln!("SKIP postgres+s3 backend: run scripts/test.sh (sets {vars:?})");
+            return None;
+        }
+        let [admin, endpoint, bucket, access, secret] = <[Option<String>; 5]>::try_from(values)
+            .unwrap()
+            .map(Option::unwrap);
+        let db = unique("symtrace_t_");
+        let out = Command::new("psql")
+            .args([admin.as_str(), "-qAtc", &format!("CREATE DATABASE {db}")])
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "create database: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let database_url = admin.replacen("/postgres?", &format!("/{db}?"), 1);
+        Some(Self {
+            name: "postgres+s3",
+            database_url: Some(database_url),
+            storage_url: Some(format!("s3://{bucket}/{}", unique("t"))),
+            env: vec![
+                ("AWS_ACCESS_KEY_ID".into(), access),
+                ("AWS_SECRET_ACCESS_KEY".into(), secret),
+                ("AWS_ENDPOINT_URL".into(), endpoint),
+                ("AWS_ALLOW_HTTP".into(), "true".into()),
+                ("AWS_REGION".into(), "us-east-1".into()),
+            ],
+        })
+    }
+
+    /// Every configured combination: the local one, and PostgreSQL + S3.
+    pub fn all() -> Vec<Self> {
+        let mut v = vec![Self::local()];
+        v.extend(Self::postgres_s3());
+        v
+    }
+}
+
+/// A running `symtrace-server`, killed on drop.
+pub struct Server {
+    child: Option<Child>,
+    pub url: String,
+    pub data_dir: PathBuf,
+    log: PathBuf,
+    backend: Backend,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    pub fn start(backend: &Backend, args: &[&str]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let data_dir = tmp.path().join("data");
+        let mut server = Self {
+            child: None,
+            url: String::new(),
+            log: tmp.path().join("server.log"),
+            data_dir,
+            backend: backend.clone(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: vec![],
+            _tmp: Some(tmp),
+        };
+        server.spawn();
+        server
+    }
+
+    /// Another process on the same data directory and backend (a new port),
+    /// with extra environment variables.
+    pub fn start_on(other: &Server, env: &[(&str, &str)]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut server = Self {
+            child: None,
+            url: String::new(),
+            log: tmp.path().join("server.log"),
+            data_dir: other.data_dir.clone(),
+            backend: other.backend.clone(),
+            args: other.args.clone(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            _tmp: Some(tmp),
+        };
+        server.spawn();
+        server
+    }
+
+    /// Starts the process (again, on the same data dir and port if known).
+    pub fn spawn(&mut self) {
+        let addr = if self.url.is_empty() {
+            "127.0.0.1:0".to_owned()
+        } else {
+            self.url.trim_start_matches("http://").to_owned()
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        if !self.args.iter().any(|a| a == "--http-addr") {
+            cmd.arg("--http-addr").arg(&addr);
+        }
+        cmd.arg("--data-dir").arg(&self.data_dir);
+        if let Some(db) = &self.backend.database_url {
+            cmd.arg("--database-url").arg(db);
+        }
+        if let Some(s) = &self.backend.storage_url {
+            cmd.arg("--storage-url").arg(s);
+        }
+        cmd.args(&self.args);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("SYMTRACE_") || k.starts_with("AWS_") || k.starts_with("DEBUGINFOD_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.envs(self.backend.env.iter().map(|(k, v)| (k, v)));
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd.env("RUST_LOG", "info,symtrace_server=debug");
+        cmd.env("NO_COLOR", "1");
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn symtrace-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let start_len = self.log_text().len();
+        loop {
+            let text = self.log_text();
+            if let Some(pos) = text[start_len.min(text.len())..].find("listening on http://") {
+                let rest = &text[start_len + pos + "listening on ".len()..];
+                self.url = rest.split_whitespace().next().unwrap().to_owned();
+                break;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("server exited with {status} during start-up:\n{text}");
+            }
+            assert!(Instant::now() < deadline, "server did not start:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let http = client();
+        loop {
+            if http
+                .get(format!("{}/readyz", self.url))
+                .send()
+                .is_ok_and(|r| r.status() == 200)
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server not ready:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::blocking::Response {
+        client().get(format!("{}{path}", self.url)).send().unwrap()
+    }
+
+    pub fn put_file(&self, path: &str, file: &Path) -> (u16, Value) {
+        self.put_bytes(path, std::fs::read(file).unwrap(), None)
+    }
+
+    pub fn put_bytes(&self, path: &str, body: Vec<u8>, token: Option<&str>) -> (u16, Value) {
+        let mut req = client().put(format!("{}{path}", self.url)).body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        json_of(req.send().unwrap())
+    }
+
+    /// Uploads an artifact and checks it was accepted.
+    pub fn upload(&self, build_id: &str, kind: &str, file: &Path) -> Value {
+        let (status, body) = self.put_file(&format!("/api/v1/debuginfo/{build_id}/{kind}"), file);
+        assert!(
+            status == 200 || status == 201,
+            "upload {kind}: {status} {body}"
+        );
+        body
+    }
+
+    pub fn upload_source(&self, build_id: &str, path: &Path) -> Value {
+        let url = format!(
+            "/api/v1/debuginfo/{build_id}/source{}",
+            escape_path(&path.display().to_string())
+        );
+        let (status, body) = self.put_file(&url, path);
+        assert!(
+            status == 200 || status == 201,
+            "upload source {}: {status} {body}",
+            path.display()
+        );
+        body
+    }
+
+    /// Runs a debuginfod client against this server with a private cache.
+    pub fn debuginfod_find(&self, cache: &Path, args: &[&str]) -> Output {
+        Command::new("debuginfod-find")
+            .args(args)
+            .env("DEBUGINFOD_URLS", &self.url)
+            .env("DEBUGINFOD_CACHE_PATH", cache)
+            .env_remove("DEBUGINFOD_PROGRESS")
+            .output()
+            .expect("run debuginfod-find")
+    }
+
+    /// A counter from /metrics with all the given label pairs (summed).
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let text = self.get("/metrics").text().unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| {
+                labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("---- server log ----\n{}", self.log_text());
+        }
+    }
+}
+
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .no_proxy()
+        .build()
+        .unwrap()
+}
+
+pub fn json_of(resp: reqwest::blocking::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Asserts a JSON error body with a code and a message containing `needle`.
+pub fn assert_error(status: u16, body: &Value, want_status: u16, needle: &str) {
+    assert_eq!(status, want_status, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(body["error"]["code"].is_string(), "no error code in {body}");
+    assert!(
+        message.contains(needle),
+        "message {message:?} should mention {needle:?}"
+    );
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A C program built with DWARF and split like distributions do.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub src: PathBuf,
+    pub build_id: String,
+    /// As linked, with DWARF.
+    pub unstripped: PathBuf,
+    /// `objcopy --only-keep-debug`.
+    pub debug: PathBuf,
+    /// `strip --strip-debug --strip-unneeded` + `--add-gnu-debuglink`.
+    pub stripped: PathBuf,
+    pub sources: Vec<PathBuf>,
+}
+
+pub const HELLO_C: &str = "#include <stdio.h>\n#include \"util.h\"\n\nint main(int argc, char **argv)\n{\n  int n = add(argc, 41);\n  printf(\"hello, debuginfod: %d\\n\", n);\n  return 0;\n}\n";
+pub const UTIL_H: &str = "static inline int add(int a, int b) { return a + b; }\n";
+
+impl Fixture {
+    /// hello.c + util.h (the reference recipe), in `src_subdir` of a new
+    /// temporary directory, built with `extra_cflags`.
+    pub fn hello(src_subdir: &str, c_name: &str, extra_cflags: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join(src_subdir);
+        std::fs::create_dir_all(&src).unwrap();
+        let c = src.join(c_name);
+        std::fs::write(&c, HELLO_C).unwrap();
+        std::fs::write(src.join("util.h"), UTIL_H).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let unstripped = out.join("hello");
+        run(Command::new("gcc")
+            .current_dir(&src)
+            .args(["-O0", "-Wl,--build-id"])
+            .args(extra_cflags)
+            .arg("-o")
+            .arg(&unstripped)
+            .arg(c_name));
+        let debug = out.join("hello.debug");
+        let stripped = out.join("hello.stripped");
+        run(Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&unstripped)
+            .arg(&debug));
+        run(Command::new("strip")
+            .args(["--strip-debug", "--strip-unneeded", "-o"])
+            .arg(&stripped)
+            .arg(&unstripped));
+        run(Command::new("objcopy")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&stripped));
+        let build_id = build_id_of(&unstripped);
+        Self {
+            sources: vec![c, src.join("util.h")],
+            dir,
+            src,
+            build_id,
+            unstripped,
+            debug,
+            stripped,
+        }
+    }
+
+    /// Uploads debuginfo, stripped executable and sources.
+    pub fn publish(&self, server: &Server) {
+        server.upload(&self.build_id, "debuginfo", &self.debug);
+        server.upload(&self.build_id, "executable", &self.stripped);
+        for s in &self.sources {
+            server.upload_source(&self.build_id, s);
+        }
+    }
+}
+
+pub fn build_id_of(file: &Path) -> String {
+    let out = run(Command::new("readelf").arg("-n").arg(file));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Build ID: ")
+                .map(|s| s.trim().to_owned())
+        })
+        .expect("build-id note")
+}
+
+/// Raw bytes of a section, as binutils sees them.
+pub fn section_bytes(file: &Path, section: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("dump");
+    run(Command::new("objcopy")
+        .arg(format!("--dump-section={section}={}", dump.display()))
+        .arg(file)
+        .arg(dir.path().join("scratch")));
+    std::fs::read(dump).unwrap()
+}
+
+/// Lines of a child's stderr, for diagnostics.
+pub fn stderr_lines(out: &Output) -> Vec<String> {
+    BufReader::new(&out.stderr[..])
+        .lines()
+        .map_while(Result::ok)
+        .collect()
+}
+
+/// Percent-escapes a path as elfutils' client does: all but `A-Za-z0-9-._~/`.
+pub fn escape_path(path: &str) -> String {
+    let mut out = String::new();
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Sends one HTTP/1.1 request exactly as written (no URL normalisation,
+/// unlike reqwest, which resolves `..`), and reads the reply.
+pub fn raw_request(server: &Server, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let addr = server.url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status line");
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
+    )
+}
