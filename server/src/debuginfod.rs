@@ -24,6 +24,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::federation::{Forwarding, Wanted};
 use crate::serve::{send, StoredFile};
 use crate::store::model::{ArtifactKind, FileQuery, ServedArtifact};
+use crate::zerocopy::PeerAddr;
 
 pub fn routes() -> Router<SharedState> {
     Router::new()
@@ -115,7 +116,7 @@ async fn send_artifact(
 
 async fn artifact(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     method: Method,
     headers: HeaderMap,
     Path((build_id, artifact)): Path<(String, String)>,
@@ -155,7 +156,7 @@ async fn artifact(
 
 async fn source(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     method: Method,
     headers: HeaderMap,
     Path((build_id, path)): Path<(String, String)>,
@@ -196,7 +197,7 @@ async fn source(
 
 async fn section(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     method: Method,
     headers: HeaderMap,
     Path((build_id, name)): Path<(String, String)>,
@@ -240,7 +241,7 @@ struct MetadataQuery {
 /// `/metadata?key=file|glob|buildid&value=…` (elfutils 0.192+).
 async fn metadata(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Query(q): Query<MetadataQuery>,
 ) -> ApiResult<Response> {

@@ -10,8 +10,8 @@ mod metrics;
 mod serve;
 mod store;
 mod upload;
+mod zerocopy;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use crate::federation::Federation;
 use crate::store::blobs::ObjectBlobStore;
 use crate::store::meta::SqlMetadata;
 use crate::store::SymbolStore;
+use crate::zerocopy::PeerAddr;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -103,14 +104,16 @@ async fn run(config: Config) -> anyhow::Result<()> {
         auth,
         federation,
     });
+    zerocopy::raise_fd_limit();
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding {}", config.http_addr))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "symtrace-server listening on http://{addr}");
+    let listener = zerocopy::SendfileListener::new(listener);
     axum::serve(
         listener,
-        app::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        app::router(state).into_make_service_with_connect_info::<PeerAddr>(),
     )
     .with_graceful_shutdown(shutdown_signal())
     .await?;

@@ -32,6 +32,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
 use crate::store::spool::{hash_file, spool, Spooled};
 use crate::store::{StoreError, UploadStatus};
+use crate::zerocopy::PeerAddr;
 
 /// Most entries a `missing` request may ask about.
 const MAX_MISSING_ITEMS: usize = 100_000;
@@ -114,7 +115,7 @@ fn status_code(status: UploadStatus) -> StatusCode {
 
 async fn upload(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Path((build_id, kind)): Path<(String, String)>,
     Query(query): Query<UploadQuery>,
@@ -154,7 +155,7 @@ async fn upload(
 
 async fn upload_source(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Path((build_id, path)): Path<(String, String)>,
     body: Body,
@@ -335,7 +336,7 @@ struct MissingItem {
 
 async fn missing(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Json(request): Json<MissingRequest>,
 ) -> ApiResult<Response> {
@@ -377,7 +378,7 @@ async fn missing(
 
 async fn list(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Query(filter): Query<ListFilter>,
 ) -> ApiResult<Response> {
@@ -388,7 +389,7 @@ async fn list(
 
 async fn details(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Path(build_id): Path<String>,
 ) -> ApiResult<Response> {
@@ -419,7 +420,7 @@ async fn details(
 
 async fn delete_all(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Path(build_id): Path<String>,
 ) -> ApiResult<Response> {
@@ -428,7 +429,7 @@ async fn delete_all(
 
 async fn delete_kind(
     State(state): State<SharedState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
     Path((build_id, kind)): Path<(String, String)>,
 ) -> ApiResult<Response> {

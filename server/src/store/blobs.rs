@@ -6,9 +6,10 @@
 //! completes a multipart upload in one step), so a reader never sees half a
 //! blob, and a blob is only referenced once the metadata row is committed.
 
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -19,7 +20,7 @@ use object_store::buffered::BufWriter;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
-use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore};
+use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
 /// Blob store failures.
@@ -65,10 +66,53 @@ pub struct ObjectBlobStore {
     /// Root directory when the backend is the local filesystem: blobs are
     /// fsynced there after a put, and read through mmap.
     local_root: Option<PathBuf>,
+    /// Mappings of local blobs, reused across requests (blobs are immutable,
+    /// so a mapping never goes stale; page tables stay populated).
+    maps: MapCache,
 }
 
-/// Reads at most this many bytes with one `read`; larger local blobs are mmapped.
-const SMALL_READ: u64 = 1 << 20;
+/// Most local blobs kept mapped at once (each is one VMA and one open file).
+const MAPPED_BLOBS: usize = 1024;
+
+/// A small FIFO cache of mapped blobs. The lock is never held across I/O:
+/// mapping happens outside it.
+#[derive(Default)]
+struct MapCache {
+    inner: Mutex<(HashMap<String, Bytes>, VecDeque<String>)>,
+}
+
+impl MapCache {
+    fn get(&self, sha256: &str) -> Option<Bytes> {
+        self.inner
+            .lock()
+            .expect("map cache lock")
+            .0
+            .get(sha256)
+            .cloned()
+    }
+
+    fn insert(&self, sha256: &str, bytes: Bytes) {
+        let mut guard = self.inner.lock().expect("map cache lock");
+        let (map, order) = &mut *guard;
+        if map.insert(sha256.to_owned(), bytes).is_none() {
+            order.push_back(sha256.to_owned());
+            while order.len() > MAPPED_BLOBS {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn remove(&self, sha256: &str) {
+        let mut guard = self.inner.lock().expect("map cache lock");
+        let (map, order) = &mut *guard;
+        if map.remove(sha256).is_some() {
+            order.retain(|s| s != sha256);
+        }
+    }
+}
+
 /// Buffer of the upload writer; larger blobs go up as multipart uploads.
 const PUT_BUFFER: usize = 8 << 20;
 
@@ -86,6 +130,7 @@ impl ObjectBlobStore {
             store: Arc::new(store),
             description: format!("file://{}", dir.display()),
             local_root: Some(dir),
+            maps: MapCache::default(),
         })
     }
 
@@ -131,6 +176,7 @@ impl ObjectBlobStore {
             store,
             description: url.to_owned(),
             local_root: None,
+            maps: MapCache::default(),
         })
     }
 
@@ -181,6 +227,33 @@ impl BlobStore for ObjectBlobStore {
     }
 
     async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, BlobError> {
+        if let Some(root) = &self.local_root {
+            let whole = match self.maps.get(sha256) {
+                Some(bytes) => bytes,
+                None => {
+                    let file = root.join(key(sha256).as_ref());
+                    let bytes = tokio::task::spawn_blocking(move || map_local(&file))
+                        .await
+                        .map_err(std::io::Error::other)?
+                        .map_err(|e| match e.kind() {
+                            std::io::ErrorKind::NotFound => BlobError::NotFound(sha256.to_owned()),
+                            _ => BlobError::Io(e),
+                        })?;
+                    self.maps.insert(sha256, bytes.clone());
+                    bytes
+                }
+            };
+            let range = range.unwrap_or(0..whole.len() as u64);
+            if range.end > whole.len() as u64 || range.start > range.end {
+                return Err(BlobError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("blob {sha256} is shorter than the range {range:?}"),
+                )));
+            }
+            return Ok(BlobBody::Bytes(
+                whole.slice(range.start as usize..range.end as usize),
+            ));
+        }
         let options = GetOptions {
             range: range.clone().map(GetRange::Bounded),
             ..Default::default()
@@ -192,21 +265,13 @@ impl BlobStore for ObjectBlobStore {
             }
             Err(e) => return Err(e.into()),
         };
-        let byte_range = result.range.clone();
-        match result.payload {
-            GetResultPayload::File(file, _path) => {
-                let bytes = tokio::task::spawn_blocking(move || read_local(file, byte_range))
-                    .await
-                    .map_err(std::io::Error::other)??;
-                Ok(BlobBody::Bytes(bytes))
-            }
-            GetResultPayload::Stream(stream) => Ok(BlobBody::Stream(
-                stream.map_err(std::io::Error::other).boxed(),
-            )),
-        }
+        Ok(BlobBody::Stream(
+            result.into_stream().map_err(std::io::Error::other).boxed(),
+        ))
     }
 
     async fn delete(&self, sha256: &str) -> Result<(), BlobError> {
+        self.maps.remove(sha256);
         match self.store.delete(&key(sha256)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
@@ -226,27 +291,15 @@ impl BlobStore for ObjectBlobStore {
     }
 }
 
-/// Reads a range of a local blob: small ones with one read, large ones by
-/// mmap (zero-copy into the HTTP body).
-fn read_local(file: std::fs::File, range: Range<u64>) -> std::io::Result<Bytes> {
-    use std::os::unix::fs::FileExt;
-    let len = range.end - range.start;
-    if len <= SMALL_READ {
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, range.start)?;
-        return Ok(Bytes::from(buf));
+/// Maps a whole local blob. The mapping is registered for `sendfile`, so
+/// serving it copies nothing through user space (see `zerocopy`). Empty
+/// blobs cannot be mapped and need not be.
+fn map_local(path: &Path) -> std::io::Result<Bytes> {
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        return Ok(Bytes::new());
     }
-    // SAFETY: blobs are immutable once written (content-addressed, replaced
-    // only by an atomic rename of identical bytes), so the mapping cannot
-    // change under us.
-    let map = unsafe { memmap2::Mmap::map(&file)? };
-    if range.end > map.len() as u64 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "blob shorter than its range",
-        ));
-    }
-    Ok(Bytes::from_owner(map).slice(range.start as usize..range.end as usize))
+    Ok(Bytes::from_owner(crate::zerocopy::FileMapping::new(file)?))
 }
 
 /// Minimal parsing of `scheme://bucket/prefix` storage URLs.

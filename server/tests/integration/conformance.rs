@@ -367,3 +367,64 @@ fn metadata_finds_files_by_name_glob_and_build_id() {
     let (status, _) = q("bogus", "x");
     assert_eq!(status, 400);
 }
+
+#[test]
+fn large_files_ranges_and_sections_are_exact() {
+    if !tools() {
+        return;
+    }
+    let server = Server::start(&Backend::local(), &[]);
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    // A 6 MB executable: the reference binary plus a section of noise.
+    let payload: Vec<u8> = (0..6_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let payload_file = fx.dir.path().join("payload.bin");
+    std::fs::write(&payload_file, &payload).unwrap();
+    let big = fx.dir.path().join("big");
+    run(Command::new("objcopy")
+        .arg(format!("--add-section=.payload={}", payload_file.display()))
+        .arg(&fx.stripped)
+        .arg(&big));
+    server.upload(&fx.build_id, "executable", &big);
+    let expected = std::fs::read(&big).unwrap();
+    let url = format!("{}/buildid/{}/executable", server.url, fx.build_id);
+
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || client().get(url).send().unwrap().bytes().unwrap())
+        })
+        .collect();
+    for h in handles {
+        assert!(
+            h.join().unwrap() == expected,
+            "a concurrent full download differs"
+        );
+    }
+    let len = expected.len();
+    for (start, end) in [
+        (0, 0),
+        (1, 4096),
+        (4095, 4097),
+        (len / 2, len / 2 + 1_000_000),
+        (len - 10, len - 1),
+    ] {
+        let got = client()
+            .get(&url)
+            .header("range", format!("bytes={start}-{end}"))
+            .send()
+            .unwrap();
+        assert_eq!(got.status(), 206);
+        assert!(
+            got.bytes().unwrap() == expected[start..=end],
+            "range {start}-{end} differs"
+        );
+    }
+    let section = server.get(&format!("/buildid/{}/section/.payload", fx.build_id));
+    assert_eq!(
+        section.headers()["x-debuginfod-size"].to_str().unwrap(),
+        payload.len().to_string()
+    );
+    assert!(section.bytes().unwrap() == payload, "section bytes differ");
+}
