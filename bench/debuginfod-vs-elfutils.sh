@@ -3,12 +3,16 @@
 # symtrace-server (release build, SQLite + local directory) and loads both
 # with wrk on loopback: a small debug file, a 10 MB executable, and a miss.
 #
-#   bench/debuginfod-vs-elfutils.sh [DURATION_SECONDS]
+#   bench/debuginfod-vs-elfutils.sh [DURATION_SECONDS] [ROUNDS]
+#
+# Each case is run ROUNDS times (default 3), alternating the two servers, and
+# the median of each is reported: on 2 shared cores single runs vary by ±10%.
 #
 # Needs: debuginfod, wrk, gcc, binutils (scripts/test-services.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-8}
+ROUNDS=${2:-3}
 W=$(mktemp -d /tmp/symtrace-bench.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 ELF_PORT=18002 SYM_PORT=18003
@@ -50,23 +54,33 @@ for port in $ELF_PORT $SYM_PORT; do
 done
 SIZE_SMALL=$(stat -c %s "$W/src/hello.debug"); SIZE_BIG=$(stat -c %s "$W/src/big.exe")
 
-run() { # name port path
-  local out; out=$(wrk -t2 -c32 -d"${DURATION}s" --latency "http://127.0.0.1:$2$3")
-  local rps p50 p99 tput
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.2f\n", v}'; }
+one() { # port path expect -> "rps mbps p50ms p99ms"
+  local out; out=$(wrk -t2 -c32 -d"${DURATION}s" --latency "http://127.0.0.1:$1$2")
+  if grep -q 'Non-2xx' <<<"$out" && [ "$3" = ok ]; then echo "unexpected errors: $out" >&2; exit 1; fi
+  local rps p50 p99 bytes
   rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
-  tput=$(awk '/Transfer\/sec/{print $2}' <<<"$out")
-  p50=$(awk '$1=="50%"{print $2}' <<<"$out")
-  p99=$(awk '$1=="99%"{print $2}' <<<"$out")
-  if grep -q 'Non-2xx' <<<"$out" && [ "$4" = ok ]; then echo "unexpected errors: $out" >&2; exit 1; fi
-  printf '| %-9s | %-24s | %10s | %10s | %8s | %8s |\n' "$1" "$5" "$rps" "$tput" "$p50" "$p99"
+  bytes=$(awk '/Transfer\/sec/{v=$2; u=v; sub(/[0-9.]+/,"",u); sub(/[A-Za-z]+$/,"",v); m=(u=="GB")?1024:(u=="MB")?1:(u=="KB")?1/1024:1/1048576; printf "%.1f", v*m}' <<<"$out")
+  p50=$(awk '$1=="50%"{print $2}' <<<"$out" | ms)
+  p99=$(awk '$1=="99%"{print $2}' <<<"$out" | ms)
+  echo "$rps $bytes $p50 $p99"
 }
-echo "wrk -t2 -c32 -d${DURATION}s on $(nproc) cores; elfutils $(debuginfod --version 2>&1 | head -1 | awk '{print $NF}')"
-echo "| server    | request                  |  req/s     | transfer/s | p50      | p99      |"
-echo "|-----------|--------------------------|------------|------------|----------|----------|"
-for case in "small:/buildid/$SMALL/debuginfo:ok:debuginfo ${SIZE_SMALL} B" \
-            "big:/buildid/$BIG/executable:ok:executable ${SIZE_BIG} B" \
-            "miss:/buildid/$MISS/debuginfo:miss:miss (404)"; do
-  IFS=: read -r _ path expect label <<<"$case"
-  run elfutils $ELF_PORT "$path" "$expect" "$label"
-  run symtrace $SYM_PORT "$path" "$expect" "$label"
+echo "wrk -t2 -c32 -d${DURATION}s, median of $ROUNDS alternating rounds, $(nproc) cores; elfutils $(debuginfod --version 2>&1 | head -1 | awk '{print $NF}')"
+echo "| request | server | req/s | MiB/s | p50 ms | p99 ms |"
+echo "|---|---|---:|---:|---:|---:|"
+for case in "/buildid/$SMALL/debuginfo:ok:debuginfo ${SIZE_SMALL} B" \
+            "/buildid/$BIG/executable:ok:executable ${SIZE_BIG} B" \
+            "/buildid/$MISS/debuginfo:miss:miss (404)"; do
+  IFS=: read -r path expect label <<<"$case"
+  : > "$W/elfutils.runs"; : > "$W/symtrace.runs"
+  for _ in $(seq "$ROUNDS"); do
+    one $ELF_PORT "$path" "$expect" >> "$W/elfutils.runs"
+    one $SYM_PORT "$path" "$expect" >> "$W/symtrace.runs"
+  done
+  for server in elfutils symtrace; do
+    cols=""
+    for c in 1 2 3 4; do cols="$cols | $(awk -v c=$c '{print $c}' "$W/$server.runs" | median)"; done
+    echo "| $label | $server$cols |"
+  done
 done

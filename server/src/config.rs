@@ -113,6 +113,16 @@ pub struct Config {
     #[arg(long = "gc-grace", env = "SYMTRACE_GC_GRACE", default_value_t = 3600)]
     pub gc_grace_secs: u64,
 
+    /// Milliseconds a "which file is served" lookup is cached in-process.
+    /// Other replicas see a replacement or delete after at most this long;
+    /// new uploads are seen at once. 0 disables the cache.
+    #[arg(
+        long = "lookup-cache-ms",
+        env = "SYMTRACE_LOOKUP_CACHE_MS",
+        default_value_t = 1000
+    )]
+    pub lookup_cache_ms: u64,
+
     /// Log format: text or json. Verbosity comes from RUST_LOG (default info).
     #[arg(long, env = "SYMTRACE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,

@@ -67,13 +67,8 @@ async fn find_artifact(
     build_id: &BuildId,
     kind: ArtifactKind,
     from: &Forwarding,
-) -> ApiResult<Option<ServedArtifact>> {
-    if let Some(found) = state
-        .store
-        .meta
-        .best_artifact(build_id.as_str(), kind)
-        .await?
-    {
+) -> ApiResult<Option<Arc<ServedArtifact>>> {
+    if let Some(found) = state.store.best_artifact(build_id, kind).await? {
         return Ok(Some(found));
     }
     if let Some(federation) = &state.federation {
@@ -81,11 +76,7 @@ async fn find_artifact(
             .fetch(build_id, Wanted::Artifact(kind), from.clone())
             .await
         {
-            return Ok(state
-                .store
-                .meta
-                .best_artifact(build_id.as_str(), kind)
-                .await?);
+            return Ok(state.store.best_artifact(build_id, kind).await?);
         }
     }
     Ok(None)

@@ -63,7 +63,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let blobs =
         ObjectBlobStore::from_url(&config.storage_url()).context("opening the blob store")?;
     tracing::info!(database = meta_backend(&meta), objects = %blobs_description(&blobs), "storage ready");
-    let store = Arc::new(SymbolStore::new(Arc::new(meta), Arc::new(blobs), spool_dir));
+    let store = Arc::new(SymbolStore::new(
+        Arc::new(meta),
+        Arc::new(blobs),
+        spool_dir,
+        Duration::from_millis(config.lookup_cache_ms),
+    ));
 
     let auth = Auth::new(
         config.read_tokens.clone(),

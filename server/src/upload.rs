@@ -450,7 +450,7 @@ async fn delete(
 ) -> ApiResult<Response> {
     state.auth.check(&headers, peer, Scope::Admin)?;
     let build_id: BuildId = build_id.parse()?;
-    let removed = state.store.meta.delete(build_id.as_str(), kind).await?;
+    let removed = state.store.delete(&build_id, kind).await?;
     if removed == 0 {
         return Err(ApiError::not_found(format!(
             "nothing stored for build-ID {build_id}"

@@ -65,8 +65,16 @@ impl Drop for FileMapping {
     }
 }
 
-/// The file and offset behind a buffer, if it lies wholly inside a mapping.
+/// Buffers smaller than this go out with the headers in one `writev`: for
+/// them a second syscall costs more than the copy it saves.
+const SENDFILE_MIN: usize = 64 << 10;
+
+/// The file and offset behind a buffer, if it is large enough to be worth a
+/// `sendfile` and lies wholly inside a mapping.
 fn file_behind(buf: &[u8]) -> Option<(RawFd, u64)> {
+    if buf.len() < SENDFILE_MIN {
+        return None;
+    }
     let start = buf.as_ptr() as usize;
     let registry = MAPPINGS.read().ok()?;
     let (&base, &(len, fd)) = registry.range(..=start).next_back()?;
@@ -168,7 +176,7 @@ impl AsyncWrite for SendfileStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if let Some((fd, offset)) = file_behind(buf).filter(|_| !buf.is_empty()) {
+        if let Some((fd, offset)) = file_behind(buf) {
             return self.poll_sendfile(cx, fd, offset, buf.len());
         }
         Pin::new(&mut self.0).poll_write(cx, buf)
@@ -188,7 +196,7 @@ impl AsyncWrite for SendfileStream {
         // Plain buffers up to the next file-backed one go out with writev.
         let end = bufs[first..]
             .iter()
-            .position(|b| !b.is_empty() && file_behind(b).is_some())
+            .position(|b| file_behind(b).is_some())
             .map_or(bufs.len(), |i| first + i);
         Pin::new(&mut self.0).poll_write_vectored(cx, &bufs[first..end])
     }
@@ -229,11 +237,15 @@ mod tests {
     #[test]
     fn finds_the_file_behind_a_mapped_slice_only() {
         let mut tmp = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut tmp, &[7u8; 8192]).unwrap();
+        std::io::Write::write_all(&mut tmp, &vec![7u8; 4 * SENDFILE_MIN]).unwrap();
         let bytes = bytes::Bytes::from_owner(FileMapping::new(tmp).unwrap());
-        let (_, offset) = file_behind(&bytes[100..200]).unwrap();
+        let (_, offset) = file_behind(&bytes[100..100 + SENDFILE_MIN]).unwrap();
         assert_eq!(offset, 100);
-        assert!(file_behind(&[1u8, 2, 3]).is_none());
+        assert!(
+            file_behind(&bytes[..SENDFILE_MIN - 1]).is_none(),
+            "small buffers are written"
+        );
+        assert!(file_behind(&vec![1u8; 2 * SENDFILE_MIN]).is_none());
         let base = bytes.as_ptr() as usize;
         drop(bytes);
         assert!(

@@ -13,6 +13,7 @@
 
 pub mod blobs;
 pub mod gc;
+pub mod lookup_cache;
 pub mod meta;
 pub mod model;
 pub mod spool;
@@ -24,8 +25,9 @@ use serde::Serialize;
 use symtrace_elf::{BuildId, ElfInfo};
 
 use blobs::{BlobError, BlobStore};
+use lookup_cache::LookupCache;
 use meta::MetadataStore;
-use model::{now_ms, Artifact, ArtifactKind, NewArtifact, SourceFile};
+use model::{now_ms, Artifact, ArtifactKind, NewArtifact, ServedArtifact, SourceFile};
 use spool::Spooled;
 
 /// Why an ingest was refused or failed.
@@ -75,6 +77,7 @@ pub struct SymbolStore {
     pub meta: Arc<dyn MetadataStore>,
     pub blobs: Arc<dyn BlobStore>,
     spool_dir: PathBuf,
+    lookups: LookupCache,
 }
 
 impl SymbolStore {
@@ -82,12 +85,46 @@ impl SymbolStore {
         meta: Arc<dyn MetadataStore>,
         blobs: Arc<dyn BlobStore>,
         spool_dir: PathBuf,
+        lookup_ttl: std::time::Duration,
     ) -> Self {
         Self {
             meta,
             blobs,
             spool_dir,
+            lookups: LookupCache::new(lookup_ttl),
         }
+    }
+
+    /// The file served for (build-ID, kind), through the short-lived lookup
+    /// cache (see `lookup_cache`).
+    pub async fn best_artifact(
+        &self,
+        build_id: &BuildId,
+        kind: ArtifactKind,
+    ) -> Result<Option<Arc<ServedArtifact>>, sqlx::Error> {
+        if let Some(hit) = self.lookups.get(build_id.as_str(), kind) {
+            return Ok(Some(hit));
+        }
+        let found = self
+            .meta
+            .best_artifact(build_id.as_str(), kind)
+            .await?
+            .map(Arc::new);
+        if let Some(found) = &found {
+            self.lookups.put(build_id.as_str(), kind, found.clone());
+        }
+        Ok(found)
+    }
+
+    /// Deletes a build-ID's artifacts (one kind, or all with sources).
+    pub async fn delete(
+        &self,
+        build_id: &BuildId,
+        kind: Option<ArtifactKind>,
+    ) -> Result<u64, sqlx::Error> {
+        let removed = self.meta.delete(build_id.as_str(), kind).await?;
+        self.lookups.invalidate(build_id.as_str());
+        Ok(removed)
     }
 
     /// Where request bodies are spooled.
@@ -163,6 +200,7 @@ impl SymbolStore {
             source_names,
         };
         self.meta.commit_artifact(&new).await?;
+        self.lookups.invalidate(build_id.as_str());
         let served = self.served_sha(build_id, kind).await?;
         let status = if served == body.sha256 {
             UploadStatus::Created

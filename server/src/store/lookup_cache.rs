@@ -1,0 +1,120 @@
+//! A short-lived cache of "which file is served for (build-ID, kind)".
+//!
+//! Profiling the small-file path showed most of its time in the hand-off to
+//! the database (sqlx runs SQLite on its own thread: a channel send, a futex
+//! wake and two context switches per query). Hot build-IDs are asked for
+//! thousands of times a second by a fleet of debuggers and profilers, so the
+//! answer is kept for a moment (`SYMTRACE_LOOKUP_CACHE_MS`, 1000 ms by
+//! default; 0 disables it).
+//!
+//! Only hits are cached: a file uploaded through any replica is served at
+//! once. What the cache can delay — on *other* replicas, by at most the TTL —
+//! is a replacement by a better file or a delete; this replica's own uploads
+//! and deletes invalidate its entries immediately.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::model::{ArtifactKind, ServedArtifact};
+
+/// Entries kept at most; beyond it expired entries are dropped, then all.
+const MAX_ENTRIES: usize = 100_000;
+
+/// (build-ID, kind) → (when looked up, what is served).
+type Entries = HashMap<(String, ArtifactKind), (Instant, Arc<ServedArtifact>)>;
+
+pub struct LookupCache {
+    ttl: Duration,
+    entries: Mutex<Entries>,
+}
+
+impl LookupCache {
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn get(&self, build_id: &str, kind: ArtifactKind) -> Option<Arc<ServedArtifact>> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let entries = self.entries.lock().expect("lookup cache lock");
+        let (at, found) = entries.get(&(build_id.to_owned(), kind))?;
+        (at.elapsed() < self.ttl).then(|| found.clone())
+    }
+
+    pub fn put(&self, build_id: &str, kind: ArtifactKind, found: Arc<ServedArtifact>) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut entries = self.entries.lock().expect("lookup cache lock");
+        if entries.len() >= MAX_ENTRIES {
+            let ttl = self.ttl;
+            entries.retain(|_, (at, _)| at.elapsed() < ttl);
+            if entries.len() >= MAX_ENTRIES {
+                entries.clear();
+            }
+        }
+        entries.insert((build_id.to_owned(), kind), (Instant::now(), found));
+    }
+
+    /// Forgets everything about a build-ID (after an upload or a delete here).
+    pub fn invalidate(&self, build_id: &str) {
+        let mut entries = self.entries.lock().expect("lookup cache lock");
+        for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
+            entries.remove(&(build_id.to_owned(), kind));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::model::Artifact;
+
+    fn served(sha: &str) -> Arc<ServedArtifact> {
+        Arc::new(ServedArtifact {
+            artifact: Artifact {
+                build_id: "ab".into(),
+                kind: "debuginfo".into(),
+                sha256: sha.into(),
+                size: 1,
+                quality: 3,
+                has_dwarf: true,
+                has_symtab: true,
+                has_dynsym: false,
+                architecture: "x86_64".into(),
+                file_name: "f".into(),
+                origin: "upload".into(),
+                created_at: 0,
+            },
+            sections: None,
+        })
+    }
+
+    #[test]
+    fn hits_expire_and_invalidate() {
+        let cache = LookupCache::new(Duration::from_millis(50));
+        cache.put("ab", ArtifactKind::Debuginfo, served("1"));
+        assert_eq!(
+            cache
+                .get("ab", ArtifactKind::Debuginfo)
+                .unwrap()
+                .artifact
+                .sha256,
+            "1"
+        );
+        assert!(cache.get("ab", ArtifactKind::Executable).is_none());
+        cache.invalidate("ab");
+        assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
+        cache.put("ab", ArtifactKind::Debuginfo, served("2"));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
+        let off = LookupCache::new(Duration::ZERO);
+        off.put("ab", ArtifactKind::Debuginfo, served("3"));
+        assert!(off.get("ab", ArtifactKind::Debuginfo).is_none());
+    }
+}
