@@ -23,6 +23,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use symtrace_elf::BuildId;
+use futures::StreamExt;
 use tokio::sync::SemaphorePermit;
 use tower_http::decompression::RequestDecompressionLayer;
 
@@ -30,7 +31,7 @@ use crate::app::SharedState;
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
-use crate::store::spool::{hash_file, spool, Spooled};
+use crate::store::spool::{hash_file, spool, SpoolError, Spooled};
 use crate::store::{StoreError, UploadStatus};
 use crate::zerocopy::PeerAddr;
 
@@ -76,34 +77,53 @@ fn upload_slot(state: &SharedState) -> ApiResult<SemaphorePermit<'_>> {
     })
 }
 
-/// Refuses early when the declared length is already over the limit.
-fn check_length(state: &SharedState, headers: &HeaderMap) -> ApiResult<()> {
+/// Receives a body into the spool. A body over the limit — declared by
+/// `Content-Length` or found while reading — is refused with 413; what the
+/// client is still sending is read and discarded for a moment first (up to
+/// [`DRAIN_BYTES`]), so that the client sees the answer instead of a reset
+/// connection.
+async fn receive(state: &SharedState, headers: &HeaderMap, body: Body) -> ApiResult<Spooled> {
+    let limit = state.config.max_upload_bytes;
+    let mut stream = body.into_data_stream();
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let limit = state.config.max_upload_bytes;
-    match declared {
-        Some(n) if n > limit && !headers.contains_key(header::CONTENT_ENCODING) => {
-            Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!("body of {n} bytes is larger than the limit of {limit} bytes"),
-            ))
+    if let Some(n) = declared.filter(|n| *n > limit) {
+        drain(&mut stream).await;
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("body of {n} bytes is larger than the limit of {limit} bytes"),
+        ));
+    }
+    match spool(&mut stream, state.store.spool_dir(), limit).await {
+        Ok(spooled) => {
+            metrics::counter!("symtrace_upload_bytes_total").increment(spooled.size);
+            Ok(spooled)
         }
-        _ => Ok(()),
+        Err(e @ SpoolError::TooLarge { .. }) => {
+            drain(&mut stream).await;
+            Err(e.into())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
-async fn receive(state: &SharedState, body: Body) -> ApiResult<Spooled> {
-    let spooled = spool(
-        body.into_data_stream(),
-        state.store.spool_dir(),
-        state.config.max_upload_bytes,
-    )
-    .await?;
-    metrics::counter!("symtrace_upload_bytes_total").increment(spooled.size);
-    Ok(spooled)
+/// Most bytes read and discarded after refusing a body.
+const DRAIN_BYTES: usize = 16 << 20;
+
+async fn drain(stream: &mut axum::body::BodyDataStream) {
+    let discard = async {
+        let mut read = 0usize;
+        while let Some(Ok(chunk)) = stream.next().await {
+            read += chunk.len();
+            if read > DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), discard).await;
 }
 
 fn status_code(status: UploadStatus) -> StatusCode {
@@ -131,9 +151,8 @@ async fn upload(
             "unknown kind {kind:?}: use executable, debuginfo, sources (a tar bundle) or source/PATH"
         ))
     })?;
-    check_length(&state, &headers)?;
     let _slot = upload_slot(&state)?;
-    let spooled = receive(&state, body).await?;
+    let spooled = receive(&state, &headers, body).await?;
     let outcome = state
         .store
         .ingest_artifact(&build_id, kind, &spooled, query.file.as_deref(), "upload")
@@ -162,9 +181,8 @@ async fn upload_source(
 ) -> ApiResult<Response> {
     state.auth.check(&headers, peer, Scope::Upload)?;
     let build_id: BuildId = build_id.parse()?;
-    check_length(&state, &headers)?;
     let _slot = upload_slot(&state)?;
-    let spooled = receive(&state, body).await?;
+    let spooled = receive(&state, &headers, body).await?;
     let path = format!("/{path}");
     let status = state
         .store
@@ -207,9 +225,8 @@ async fn upload_bundle(
     build_id: BuildId,
     body: Body,
 ) -> ApiResult<Response> {
-    check_length(&state, &headers)?;
     let _slot = upload_slot(&state)?;
-    let bundle = receive(&state, body).await?;
+    let bundle = receive(&state, &headers, body).await?;
     let dir: PathBuf = state.store.spool_dir().to_owned();
     let limit = state.config.max_upload_bytes;
     let bundle_path = bundle.path.to_path_buf();
