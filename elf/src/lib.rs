@@ -10,16 +10,21 @@
 //!   canonical absolute paths (`comp_dir` + directory + file name);
 //! - [`canonical_path`] is the path normalisation debuginfod clients and
 //!   servers agree on (RFC 3986 dot-segment removal plus `//` → `/`);
+//! - [`only_keep_debug`] and [`strip_debug`] split a binary natively, as
+//!   `objcopy --only-keep-debug` and `objcopy --strip-debug
+//!   --add-gnu-debuglink` do, streaming from the input slice;
 //! - [`BuildId`] is a validated, lowercase-hex GNU build-ID.
 
 mod build_id;
 mod inspect;
 mod path;
+mod rewrite;
 mod sources;
 
 pub use build_id::{BuildId, BuildIdError};
 pub use inspect::{inspect, ElfInfo, FileKind, Quality, SectionEntry};
 pub use path::canonical_path;
+pub use rewrite::{debuglink_section, only_keep_debug, strip_debug};
 pub use sources::{source_files, SourceFiles};
 
 /// Why a file could not be read as ELF or DWARF.

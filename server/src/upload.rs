@@ -20,10 +20,10 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use symtrace_elf::BuildId;
-use futures::StreamExt;
 use tokio::sync::SemaphorePermit;
 use tower_http::decompression::RequestDecompressionLayer;
 

@@ -3,7 +3,7 @@
 //! upstream, and both storage combinations (SQLite + local directory,
 //! PostgreSQL + S3 via scripts/test-services.sh).
 
-mod support;
+use symtrace_testkit as support;
 
 mod bad_input;
 mod conformance;

@@ -1,5 +1,7 @@
-//! Shared test support: storage backends, a real server process, fixtures
-//! built with gcc/objcopy, and the rule that a missing tool fails under CI.
+//! Test support shared by the integration tests of every symtrace crate:
+//! storage backends (SQLite + directory, PostgreSQL + S3), a real
+//! `symtrace-server` process, fixtures built with gcc/binutils, and the rule
+//! that a missing tool fails under CI instead of skipping.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -9,7 +11,26 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_symtrace-server");
+/// The `symtrace-server` binary of this build: `SYMTRACE_SERVER_BIN`, or the
+/// one beside the test executable's `deps/` directory (cargo builds it for
+/// `cargo test --workspace`).
+pub fn server_bin() -> PathBuf {
+    if let Ok(bin) = std::env::var("SYMTRACE_SERVER_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let bin = dir.join("symtrace-server");
+    assert!(
+        bin.exists(),
+        "{} not built: run `cargo build -p symtrace-server` (or `cargo test --workspace`)",
+        bin.display()
+    );
+    bin
+}
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
@@ -181,7 +202,7 @@ impl Server {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(server_bin());
         if !self.args.iter().any(|a| a == "--http-addr") {
             cmd.arg("--http-addr").arg(&addr);
         }

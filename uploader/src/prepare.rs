@@ -1,0 +1,301 @@
+//! Turning what was found into the files to publish: the debuginfo (an
+//! existing debug file, or one split natively from the binary), the
+//! executable (as built, or stripped in place with `--strip`), the sources
+//! the DWARF names, and the frame-pointer report.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use symtrace_elf::BuildId;
+
+use crate::discover::{map_file, ElfFile, Group};
+use crate::framepointers::{self, FramePointerReport};
+
+/// One file to publish.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub build_id: BuildId,
+    /// `executable`, `debuginfo` or `source`.
+    pub kind: &'static str,
+    /// The bytes to send.
+    pub local: PathBuf,
+    /// For sources: the path the DWARF names. For artifacts: the original path.
+    pub name: String,
+    pub sha256: String,
+    pub size: u64,
+    pub quality: Option<i32>,
+}
+
+/// What one build-ID publishes.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub label: PathBuf,
+    pub items: Vec<Item>,
+    /// Source paths named by the DWARF but not found on disk.
+    pub missing_sources: Vec<String>,
+    pub frame_pointers: Option<FramePointerReport>,
+    /// dwz supplementary files to publish under their own build-IDs.
+    pub alt_files: Vec<PathBuf>,
+    pub errors: Vec<String>,
+}
+
+pub struct Options<'a> {
+    pub work_dir: &'a Path,
+    pub strip: bool,
+    pub sources: bool,
+    pub prefix_map: &'a [(String, String)],
+    pub frame_pointers: bool,
+}
+
+/// Hashes (SHA-256 and CRC32) what passes through to a file.
+struct HashingWriter<W> {
+    inner: W,
+    sha: Sha256,
+    crc: crc32fast::Hasher,
+    size: u64,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.sha.update(&buf[..n]);
+        self.crc.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
+    let mut file = std::fs::File::open(path)?;
+    let mut sha = Sha256::new();
+    let size = std::io::copy(&mut file, &mut sha)?;
+    Ok((hex::encode(sha.finalize()), size))
+}
+
+/// Writes `f(writer)` to `path`, returning (sha256, crc32, size).
+fn write_hashed(
+    path: &Path,
+    f: impl FnOnce(&mut HashingWriter<BufWriter<std::fs::File>>) -> Result<u64, symtrace_elf::Error>,
+) -> anyhow::Result<(String, u32, u64)> {
+    let file = std::fs::File::create(path)?;
+    let mut w = HashingWriter {
+        inner: BufWriter::with_capacity(1 << 20, file),
+        sha: Sha256::new(),
+        crc: crc32fast::Hasher::new(),
+        size: 0,
+    };
+    f(&mut w)?;
+    w.flush()?;
+    w.inner.get_ref().sync_all()?;
+    Ok((hex::encode(w.sha.finalize()), w.crc.finalize(), w.size))
+}
+
+pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
+    let mut plan = Plan::default();
+    let binary = group.binaries.first();
+    let best_debug = group
+        .debug_files
+        .iter()
+        .max_by_key(|f| (f.info.quality(), f.info.has_dwarf));
+    plan.label = binary
+        .or(best_debug)
+        .map(|f| f.path.clone())
+        .unwrap_or_default();
+
+    let mut dwarf_file: Option<&ElfFile> = None;
+    // The debuginfo: an existing debug file at least as good as what the
+    // binary carries, else one split from the binary.
+    let binary_quality = binary.map(|b| b.info.quality());
+    match (best_debug, binary) {
+        (Some(d), b) if b.is_none_or(|b| d.info.quality() >= b.info.quality()) => {
+            match hash_file(&d.path) {
+                Ok((sha256, size)) => plan.items.push(Item {
+                    build_id: build_id.clone(),
+                    kind: "debuginfo",
+                    local: d.path.clone(),
+                    name: d.path.display().to_string(),
+                    sha256,
+                    size,
+                    quality: Some(d.info.quality().rank()),
+                }),
+                Err(e) => plan
+                    .errors
+                    .push(format!("{}: cannot read: {e}", d.path.display())),
+            }
+            dwarf_file = Some(d);
+        }
+        (_, Some(b)) if b.info.has_dwarf || b.info.has_symtab => {
+            let out = opts.work_dir.join(format!("{build_id}.debug"));
+            let split = map_file(&b.path)
+                .map_err(anyhow::Error::from)
+                .and_then(|map| write_hashed(&out, |w| symtrace_elf::only_keep_debug(&map, w)));
+            match split {
+                Ok((sha256, _crc, size)) => plan.items.push(Item {
+                    build_id: build_id.clone(),
+                    kind: "debuginfo",
+                    local: out,
+                    name: format!("{}.debug", b.path.display()),
+                    sha256,
+                    size,
+                    quality: binary_quality.map(|q| q.rank()),
+                }),
+                Err(e) => plan.errors.push(format!(
+                    "{}: splitting debug info failed: {e:#}",
+                    b.path.display()
+                )),
+            }
+            dwarf_file = Some(b);
+        }
+        _ => {}
+    }
+
+    // Sources and dwz links are read before --strip rewrites the binary.
+    if let Some(d) = dwarf_file {
+        if let Some((alt, _)) = &d.info.debugaltlink {
+            let alt = Path::new(alt);
+            let alt = if alt.is_absolute() {
+                alt.to_path_buf()
+            } else {
+                d.path.parent().unwrap_or(Path::new(".")).join(alt)
+            };
+            if alt.exists() {
+                plan.alt_files.push(alt);
+            } else {
+                plan.errors.push(format!(
+                    "{}: its dwz supplementary file {} was not found",
+                    d.path.display(),
+                    alt.display()
+                ));
+            }
+        }
+        if opts.sources && d.info.has_dwarf {
+            collect_sources(build_id, d, opts.prefix_map, &mut plan);
+        }
+    }
+    if let Some(b) = binary {
+        if opts.frame_pointers {
+            plan.frame_pointers = map_file(&b.path)
+                .ok()
+                .and_then(|m| framepointers::check(&m));
+        }
+        match executable_item(build_id, b, &plan, opts) {
+            Ok(item) => plan.items.push(item),
+            Err(e) => plan.errors.push(format!("{}: {e:#}", b.path.display())),
+        }
+    }
+
+    plan
+}
+
+fn executable_item(
+    build_id: &BuildId,
+    b: &ElfFile,
+    plan: &Plan,
+    opts: &Options<'_>,
+) -> anyhow::Result<Item> {
+    let name = b.path.display().to_string();
+    if opts.strip && b.info.has_dwarf {
+        let debug = plan.items.iter().find(|i| i.kind == "debuginfo");
+        let debug_name = format!(
+            "{}.debug",
+            b.path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        );
+        let crc = match debug {
+            Some(d) => crc_of(&d.local)?,
+            None => anyhow::bail!("cannot strip: no debuginfo was produced to link to"),
+        };
+        let dir = b.path.parent().unwrap_or(Path::new("."));
+        let temp = tempfile::Builder::new()
+            .prefix(".symtrace-strip-")
+            .tempfile_in(dir)?;
+        let map = map_file(&b.path)?;
+        let (sha256, _crc, size) = write_hashed(temp.path(), |w| {
+            symtrace_elf::strip_debug(&map, &debug_name, crc, w)
+        })?;
+        drop(map);
+        let perms = std::fs::metadata(&b.path)?.permissions();
+        std::fs::set_permissions(temp.path(), perms)?;
+        temp.persist(&b.path)?;
+        return Ok(Item {
+            build_id: build_id.clone(),
+            kind: "executable",
+            local: b.path.clone(),
+            name,
+            sha256,
+            size,
+            quality: Some(symtrace_elf::inspect(&map_file(&b.path)?)?.quality().rank()),
+        });
+    }
+    let (sha256, size) = hash_file(&b.path)?;
+    Ok(Item {
+        build_id: build_id.clone(),
+        kind: "executable",
+        local: b.path.clone(),
+        name,
+        sha256,
+        size,
+        quality: Some(b.info.quality().rank()),
+    })
+}
+
+fn crc_of(path: &Path) -> std::io::Result<u32> {
+    let map = map_file(path)?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&map);
+    Ok(crc.finalize())
+}
+
+fn collect_sources(
+    build_id: &BuildId,
+    d: &ElfFile,
+    prefix_map: &[(String, String)],
+    plan: &mut Plan,
+) {
+    let names = match map_file(&d.path)
+        .map_err(|e| e.to_string())
+        .and_then(|m| symtrace_elf::source_files(&m).map_err(|e| e.to_string()))
+    {
+        Ok(files) => files.paths,
+        Err(e) => {
+            plan.errors.push(format!(
+                "{}: reading the DWARF's source list failed: {e}",
+                d.path.display()
+            ));
+            return;
+        }
+    };
+    for name in names.into_iter().filter(|n| n.starts_with('/')) {
+        let on_disk = prefix_map
+            .iter()
+            .find_map(|(old, new)| {
+                name.strip_prefix(old.as_str())
+                    .map(|rest| format!("{new}{rest}"))
+            })
+            .unwrap_or_else(|| name.clone());
+        let on_disk = PathBuf::from(on_disk);
+        if !on_disk.is_file() {
+            plan.missing_sources.push(name);
+            continue;
+        }
+        match hash_file(&on_disk) {
+            Ok((sha256, size)) => plan.items.push(Item {
+                build_id: build_id.clone(),
+                kind: "source",
+                local: on_disk,
+                name,
+                sha256,
+                size,
+                quality: None,
+            }),
+            Err(_) => plan.missing_sources.push(name),
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Bad input: each case a clear line and the right exit code, nothing
+//! partially published.
+
+use std::process::Command;
+
+use symtrace_testkit::*;
+
+use crate::{compile, tools, upload, UPLOAD};
+
+#[test]
+fn files_that_cannot_be_published_are_reported() {
+    if !tools(&["gcc", "objcopy", "strip", "readelf"]) {
+        return;
+    }
+    let server = Server::start(&Backend::local(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.c"), HELLO_C).unwrap();
+    std::fs::write(dir.path().join("util.h"), UTIL_H).unwrap();
+    let good = compile(
+        dir.path(),
+        "gcc",
+        &["-g", "-Wl,--build-id", "hello.c"],
+        "good",
+    );
+    compile(
+        dir.path(),
+        "gcc",
+        &["-g", "-Wl,--build-id=none", "hello.c"],
+        "no-build-id",
+    );
+    std::os::unix::fs::symlink(dir.path().join("vanished"), dir.path().join("dangling")).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not an ELF file").unwrap();
+
+    let (code, summary, stderr) = upload(&server.url, &[], &[dir.path()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("-Wl,--build-id"), "{stderr}");
+    assert!(stderr.contains("dangling"), "{stderr}");
+    assert!(summary["non_elf_files"].as_u64().unwrap() >= 1, "{summary}");
+    // The good file was still published.
+    let id = build_id_of(&good);
+    assert_eq!(
+        server.get(&format!("/buildid/{id}/debuginfo")).status(),
+        200
+    );
+}
+
+#[test]
+fn server_down_wrong_token_and_refusals_have_exit_codes() {
+    if !tools(&["gcc", "objcopy", "strip", "readelf"]) {
+        return;
+    }
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    // Nothing listens on port 9 of loopback.
+    let (code, _, stderr) = upload("http://127.0.0.1:9", &["--retries", "1"], &[&fx.unstripped]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("failed after 1 attempts"), "{stderr}");
+
+    let guarded = Server::start(&Backend::local(), &["--upload-tokens", "right"]);
+    let (code, _, stderr) = upload(&guarded.url, &["--token", "wrong"], &[&fx.unstripped]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("refused the token (403)"), "{stderr}");
+
+    // The server refuses the files (too large): reported per file, exit 1,
+    // and nothing of that build-ID is visible.
+    let small = Server::start(&Backend::local(), &["--max-upload-bytes", "1000"]);
+    let (code, summary, stderr) = upload(&small.url, &["--retries", "1"], &[&fx.unstripped]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("server refused (413)"), "{stderr}");
+    assert!(summary["failed"].as_u64().unwrap() >= 2, "{summary}");
+    assert_eq!(
+        small
+            .get(&format!("/buildid/{}/debuginfo", fx.build_id))
+            .status(),
+        404
+    );
+    assert_eq!(
+        small
+            .get(&format!("/buildid/{}/executable", fx.build_id))
+            .status(),
+        404
+    );
+
+    // Usage errors exit 2.
+    let out = Command::new(UPLOAD).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(UPLOAD)
+        .args(["--server", "ftp://x", "/tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

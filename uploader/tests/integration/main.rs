@@ -1,0 +1,74 @@
+//! symtrace-upload end to end: real compilers, a real symtrace-server, and
+//! elfutils' debuginfod-find and gdb as the consumers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use symtrace_testkit::*;
+
+mod bad_input;
+mod framepointers;
+mod languages;
+mod split;
+
+const UPLOAD: &str = env!("CARGO_BIN_EXE_symtrace-upload");
+
+/// Runs the uploader against `server` with `--json`; returns (exit code, summary, stderr).
+pub fn upload(server_url: &str, args: &[&str], paths: &[&Path]) -> (i32, Value, String) {
+    let out: Output = Command::new(UPLOAD)
+        .arg("--server")
+        .arg(server_url)
+        .arg("--json")
+        .args(args)
+        .args(paths)
+        .env_remove("SYMTRACE_TOKEN")
+        .env_remove("SYMTRACE_SERVER")
+        .output()
+        .expect("run symtrace-upload");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let summary = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), summary, stderr)
+}
+
+/// Compiles with `compiler` in `dir`, returning the output path.
+pub fn compile(dir: &Path, compiler: &str, args: &[&str], out: &str) -> PathBuf {
+    let path = dir.join(out);
+    run(Command::new(compiler)
+        .current_dir(dir)
+        .args(args)
+        .arg("-o")
+        .arg(&path));
+    path
+}
+
+/// Runs gdb on `exe` with debuginfod pointed at `server_url` and a private cache.
+pub fn gdb(server_url: &str, exe: &Path, commands: &[&str], env: &[(&str, &str)]) -> String {
+    let cache = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-q", "-nx", "-batch", "-iex", "set debuginfod enabled on"]);
+    for c in commands {
+        cmd.args(["-ex", c]);
+    }
+    cmd.arg(exe)
+        .env("DEBUGINFOD_URLS", server_url)
+        .env("DEBUGINFOD_CACHE_PATH", cache.path())
+        .env("HOME", cache.path())
+        .envs(env.iter().copied());
+    let out = cmd.output().expect("run gdb");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+    .replace('\r', "\n")
+}
+
+pub fn has_section(file: &Path, name: &str) -> bool {
+    let out = run(Command::new("readelf").arg("-SW").arg(file));
+    String::from_utf8_lossy(&out.stdout).contains(&format!(" {name} "))
+}
+
+pub fn tools(list: &[&str]) -> bool {
+    list.iter().all(|t| have(t))
+}
