@@ -1,18 +1,20 @@
 //! Streaming ELF rewriting: the two transformations a symbol publisher needs,
-//! done natively (no binutils) and with memory bounded by the headers, not by
-//! the file: section contents are copied straight from the input slice (an
-//! mmap) to the output writer.
+//! done natively (no binutils) with memory bounded by the headers, not by the
+//! file. Inputs are read with positioned reads ([`Input`]: a byte slice or a
+//! file), section contents are copied in 1 MiB pieces, and nothing is mapped,
+//! so even a multi-gigabyte binary costs a few megabytes.
 //!
 //! - [`only_keep_debug`]: what `objcopy --only-keep-debug` writes — every
 //!   section header kept (so indexes, links and addresses stay valid),
 //!   allocated sections turned into `SHT_NOBITS` except notes (the build-ID
 //!   stays), non-allocated sections (DWARF, `.symtab`, `.strtab`, `.comment`)
-//!   copied; program headers kept with their addresses, file sizes zeroed
-//!   except for notes.
+//!   copied; program headers keep their addresses, and file bytes only for
+//!   what is still in the file (headers and notes).
 //! - [`strip_debug`]: what `objcopy --strip-debug --add-gnu-debuglink=F`
 //!   writes for executables and shared libraries — `.debug_*`/`.zdebug_*`
-//!   sections removed, everything else byte-identical at the same offsets,
-//!   and a `.gnu_debuglink` section naming the debug file with its CRC32.
+//!   sections removed, allocated contents byte-identical at the same offsets,
+//!   other sections packed after them, and a `.gnu_debuglink` naming the
+//!   debug file with its CRC32.
 
 use std::io::{self, Write};
 
@@ -29,8 +31,51 @@ const SHF_INFO_LINK: u64 = 0x40;
 const PT_NOTE: u32 = 4;
 const PT_PHDR: u32 = 6;
 const SHN_LORESERVE: u32 = 0xff00;
+/// Bytes copied per read.
+const CHUNK: u64 = 1 << 20;
 
-/// The parts of an ELF header the rewriters need, in either class and byte order.
+/// Random-access input for the rewriters.
+pub trait Input {
+    /// Total length in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Fills `buf` from `offset`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+}
+
+impl Input for [u8] {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.len() as u64)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+        let src = self
+            .get(start..start + buf.len())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+impl Input for std::fs::File {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+fn read_vec(input: &(impl Input + ?Sized), offset: u64, len: u64) -> Result<Vec<u8>, Error> {
+    let mut buf = vec![0u8; len as usize];
+    input
+        .read_at(offset, &mut buf)
+        .map_err(|e| Error::Malformed(format!("reading {len} bytes at offset {offset}: {e}")))?;
+    Ok(buf)
+}
+
+/// The class and byte order of a file.
 #[derive(Clone, Copy)]
 struct Layout {
     is_64: bool,
@@ -38,41 +83,33 @@ struct Layout {
 }
 
 impl Layout {
-    fn read(data: &[u8]) -> Result<Self, Error> {
-        if data.len() < 52 || &data[..4] != b"\x7fELF" {
+    fn read(ident: &[u8]) -> Result<Self, Error> {
+        if ident.len() < 6 || &ident[..4] != b"\x7fELF" {
             return Err(Error::NotElf("missing ELF magic \\x7fELF".into()));
         }
-        let is_64 = match data[4] {
+        let is_64 = match ident[4] {
             1 => false,
             2 => true,
             c => return Err(Error::Malformed(format!("unknown ELF class {c}"))),
         };
-        let big_endian = match data[5] {
+        let big_endian = match ident[5] {
             1 => false,
             2 => true,
             d => return Err(Error::Malformed(format!("unknown ELF data encoding {d}"))),
         };
-        if is_64 && data.len() < 64 {
-            return Err(Error::Malformed("truncated ELF header".into()));
-        }
         Ok(Self { is_64, big_endian })
     }
 
     fn get(&self, data: &[u8], at: usize, size: usize) -> Result<u64, Error> {
         let bytes = data
             .get(at..at + size)
-            .ok_or_else(|| Error::Malformed(format!("header field at {at} past the end")))?;
-        let mut v = 0u64;
-        if self.big_endian {
-            for b in bytes {
-                v = (v << 8) | u64::from(*b);
-            }
+            .ok_or_else(|| Error::Malformed(format!("header field at {at} is out of range")))?;
+        let fold = |v: u64, b: &u8| (v << 8) | u64::from(*b);
+        Ok(if self.big_endian {
+            bytes.iter().fold(0, fold)
         } else {
-            for b in bytes.iter().rev() {
-                v = (v << 8) | u64::from(*b);
-            }
-        }
-        Ok(v)
+            bytes.iter().rev().fold(0, fold)
+        })
     }
 
     fn put(&self, buf: &mut [u8], at: usize, size: usize, value: u64) {
@@ -94,6 +131,33 @@ impl Layout {
             4
         }
     }
+
+    /// Offsets of section header fields: flags, offset, size, link, info, align.
+    fn shdr_fields(&self) -> [usize; 6] {
+        if self.is_64 {
+            [8, 24, 32, 40, 44, 48]
+        } else {
+            [8, 16, 20, 24, 28, 32]
+        }
+    }
+
+    /// Offsets of e_shoff, e_shnum, e_shstrndx.
+    fn ehdr_section_fields(&self) -> (usize, usize, usize) {
+        if self.is_64 {
+            (0x28, 0x3c, 0x3e)
+        } else {
+            (0x20, 0x30, 0x32)
+        }
+    }
+
+    /// Offsets of p_offset and p_filesz in a program header.
+    fn phdr_fields(&self) -> (usize, usize) {
+        if self.is_64 {
+            (8, 32)
+        } else {
+            (4, 16)
+        }
+    }
 }
 
 /// One section header, decoded, with its raw bytes for re-encoding.
@@ -110,64 +174,48 @@ struct Shdr {
     align: u64,
 }
 
-/// Offsets of section header fields: (flags, offset, size, link, info, align).
-fn shdr_fields(l: Layout) -> [usize; 6] {
-    if l.is_64 {
-        [8, 24, 32, 40, 44, 48]
-    } else {
-        [8, 16, 20, 24, 28, 32]
+impl Shdr {
+    fn has_bytes(&self) -> bool {
+        self.kind != SHT_NOBITS && self.size > 0
     }
 }
 
-struct Elf<'a> {
-    data: &'a [u8],
+/// The headers of an ELF file: everything the rewriters need but contents.
+struct Elf {
     l: Layout,
+    /// Bytes from the start of the file to the end of the program headers.
+    head: Vec<u8>,
     shstrndx: u32,
     phoff: u64,
     phentsize: usize,
     phnum: usize,
     sections: Vec<Shdr>,
+    /// Contents of the section name table.
+    names: Vec<u8>,
 }
 
-impl<'a> Elf<'a> {
-    fn parse(data: &'a [u8]) -> Result<Self, Error> {
-        let l = Layout::read(data)?;
+impl Elf {
+    fn parse(input: &(impl Input + ?Sized)) -> Result<Self, Error> {
+        let file_len = input.size().map_err(|e| Error::Malformed(e.to_string()))?;
+        let ehdr = read_vec(input, 0, file_len.min(64))?;
+        let l = Layout::read(&ehdr)?;
         let w = l.word();
         let (phoff_at, shoff_at) = if l.is_64 { (0x20, 0x28) } else { (0x1c, 0x20) };
-        let phoff = l.get(data, phoff_at, w)?;
-        let shoff = l.get(data, shoff_at, w)?;
-        let (phentsize, phnum, shentsize, shnum, shstrndx) = if l.is_64 {
-            (
-                l.get(data, 0x36, 2)?,
-                l.get(data, 0x38, 2)?,
-                l.get(data, 0x3a, 2)?,
-                l.get(data, 0x3c, 2)?,
-                l.get(data, 0x3e, 2)?,
-            )
-        } else {
-            (
-                l.get(data, 0x2a, 2)?,
-                l.get(data, 0x2c, 2)?,
-                l.get(data, 0x2e, 2)?,
-                l.get(data, 0x30, 2)?,
-                l.get(data, 0x32, 2)?,
-            )
-        };
-        if shoff == 0 {
+        let at = |o64, o32| if l.is_64 { o64 } else { o32 };
+        let phoff = l.get(&ehdr, phoff_at, w)?;
+        let shoff = l.get(&ehdr, shoff_at, w)?;
+        let phentsize = l.get(&ehdr, at(0x36, 0x2a), 2)? as usize;
+        let phnum = l.get(&ehdr, at(0x38, 0x2c), 2)? as usize;
+        let shentsize = l.get(&ehdr, at(0x3a, 0x2e), 2)?;
+        let shnum = l.get(&ehdr, at(0x3c, 0x30), 2)?;
+        let shstrndx = l.get(&ehdr, at(0x3e, 0x32), 2)?;
+        if shoff == 0 || shentsize == 0 {
             return Err(Error::Malformed(
                 "the file has no section header table".into(),
             ));
         }
-        let shentsize = shentsize as usize;
-        let f = shdr_fields(l);
-        let read_shdr = |i: u64| -> Result<Shdr, Error> {
-            let at = shoff as usize + i as usize * shentsize;
-            let raw = data
-                .get(at..at + shentsize)
-                .ok_or_else(|| {
-                    Error::Malformed(format!("section header {i} is past the end of the file"))
-                })?
-                .to_vec();
+        let f = l.shdr_fields();
+        let decode = |raw: Vec<u8>| -> Result<Shdr, Error> {
             Ok(Shdr {
                 name: l.get(&raw, 0, 4)? as u32,
                 kind: l.get(&raw, 4, 4)? as u32,
@@ -180,7 +228,7 @@ impl<'a> Elf<'a> {
                 raw,
             })
         };
-        let first = read_shdr(0)?;
+        let first = decode(read_vec(input, shoff, shentsize)?)?;
         // Extended numbering: counts that do not fit live in section 0.
         let shnum = if shnum == 0 { first.size } else { shnum };
         let shstrndx = if shstrndx == 0xffff {
@@ -188,45 +236,59 @@ impl<'a> Elf<'a> {
         } else {
             shstrndx as u32
         };
-        let mut sections = vec![first];
-        for i in 1..shnum {
-            sections.push(read_shdr(i)?);
+        if shoff.saturating_add(shnum.saturating_mul(shentsize)) > file_len {
+            return Err(Error::Malformed(
+                "the section header table extends past the end of the file".into(),
+            ));
         }
+        let table = read_vec(input, shoff, shnum * shentsize)?;
+        let sections = table
+            .chunks_exact(shentsize as usize)
+            .map(|raw| decode(raw.to_vec()))
+            .collect::<Result<Vec<_>, _>>()?;
         for (i, s) in sections.iter().enumerate() {
             if s.kind != SHT_NOBITS
                 && s.offset
                     .checked_add(s.size)
-                    .is_none_or(|end| end > data.len() as u64)
+                    .is_none_or(|end| end > file_len)
             {
                 return Err(Error::Malformed(format!(
                     "section {i} extends past the end of the file"
                 )));
             }
         }
+        let names = match sections.get(shstrndx as usize) {
+            Some(s) if s.kind != SHT_NOBITS => read_vec(input, s.offset, s.size)?,
+            _ => return Err(Error::Malformed("the section name table is missing".into())),
+        };
+        let ehsize: u64 = if l.is_64 { 64 } else { 52 };
+        let head_len = ehsize.max(phoff + (phnum * phentsize) as u64);
+        if head_len > file_len {
+            return Err(Error::Malformed(
+                "the program headers extend past the end of the file".into(),
+            ));
+        }
+        let head = read_vec(input, 0, head_len)?;
         Ok(Self {
-            data,
             l,
+            head,
             shstrndx,
             phoff,
-            phentsize: phentsize as usize,
-            phnum: phnum as usize,
+            phentsize,
+            phnum,
             sections,
+            names,
         })
     }
 
     fn name(&self, s: &Shdr) -> &str {
-        let Some(table) = self.sections.get(self.shstrndx as usize) else {
-            return "";
-        };
-        let start = (table.offset + u64::from(s.name)) as usize;
-        let end = (table.offset + table.size) as usize;
-        let bytes = self.data.get(start..end.max(start)).unwrap_or(&[]);
+        let bytes = self.names.get(s.name as usize..).unwrap_or(&[]);
         let len = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
         std::str::from_utf8(&bytes[..len]).unwrap_or("")
     }
 
     fn encode_shdr(&self, s: &Shdr) -> Vec<u8> {
-        let f = shdr_fields(self.l);
+        let f = self.l.shdr_fields();
         let w = self.l.word();
         let mut raw = s.raw.clone();
         self.l.put(&mut raw, 0, 4, u64::from(s.name));
@@ -236,12 +298,25 @@ impl<'a> Elf<'a> {
         self.l.put(&mut raw, f[2], w, s.size);
         self.l.put(&mut raw, f[3], 4, u64::from(s.link));
         self.l.put(&mut raw, f[4], 4, u64::from(s.info));
+        self.l.put(&mut raw, f[5], w, s.align);
         raw
     }
 
-    fn headers_end(&self) -> usize {
-        let ehsize = if self.l.is_64 { 64 } else { 52 };
-        ehsize.max(self.phoff as usize + self.phnum * self.phentsize)
+    /// (offset at of p_offset, old p_offset, old p_filesz, p_type) per program header.
+    fn segments(&self) -> Result<Vec<(usize, u64, u64, u32)>, Error> {
+        let (off_at, filesz_at) = self.l.phdr_fields();
+        let w = self.l.word();
+        (0..self.phnum)
+            .map(|p| {
+                let at = self.phoff as usize + p * self.phentsize;
+                Ok((
+                    at,
+                    self.l.get(&self.head, at + off_at, w)?,
+                    self.l.get(&self.head, at + filesz_at, w)?,
+                    self.l.get(&self.head, at, 4)? as u32,
+                ))
+            })
+            .collect()
     }
 }
 
@@ -252,21 +327,49 @@ struct Out<W> {
 }
 
 impl<W: Write> Out<W> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.inner.write_all(bytes)?;
+    fn write(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.inner.write_all(bytes).map_err(io_err)?;
         self.pos += bytes.len() as u64;
         Ok(())
     }
 
-    fn align(&mut self, align: u64) -> io::Result<()> {
-        let align = align.max(1);
-        let pad = (align - self.pos % align) % align;
-        self.write(&vec![0u8; pad as usize])
+    /// Pads with zeros up to `to`.
+    fn pad_to(&mut self, to: u64) -> Result<(), Error> {
+        while self.pos < to {
+            let n = (to - self.pos).min(CHUNK);
+            self.write(&vec![0u8; n as usize])?;
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `offset` of the input, through `edit`.
+    fn copy(
+        &mut self,
+        input: &(impl Input + ?Sized),
+        offset: u64,
+        len: u64,
+        mut edit: impl FnMut(&mut [u8]) -> Result<(), Error>,
+        unit: u64,
+    ) -> Result<(), Error> {
+        let step = (CHUNK / unit.max(1)).max(1) * unit.max(1);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(step);
+            let mut buf = read_vec(input, offset + done, n)?;
+            edit(&mut buf)?;
+            self.write(&buf)?;
+            done += n;
+        }
+        Ok(())
     }
 }
 
 fn io_err(e: io::Error) -> Error {
     Error::Malformed(format!("writing the output failed: {e}"))
+}
+
+fn unchanged(_: &mut [u8]) -> Result<(), Error> {
+    Ok(())
 }
 
 fn is_debug_name(name: &str) -> bool {
@@ -277,11 +380,11 @@ fn is_debug_name(name: &str) -> bool {
 
 /// Writes the debug-only counterpart of an ELF file (see the module docs).
 /// Returns the number of bytes written.
-pub fn only_keep_debug<W: Write>(data: &[u8], out: W) -> Result<u64, Error> {
-    let elf = Elf::parse(data)?;
+pub fn only_keep_debug<W: Write>(input: &(impl Input + ?Sized), out: W) -> Result<u64, Error> {
+    let elf = Elf::parse(input)?;
     let l = elf.l;
-    let mut out = Out { inner: out, pos: 0 };
-    let mut head = data[..elf.headers_end()].to_vec();
+    let w = l.word();
+    let mut head = elf.head.clone();
 
     // Lay out sections in their original file order.
     let mut order: Vec<usize> = (1..elf.sections.len()).collect();
@@ -307,13 +410,9 @@ pub fn only_keep_debug<W: Write>(data: &[u8], out: W) -> Result<u64, Error> {
     }
     let shoff = pos.div_ceil(8) * 8;
 
-    // Program headers: keep addresses; only notes (and the PHDR table) keep file bytes.
-    let w = l.word();
-    let (off_at, filesz_at) = if l.is_64 { (8, 32) } else { (4, 16) };
-    for p in 0..elf.phnum {
-        let at = elf.phoff as usize + p * elf.phentsize;
-        let kind = l.get(&head, at, 4)? as u32;
-        let old_off = l.get(&head, at + off_at, w)?;
+    // Program headers keep their addresses; file bytes only for what stays.
+    let (off_at, filesz_at) = l.phdr_fields();
+    for (at, old_off, old_size, kind) in elf.segments()? {
         match kind {
             PT_PHDR => {}
             PT_NOTE => {
@@ -324,9 +423,6 @@ pub fn only_keep_debug<W: Write>(data: &[u8], out: W) -> Result<u64, Error> {
                 }
             }
             _ => {
-                // The segment keeps the bytes still in the file that it
-                // covered before (headers and notes in the first LOAD).
-                let old_size = l.get(&head, at + filesz_at, w)?;
                 let new_off = if old_off == 0 {
                     0
                 } else {
@@ -342,10 +438,8 @@ pub fn only_keep_debug<W: Write>(data: &[u8], out: W) -> Result<u64, Error> {
                 };
                 for &(i, at_new) in &body {
                     let s = &elf.sections[i];
-                    if s.offset >= old_off
-                        && s.offset + s.size <= old_off + old_size
-                        && s.flags & SHF_ALLOC != 0
-                    {
+                    let inside = s.offset >= old_off && s.offset + s.size <= old_off + old_size;
+                    if inside && s.flags & SHF_ALLOC != 0 {
                         end = end.max(at_new + s.size);
                     }
                 }
@@ -354,21 +448,19 @@ pub fn only_keep_debug<W: Write>(data: &[u8], out: W) -> Result<u64, Error> {
             }
         }
     }
-    let shoff_at = if l.is_64 { 0x28 } else { 0x20 };
+    let (shoff_at, _, _) = l.ehdr_section_fields();
     l.put(&mut head, shoff_at, w, shoff);
 
-    out.write(&head).map_err(io_err)?;
+    let mut out = Out { inner: out, pos: 0 };
+    out.write(&head)?;
     for (i, at) in body {
         let s = &elf.sections[i];
-        out.write(&vec![0u8; (at - out.pos) as usize])
-            .map_err(io_err)?;
-        out.write(&data[s.offset as usize..(s.offset + s.size) as usize])
-            .map_err(io_err)?;
+        out.pad_to(at)?;
+        out.copy(input, s.offset, s.size, unchanged, 1)?;
     }
-    out.align(8).map_err(io_err)?;
-    debug_assert_eq!(out.pos, shoff);
+    out.pad_to(shoff)?;
     for s in &new {
-        out.write(&elf.encode_shdr(s)).map_err(io_err)?;
+        out.write(&elf.encode_shdr(s))?;
     }
     Ok(out.pos)
 }
@@ -380,11 +472,11 @@ pub fn debuglink_section(file_name: &str, crc: u32, big_endian: bool) -> Vec<u8>
     while v.len() % 4 != 0 {
         v.push(0);
     }
-    if big_endian {
-        v.extend_from_slice(&crc.to_be_bytes());
+    v.extend_from_slice(&if big_endian {
+        crc.to_be_bytes()
     } else {
-        v.extend_from_slice(&crc.to_le_bytes());
-    }
+        crc.to_le_bytes()
+    });
     v
 }
 
@@ -393,14 +485,15 @@ pub fn debuglink_section(file_name: &str, crc: u32, big_endian: bool) -> Vec<u8>
 /// shared libraries only: their allocated contents keep their offsets, so
 /// nothing that runs changes. Returns the number of bytes written.
 pub fn strip_debug<W: Write>(
-    data: &[u8],
+    input: &(impl Input + ?Sized),
     debug_file_name: &str,
     debug_crc: u32,
     out: W,
 ) -> Result<u64, Error> {
-    let elf = Elf::parse(data)?;
+    let elf = Elf::parse(input)?;
     let l = elf.l;
-    let e_type = l.get(data, 16, 2)?;
+    let w = l.word();
+    let e_type = l.get(&elf.head, 16, 2)?;
     if e_type != 2 && e_type != 3 {
         return Err(Error::Malformed(format!(
             "only executables and shared libraries can be stripped here (e_type {e_type})"
@@ -411,10 +504,12 @@ pub fn strip_debug<W: Write>(
     let mut kept: Vec<Shdr> = Vec::new();
     for (i, s) in elf.sections.iter().enumerate() {
         let name = elf.name(s);
-        let drop = i != 0 && (is_debug_name(name) || name == ".gnu_debuglink")
-            || ((s.kind == SHT_REL || s.kind == SHT_RELA)
-                && (s.info as usize) < elf.sections.len()
-                && is_debug_name(elf.name(&elf.sections[s.info as usize])));
+        let relocates_debug = (s.kind == SHT_REL || s.kind == SHT_RELA)
+            && elf
+                .sections
+                .get(s.info as usize)
+                .is_some_and(|t| is_debug_name(elf.name(t)));
+        let drop = i != 0 && (is_debug_name(name) || name == ".gnu_debuglink" || relocates_debug);
         if !drop {
             map[i] = kept.len() as u32;
             kept.push(s.clone());
@@ -435,98 +530,59 @@ pub fn strip_debug<W: Write>(
     }
     let shstrndx_new = remap(elf.shstrndx) as usize;
 
-    // Section name table: the old one plus ".gnu_debuglink".
-    let old_names = &elf.sections[elf.shstrndx as usize];
-    let mut names =
-        data[old_names.offset as usize..(old_names.offset + old_names.size) as usize].to_vec();
-    let link_name = names.len() as u32;
-    names.extend_from_slice(b".gnu_debuglink\0");
-    let link = debuglink_section(debug_file_name, debug_crc, l.big_endian);
-
-    // Allocated contents (and whatever the segments cover) keep their offsets;
-    // non-allocated sections are packed after them, then the new tables.
-    let w = l.word();
-    let (off_at, filesz_at) = if l.is_64 { (8, 32) } else { (4, 16) };
-    let mut fixed: Vec<(u64, u64)> = Vec::new();
-    for p in 0..elf.phnum {
-        let at = elf.phoff as usize + p * elf.phentsize;
-        let off = l.get(data, at + off_at, w)?;
-        let size = l.get(data, at + filesz_at, w)?;
-        if size > 0 {
-            fixed.push((off, off + size));
-        }
-    }
-    for s in kept.iter().skip(1) {
-        if s.flags & SHF_ALLOC != 0 && s.kind != SHT_NOBITS && s.size > 0 {
-            fixed.push((s.offset, s.offset + s.size));
-        }
-    }
+    // Allocated contents (and whatever the segments cover) keep their offsets.
+    let mut fixed: Vec<(u64, u64)> = elf
+        .segments()?
+        .into_iter()
+        .filter(|(_, _, size, _)| *size > 0)
+        .map(|(_, off, size, _)| (off, off + size))
+        .collect();
+    fixed.extend(
+        kept.iter()
+            .skip(1)
+            .filter(|s| s.flags & SHF_ALLOC != 0 && s.has_bytes())
+            .map(|s| (s.offset, s.offset + s.size)),
+    );
     fixed.sort();
-    let fixed_end = fixed
-        .iter()
-        .map(|r| r.1)
-        .max()
-        .unwrap_or(0)
-        .max(elf.headers_end() as u64);
+    let head_len = elf.head.len() as u64;
+    let fixed_end = fixed.iter().map(|r| r.1).max().unwrap_or(0).max(head_len);
 
+    // Non-allocated sections are packed after them, then the new tables.
     let mut sections = kept.clone();
-    // (new index, old offset, rewritten contents when a symbol table changed)
-    let mut moved: Vec<(usize, u64, Option<Vec<u8>>)> = Vec::new();
+    let mut moved: Vec<(usize, u64)> = Vec::new(); // (new index, old offset)
     let mut pos = fixed_end;
     for (new_i, s) in kept.iter().enumerate() {
         if new_i == 0 || new_i == shstrndx_new || s.flags & SHF_ALLOC != 0 || s.kind == SHT_NOBITS {
             continue;
         }
-        let mut rewritten = None;
-        if s.kind == SHT_SYMTAB || s.kind == SHT_DYNSYM {
-            let entsize = if l.is_64 { 24 } else { 16 };
-            let shndx_at = if l.is_64 { 6 } else { 14 };
-            let table = &data[s.offset as usize..(s.offset + s.size) as usize];
-            let mut changed = false;
-            for sym in table.chunks_exact(entsize) {
-                let old = l.get(sym, shndx_at, 2)? as u32;
-                changed |= remap(old) != old;
-            }
-            if changed {
-                let mut copy = table.to_vec();
-                for sym in copy.chunks_exact_mut(entsize) {
-                    let old = l.get(sym, shndx_at, 2)? as u32;
-                    l.put(sym, shndx_at, 2, u64::from(remap(old)));
-                }
-                rewritten = Some(copy);
-            }
-        }
         let align = s.align.max(1);
         pos = pos.div_ceil(align) * align;
         sections[new_i].offset = pos;
         pos += s.size;
-        moved.push((new_i, s.offset, rewritten));
+        moved.push((new_i, s.offset));
     }
+    let mut names = elf.names.clone();
+    let link_name = names.len() as u32;
+    names.extend_from_slice(b".gnu_debuglink\0");
+    let link = debuglink_section(debug_file_name, debug_crc, l.big_endian);
     let link_off = pos.div_ceil(4) * 4;
-    pos = link_off + link.len() as u64;
-    let names_off = pos;
-    pos += names.len() as u64;
-    let shoff = pos.div_ceil(8) * 8;
+    let names_off = link_off + link.len() as u64;
+    let shoff = (names_off + names.len() as u64).div_ceil(8) * 8;
     sections[shstrndx_new].offset = names_off;
     sections[shstrndx_new].size = names.len() as u64;
-    let mut debuglink = sections[0].clone();
+    let mut debuglink = sections[0].clone(); // address and entsize stay 0
     debuglink.name = link_name;
-    debuglink.kind = 1; // SHT_PROGBITS; address and entsize stay 0 as in section 0
+    debuglink.kind = 1; // SHT_PROGBITS
     debuglink.flags = 0;
     debuglink.offset = link_off;
     debuglink.size = link.len() as u64;
     debuglink.link = 0;
     debuglink.info = 0;
-    let f = shdr_fields(l);
-    l.put(&mut debuglink.raw, f[5], w, 4);
+    debuglink.align = 4;
     sections.push(debuglink);
 
-    let mut head = data[..elf.headers_end()].to_vec();
-    let (shoff_at, shnum_at, shstrndx_at) = if l.is_64 {
-        (0x28, 0x3c, 0x3e)
-    } else {
-        (0x20, 0x30, 0x32)
-    };
+    let mut head = elf.head.clone();
+    let (shoff_at, shnum_at, shstrndx_at) = l.ehdr_section_fields();
     l.put(&mut head, shoff_at, w, shoff);
     let count = sections.len() as u64;
     if count < u64::from(SHN_LORESERVE) {
@@ -543,36 +599,84 @@ pub fn strip_debug<W: Write>(
     }
 
     let mut out = Out { inner: out, pos: 0 };
-    out.write(&head).map_err(io_err)?;
+    out.write(&head)?;
     for (start, stop) in fixed {
         let start = start.max(out.pos);
-        if stop <= start {
-            continue;
+        if stop > start {
+            out.pad_to(start)?;
+            out.copy(input, start, stop - start, unchanged, 1)?;
         }
-        out.write(&vec![0u8; (start - out.pos) as usize])
-            .map_err(io_err)?;
-        out.write(&data[start as usize..stop as usize])
-            .map_err(io_err)?;
     }
-    out.write(&vec![0u8; (fixed_end - out.pos) as usize])
-        .map_err(io_err)?;
-    for (i, old_offset, rewritten) in &moved {
-        out.write(&vec![0u8; (sections[*i].offset - out.pos) as usize])
-            .map_err(io_err)?;
-        let size = sections[*i].size;
-        let contents = match rewritten {
-            Some(table) => &table[..],
-            None => &data[*old_offset as usize..(*old_offset + size) as usize],
-        };
-        out.write(contents).map_err(io_err)?;
+    out.pad_to(fixed_end)?;
+    let (entsize, shndx_at) = if l.is_64 { (24u64, 6) } else { (16, 14) };
+    for (i, old_offset) in moved {
+        let s = &sections[i];
+        out.pad_to(s.offset)?;
+        if s.kind == SHT_SYMTAB || s.kind == SHT_DYNSYM {
+            // Symbols name their section by index: follow the renumbering.
+            let edit = |buf: &mut [u8]| -> Result<(), Error> {
+                for sym in buf.chunks_exact_mut(entsize as usize) {
+                    let old = l.get(sym, shndx_at, 2)? as u32;
+                    l.put(sym, shndx_at, 2, u64::from(remap(old)));
+                }
+                Ok(())
+            };
+            out.copy(input, old_offset, s.size, edit, entsize)?;
+        } else {
+            out.copy(input, old_offset, s.size, unchanged, 1)?;
+        }
     }
-    out.write(&vec![0u8; (link_off - out.pos) as usize])
-        .map_err(io_err)?;
-    out.write(&link).map_err(io_err)?;
-    out.write(&names).map_err(io_err)?;
-    out.align(8).map_err(io_err)?;
+    out.pad_to(link_off)?;
+    out.write(&link)?;
+    out.write(&names)?;
+    out.pad_to(shoff)?;
     for s in &sections {
-        out.write(&elf.encode_shdr(s)).map_err(io_err)?;
+        out.write(&elf.encode_shdr(s))?;
     }
     Ok(out.pos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_and_strip_our_own_test_binary() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let info = crate::inspect(&me).unwrap();
+        let mut debug = Vec::new();
+        only_keep_debug(&me[..], &mut debug).unwrap();
+        let d = crate::inspect(&debug).unwrap();
+        assert_eq!(d.build_id, info.build_id);
+        assert!(!d.has_code, "code must be gone from the debug file");
+        assert_eq!(d.has_symtab, info.has_symtab);
+        assert_eq!(d.has_dwarf, info.has_dwarf);
+        assert_eq!(d.sections.len(), info.sections.len());
+
+        let mut stripped = Vec::new();
+        strip_debug(&me[..], "me.debug", 0x1234_5678, &mut stripped).unwrap();
+        let s = crate::inspect(&stripped).unwrap();
+        assert_eq!(s.build_id, info.build_id);
+        assert!(!s.has_dwarf);
+        assert!(s.has_code && s.has_symtab == info.has_symtab);
+        assert_eq!(s.debuglink.as_deref(), Some("me.debug"));
+        // Code is byte-identical at the same offset.
+        let (a, b) = (info.section(".text").unwrap(), s.section(".text").unwrap());
+        assert_eq!((a.offset, a.size), (b.offset, b.size));
+        assert_eq!(
+            me[a.offset as usize..(a.offset + a.size) as usize],
+            stripped[b.offset as usize..(b.offset + b.size) as usize]
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        assert!(matches!(
+            only_keep_debug(&b"not elf at all"[..], Vec::new()),
+            Err(Error::NotElf(_))
+        ));
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let cut = &me[..me.len() - 100];
+        assert!(only_keep_debug(cut, Vec::new()).is_err());
+    }
 }

@@ -61,6 +61,11 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
+    /// Compression on the wire: zstd, none, or auto (zstd unless the server
+    /// is on loopback, where compressing costs more CPU than it saves).
+    #[arg(long, value_enum, default_value_t = Compression::Auto)]
+    pub compression: Compression,
+
     /// Uploads in flight at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
@@ -74,7 +79,40 @@ pub struct Args {
     pub work_dir: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compression {
+    Auto,
+    Zstd,
+    None,
+}
+
 impl Args {
+    /// Whether uploads are zstd-compressed.
+    pub fn compress(&self) -> bool {
+        match self.compression {
+            Compression::Zstd => true,
+            Compression::None => false,
+            Compression::Auto => {
+                let host = self
+                    .server
+                    .split("://")
+                    .nth(1)
+                    .unwrap_or("")
+                    .split('/')
+                    .next()
+                    .unwrap_or("");
+                let host = host
+                    .rsplit_once(':')
+                    .map_or(host, |(h, _)| h)
+                    .trim_matches(['[', ']']);
+                !(host == "localhost"
+                    || host
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback()))
+            }
+        }
+    }
+
     /// Parsed `--source-prefix-map` pairs.
     pub fn prefix_map(&self) -> anyhow::Result<Vec<(String, String)>> {
         self.source_prefix_map

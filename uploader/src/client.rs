@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_compression::tokio::bufread::ZstdEncoder;
+use async_compression::Level;
 use serde_json::{json, Value};
 use tokio::io::BufReader;
 use tokio_util::io::{InspectReader, ReaderStream};
@@ -36,6 +37,7 @@ pub struct Client {
     base: String,
     token: Option<String>,
     retries: u32,
+    compress: bool,
     /// Uncompressed bytes read from disk for uploads, for progress.
     pub sent: Arc<AtomicU64>,
 }
@@ -54,7 +56,12 @@ pub fn escape_path(path: &str) -> String {
 }
 
 impl Client {
-    pub fn new(base: &str, token: Option<String>, retries: u32) -> anyhow::Result<Self> {
+    pub fn new(
+        base: &str,
+        token: Option<String>,
+        retries: u32,
+        compress: bool,
+    ) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("symtrace-upload/", env!("CARGO_PKG_VERSION")))
@@ -64,6 +71,7 @@ impl Client {
             base: base.trim_end_matches('/').to_owned(),
             token,
             retries: retries.max(1),
+            compress,
             sent: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -174,9 +182,11 @@ impl Client {
             .with_retries(&what, || {
                 let local = item.local.clone();
                 let sent = self.sent.clone();
-                let request = self
-                    .auth(self.http.put(&url))
-                    .header("content-encoding", "zstd");
+                let mut request = self.auth(self.http.put(&url));
+                if self.compress {
+                    request = request.header("content-encoding", "zstd");
+                }
+                let compress = self.compress;
                 async move {
                     let file = tokio::fs::File::open(&local)
                         .await
@@ -185,15 +195,16 @@ impl Client {
                         InspectReader::new(BufReader::with_capacity(1 << 20, file), move |b| {
                             sent.fetch_add(b.len() as u64, Ordering::Relaxed);
                         });
-                    let stream = ReaderStream::with_capacity(
-                        ZstdEncoder::new(BufReader::new(counted)),
-                        256 << 10,
-                    );
-                    request
-                        .body(reqwest::Body::wrap_stream(stream))
-                        .send()
-                        .await
-                        .map_err(|e| e.to_string())
+                    let body = if compress {
+                        // The fastest level: CI runners are short of CPU,
+                        // and debug info still shrinks several times.
+                        let encoder =
+                            ZstdEncoder::with_quality(BufReader::new(counted), Level::Fastest);
+                        reqwest::Body::wrap_stream(ReaderStream::with_capacity(encoder, 256 << 10))
+                    } else {
+                        reqwest::Body::wrap_stream(ReaderStream::with_capacity(counted, 256 << 10))
+                    };
+                    request.body(body).send().await.map_err(|e| e.to_string())
                 }
             })
             .await?;

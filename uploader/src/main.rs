@@ -97,7 +97,12 @@ async fn run(args: Args) -> anyhow::Result<u8> {
         .values()
         .flat_map(|p| p.items.iter().cloned())
         .collect();
-    let client = Client::new(&args.server, args.token.clone(), args.retries)?;
+    let client = Client::new(
+        &args.server,
+        args.token.clone(),
+        args.retries,
+        args.compress(),
+    )?;
     let mut statuses: Vec<(Status, Option<String>)> = vec![(Status::Present, None); items.len()];
     if !items.is_empty() {
         match client.missing(&items).await {

@@ -91,7 +91,6 @@ fn write_hashed(
     };
     f(&mut w)?;
     w.flush()?;
-    w.inner.get_ref().sync_all()?;
     Ok((hex::encode(w.sha.finalize()), w.crc.finalize(), w.size))
 }
 
@@ -131,9 +130,9 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
         }
         (_, Some(b)) if b.info.has_dwarf || b.info.has_symtab => {
             let out = opts.work_dir.join(format!("{build_id}.debug"));
-            let split = map_file(&b.path)
+            let split = std::fs::File::open(&b.path)
                 .map_err(anyhow::Error::from)
-                .and_then(|map| write_hashed(&out, |w| symtrace_elf::only_keep_debug(&map, w)));
+                .and_then(|input| write_hashed(&out, |w| symtrace_elf::only_keep_debug(&input, w)));
             match split {
                 Ok((sha256, _crc, size)) => plan.items.push(Item {
                     build_id: build_id.clone(),
@@ -216,11 +215,11 @@ fn executable_item(
         let temp = tempfile::Builder::new()
             .prefix(".symtrace-strip-")
             .tempfile_in(dir)?;
-        let map = map_file(&b.path)?;
+        let input = std::fs::File::open(&b.path)?;
         let (sha256, _crc, size) = write_hashed(temp.path(), |w| {
-            symtrace_elf::strip_debug(&map, &debug_name, crc, w)
+            symtrace_elf::strip_debug(&input, &debug_name, crc, w)
         })?;
-        drop(map);
+        drop(input);
         let perms = std::fs::metadata(&b.path)?.permissions();
         std::fs::set_permissions(temp.path(), perms)?;
         temp.persist(&b.path)?;
@@ -247,10 +246,16 @@ fn executable_item(
 }
 
 fn crc_of(path: &Path) -> std::io::Result<u32> {
-    let map = map_file(path)?;
+    let mut file = std::fs::File::open(path)?;
     let mut crc = crc32fast::Hasher::new();
-    crc.update(&map);
-    Ok(crc.finalize())
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf)?;
+        if n == 0 {
+            return Ok(crc.finalize());
+        }
+        crc.update(&buf[..n]);
+    }
 }
 
 fn collect_sources(

@@ -212,6 +212,19 @@ impl BlobStore for ObjectBlobStore {
     }
 
     async fn put_file(&self, sha256: &str, file: &Path) -> Result<(), BlobError> {
+        if let Some(root) = &self.local_root {
+            // Same filesystem as the spool (the default layout): link the
+            // spooled file into place instead of copying it.
+            let (root, file, sha) = (root.clone(), file.to_owned(), sha256.to_owned());
+            let linked = tokio::task::spawn_blocking(move || link_local(&root, &file, &sha))
+                .await
+                .map_err(std::io::Error::other)?;
+            match linked {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let mut source = tokio::fs::File::open(file).await?;
         let mut writer = BufWriter::with_capacity(self.store.clone(), key(sha256), PUT_BUFFER);
         let copied = async {
@@ -289,6 +302,36 @@ impl BlobStore for ObjectBlobStore {
             })
             .boxed()
     }
+}
+
+/// Puts a local blob without copying it: the spooled file is synced, then
+/// hard-linked under the blob's name. `link(2)` creates the name atomically
+/// and only once the data is durable, so no staging name is ever visible or
+/// left behind. An existing blob of the same size is the same content (the
+/// name is its hash) and is kept. Fails with `EXDEV` when the spool is on
+/// another filesystem.
+fn link_local(root: &Path, file: &Path, sha256: &str) -> std::io::Result<()> {
+    let target = root.join(key(sha256).as_ref());
+    let dir = target.parent().expect("blob keys have a directory");
+    std::fs::create_dir_all(dir)?;
+    let spooled = std::fs::File::open(file)?;
+    spooled.sync_all()?;
+    for _ in 0..2 {
+        match std::fs::hard_link(file, &target) {
+            Ok(()) => return std::fs::File::open(dir)?.sync_all(),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::fs::metadata(&target)?.len() == spooled.metadata()?.len() {
+                    return Ok(());
+                }
+                // A damaged leftover (say, from a power cut): replace it.
+                std::fs::remove_file(&target)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "could not link blob {sha256} into place"
+    )))
 }
 
 /// Maps a whole local blob. The mapping is registered for `sendfile`, so
