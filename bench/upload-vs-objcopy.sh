@@ -23,36 +23,46 @@ sizes=$(readelf -SW "$APP" | sed 's/\[ */[/' | awk '$1 ~ /^\[[0-9]+\]$/ {print $
 DWARF=$(awk '$1 ~ /^\.debug_/ {print $2}' <<<"$sizes" | while read -r h; do echo $((16#$h)); done | awk '{s+=$1} END {printf "%.1f", s/1048576}')
 LARGEST=$(awk '{print $1, $2}' <<<"$sizes" | while read -r n h; do echo "$((16#$h)) $n"; done | sort -n | tail -1)
 
-start_server() { # port dir
-  "$SERVER" --http-addr "127.0.0.1:$1" --data-dir "$2" > "$2.log" 2>&1 &
-  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$1/healthz" && return; sleep 0.1; done
+PORT=18020
+start_server() { # -> sets URL to a fresh server
+  PORT=$((PORT + 1))
+  local dir="$W/s$PORT"
+  "$SERVER" --http-addr "127.0.0.1:$PORT" --data-dir "$dir" > "$dir.log" 2>&1 &
+  URL="http://127.0.0.1:$PORT"
+  for _ in $(seq 100); do curl -sf -o /dev/null "$URL/healthz" && return; sleep 0.1; done
   echo "server did not start" >&2; exit 1
 }
-measure() { # label command...
-  local t="$W/time.$RANDOM"
-  /usr/bin/time -v -o "$t" "${@:2}" > /dev/null 2> "$W/err" || { cat "$W/err" >&2; exit 1; }
-  local wall rss
-  wall=$(awk -F': ' '/Elapsed \(wall clock\)/{print $2}' "$t")
-  rss=$(awk -F': ' '/Maximum resident set size/{printf "%.0f", $2/1024}' "$t")
-  printf '| %-52s | %10s | %8s MiB |\n' "$1" "$wall" "$rss"
+once() { # command... -> "seconds rss_mib"
+  local t="$W/time"
+  /usr/bin/time -f "%e %M" -o "$t" "$@" > /dev/null 2> "$W/err" || { cat "$W/err" >&2; exit 1; }
+  awk '{printf "%s %.0f\n", $1, $2/1024}' "$t"
 }
-
-echo "subject: $(stat -c %s "$APP") bytes, ${DWARF} MiB of DWARF, largest section ${LARGEST% *} B (${LARGEST#* }); $(nproc) cores"
-echo "| what | wall (m:ss) | peak RSS |"
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+report() { # label file-of-"seconds rss"
+  printf '| %-50s | %6s s | %5s MiB |\n' "$1" "$(awk '{print $1}' "$2" | median)" "$(awk '{print $2}' "$2" | median)"
+}
+pair() {
+  objcopy --only-keep-debug "$APP" "$W/subject.debug"
+  curl -sf -o /dev/null -T "$W/subject.debug" "$URL/api/v1/debuginfo/$ID/debuginfo"
+  curl -sf -o /dev/null -T "$APP" "$URL/api/v1/debuginfo/$ID/executable"
+}
+export -f pair
+ROUNDS=${ROUNDS:-3}
+echo "subject: $(stat -c %s "$APP") bytes, ${DWARF} MiB of DWARF, largest section ${LARGEST% *} B (${LARGEST#* }); $(nproc) cores; median of $ROUNDS rounds, a fresh server each"
+echo "| what | wall | peak RSS |"
 echo "|---|---:|---:|"
-start_server 18021 "$W/s1"
-measure "objcopy --only-keep-debug + curl (debuginfo, executable)" sh -c \
-  "objcopy --only-keep-debug '$APP' '$W/subject.debug' && \
-   curl -sf -o /dev/null -T '$W/subject.debug' http://127.0.0.1:18021/api/v1/debuginfo/$ID/debuginfo && \
-   curl -sf -o /dev/null -T '$APP' http://127.0.0.1:18021/api/v1/debuginfo/$ID/executable"
-start_server 18022 "$W/s2"
-measure "symtrace-upload --no-sources" "$UPLOAD" --server http://127.0.0.1:18022 --no-sources "$W/app"
-measure "symtrace-upload --no-sources, re-run (no-op)" "$UPLOAD" --server http://127.0.0.1:18022 --no-sources "$W/app"
-start_server 18023 "$W/s3"
-start_server 18024 "$W/s4"
-measure "symtrace-upload --no-sources --compression zstd" "$UPLOAD" --server http://127.0.0.1:18024 --no-sources --compression zstd "$W/app"
-measure "symtrace-upload (with sources)" "$UPLOAD" --server http://127.0.0.1:18023 "$W/app"
-measure "symtrace-upload (with sources), re-run (no-op)" "$UPLOAD" --server http://127.0.0.1:18023 "$W/app"
-echo
-echo "sizes: objcopy debug file $(stat -c %s "$W/subject.debug") B;" \
-  "served by symtrace-upload's server: $(curl -s -o /dev/null -w '%{size_download}' http://127.0.0.1:18022/buildid/$ID/debuginfo) B"
+: > "$W/pair"; : > "$W/up"; : > "$W/noop"; : > "$W/zstd"; : > "$W/src"; : > "$W/srcnoop"
+for _ in $(seq "$ROUNDS"); do
+  start_server; export APP ID URL W; once bash -c pair >> "$W/pair"
+  start_server; once "$UPLOAD" --server "$URL" --no-sources "$W/app" >> "$W/up"
+  once "$UPLOAD" --server "$URL" --no-sources "$W/app" >> "$W/noop"
+  start_server; once "$UPLOAD" --server "$URL" --no-sources --compression zstd "$W/app" >> "$W/zstd"
+  start_server; once "$UPLOAD" --server "$URL" "$W/app" >> "$W/src"
+  once "$UPLOAD" --server "$URL" "$W/app" >> "$W/srcnoop"
+done
+report "objcopy --only-keep-debug + curl (debuginfo, executable)" "$W/pair"
+report "symtrace-upload --no-sources (loopback: uncompressed)" "$W/up"
+report "symtrace-upload --no-sources, re-run (no-op)" "$W/noop"
+report "symtrace-upload --no-sources --compression zstd" "$W/zstd"
+report "symtrace-upload (with sources)" "$W/src"
+report "symtrace-upload (with sources), re-run (no-op)" "$W/srcnoop"

@@ -106,6 +106,12 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
         .map(|f| f.path.clone())
         .unwrap_or_default();
 
+    // The executable is hashed while its debug info is split (unless it is
+    // about to be rewritten by --strip).
+    let exe_hash = binary.filter(|_| !opts.strip).map(|b| {
+        let path = b.path.clone();
+        std::thread::spawn(move || hash_file(&path))
+    });
     let mut dwarf_file: Option<&ElfFile> = None;
     // The debuginfo: an existing debug file at least as good as what the
     // binary carries, else one split from the binary.
@@ -182,7 +188,11 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
                 .ok()
                 .and_then(|m| framepointers::check(&m));
         }
-        match executable_item(build_id, b, &plan, opts) {
+        let hashed = exe_hash.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("hashing thread panicked")))
+        });
+        match executable_item(build_id, b, &plan, hashed, opts) {
             Ok(item) => plan.items.push(item),
             Err(e) => plan.errors.push(format!("{}: {e:#}", b.path.display())),
         }
@@ -195,6 +205,7 @@ fn executable_item(
     build_id: &BuildId,
     b: &ElfFile,
     plan: &Plan,
+    hashed: Option<std::io::Result<(String, u64)>>,
     opts: &Options<'_>,
 ) -> anyhow::Result<Item> {
     let name = b.path.display().to_string();
@@ -233,7 +244,10 @@ fn executable_item(
             quality: Some(symtrace_elf::inspect(&map_file(&b.path)?)?.quality().rank()),
         });
     }
-    let (sha256, size) = hash_file(&b.path)?;
+    let (sha256, size) = match hashed {
+        Some(h) => h?,
+        None => hash_file(&b.path)?,
+    };
     Ok(Item {
         build_id: build_id.clone(),
         kind: "executable",

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Dogfooding: publish our own binaries (this build's symtrace-server and
+# symtrace-upload, frame pointers kept by .cargo/config.toml) with our own
+# uploader to a throwaway server, through the frame-pointer gate, and fetch
+# the debug info back with elfutils' debuginfod-find.
+#
+#   scripts/dogfood.sh [debug|release]     (default: debug, what the tests built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROFILE=${1:-debug}
+if [ "$PROFILE" = release ]; then cargo build --release -q -p symtrace-server -p symtrace-upload; else cargo build -q -p symtrace-server -p symtrace-upload; fi
+BIN=target/$PROFILE
+W=$(mktemp -d /tmp/symtrace-dogfood.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
+mkdir -p "$W/publish"
+cp "$BIN/symtrace-server" "$BIN/symtrace-upload" "$W/publish/"
+"$BIN/symtrace-server" --http-addr 127.0.0.1:0 --data-dir "$W/data" > "$W/server.log" 2>&1 &
+for _ in $(seq 100); do grep -q "listening on http://" "$W/server.log" 2>/dev/null && break; sleep 0.1; done
+URL=$(grep -o "listening on http://[0-9.:]*" "$W/server.log" | head -1 | sed 's/listening on //')
+"$BIN/symtrace-upload" --server "$URL" --require-frame-pointers --no-sources "$W/publish"
+for exe in "$W"/publish/*; do
+  id=$(readelf -n "$exe" | awk '/Build ID/{print $3}')
+  DEBUGINFOD_URLS=$URL DEBUGINFOD_CACHE_PATH=$W/cache debuginfod-find debuginfo "$id" > /dev/null
+  echo "dogfood: $(basename "$exe") $id: debuginfo served"
+done
