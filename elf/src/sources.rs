@@ -18,8 +18,10 @@ pub struct SourceFiles {
     pub unresolved: usize,
 }
 
-/// Lists the source files that the DWARF line tables and compilation units of
-/// an ELF file name: `DW_AT_comp_dir` + include directory + file name,
+/// Lists the source files that the DWARF line tables of an ELF file name
+/// (not the units' `DW_AT_name`: rustc names codegen units
+/// `src/lib.rs/@/crate.hash-cgu.0`, which is no file, and C's primary file is
+/// in the line table anyway): `DW_AT_comp_dir` + include directory + file name,
 /// canonicalised with [`canonical_path`]. DWARF 2–5, compressed sections
 /// (zlib, zstd, `.zdebug`) included. A file without DWARF has no sources.
 pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
@@ -69,12 +71,6 @@ pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
             full.push_str(name);
             canonical_path(&full)
         };
-        if let Some(name) = unit.name {
-            let name = name.to_string_lossy();
-            if !name.is_empty() && !name.starts_with('<') {
-                paths.insert(join(None, &name));
-            }
-        }
         let Some(program) = unit.line_program.as_ref() else {
             continue;
         };
