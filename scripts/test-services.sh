@@ -16,7 +16,7 @@ log() { echo "test-services: $*" >&2; }
 
 need_apt=()
 for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:binutils gcc:gcc \
-            pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++; do
+            pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++ dwz:dwz; do
   tool=${pair%%:*}; pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

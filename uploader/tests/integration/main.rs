@@ -8,6 +8,7 @@ use serde_json::Value;
 use symtrace_testkit::*;
 
 mod bad_input;
+mod dwz;
 mod framepointers;
 mod languages;
 mod split;
