@@ -23,7 +23,7 @@ mod sources;
 
 pub use build_id::{BuildId, BuildIdError};
 pub use inspect::{inspect, ElfInfo, FileKind, Quality, SectionEntry};
-pub use path::canonical_path;
+pub use path::{canonical_path, escape_path};
 pub use rewrite::{debuglink_section, only_keep_debug, strip_debug, Input};
 pub use sources::{source_files, SourceFiles};
 

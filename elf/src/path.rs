@@ -26,9 +26,32 @@ pub fn canonical_path(path: &str) -> String {
     }
 }
 
+/// Percent-escapes a source path the way elfutils' debuginfod client does
+/// before putting it in a URL: every byte but `A-Za-z0-9-._~` and `/`.
+pub fn escape_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::canonical_path;
+    use super::{canonical_path, escape_path};
+
+    #[test]
+    fn escapes_like_the_elfutils_client() {
+        assert_eq!(
+            escape_path("/src/p++r$#o^^g.c"),
+            "/src/p%2B%2Br%24%23o%5E%5Eg.c"
+        );
+        assert_eq!(escape_path("/my proj/a-b_c.~d"), "/my%20proj/a-b_c.~d");
+    }
 
     #[test]
     fn collapses_like_elfutils() {

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, TryStreamExt};
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use symtrace_elf::BuildId;
 
 use crate::store::model::ArtifactKind;
@@ -62,15 +61,6 @@ impl Forwarding {
         }
     }
 }
-
-/// Characters escaped in source paths, as elfutils' client escapes them
-/// (everything but `A-Za-z0-9-._~` and `/`).
-const PATH_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~')
-    .remove(b'/');
 
 type FetchFuture = Shared<BoxFuture<'static, bool>>;
 
@@ -138,10 +128,7 @@ impl Federation {
         let target = match &wanted {
             Wanted::Artifact(kind) => format!("{build_id}/{}", kind.as_str()),
             Wanted::Source(path) => {
-                format!(
-                    "{build_id}/source{}",
-                    utf8_percent_encode(path, PATH_ESCAPE)
-                )
+                format!("{build_id}/source{}", symtrace_elf::escape_path(path))
             }
         };
         {

@@ -325,6 +325,19 @@ impl Server {
             .expect("run debuginfod-find")
     }
 
+    /// Fetches with `debuginfod-find` (private cache), asserting success;
+    /// returns the fetched file's bytes.
+    pub fn debuginfod_fetch(&self, cache: &Path, args: &[&str]) -> Vec<u8> {
+        let out = self.debuginfod_find(cache, args);
+        assert!(
+            out.status.success(),
+            "debuginfod-find {args:?}: {:?}",
+            stderr_lines(&out)
+        );
+        let path = String::from_utf8(out.stdout).expect("a path");
+        std::fs::read(path.trim()).expect("the fetched file")
+    }
+
     /// A counter from /metrics with all the given label pairs (summed).
     pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         let text = self.get("/metrics").text().unwrap();
@@ -491,18 +504,7 @@ pub fn stderr_lines(out: &Output) -> Vec<String> {
         .collect()
 }
 
-/// Percent-escapes a path as elfutils' client does: all but `A-Za-z0-9-._~/`.
-pub fn escape_path(path: &str) -> String {
-    let mut out = String::new();
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use symtrace_elf::escape_path;
 
 /// Sends one HTTP/1.1 request exactly as written (no URL normalisation,
 /// unlike reqwest, which resolves `..`), and reads the reply.
@@ -530,4 +532,64 @@ pub fn raw_request(server: &Server, method: &str, path: &str, body: &[u8]) -> (u
         status,
         serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
     )
+}
+
+/// Runs gdb in batch mode on `exe` with `commands`; debuginfod is on when
+/// `debuginfod_url` is given (with a private cache). Returns stdout+stderr.
+pub fn gdb_batch(
+    exe: &Path,
+    commands: &[&str],
+    debuginfod_url: Option<&str>,
+    env: &[(&str, &str)],
+) -> String {
+    let cache = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("gdb");
+    let setting = if debuginfod_url.is_some() {
+        "set debuginfod enabled on"
+    } else {
+        "set debuginfod enabled off"
+    };
+    cmd.args(["-q", "-nx", "-batch", "-iex", setting]);
+    for c in commands {
+        cmd.args(["-ex", c]);
+    }
+    cmd.arg(exe)
+        .env("DEBUGINFOD_CACHE_PATH", cache.path())
+        .env("HOME", cache.path())
+        .envs(env.iter().copied());
+    match debuginfod_url {
+        Some(url) => cmd.env("DEBUGINFOD_URLS", url),
+        None => cmd.env_remove("DEBUGINFOD_URLS"),
+    };
+    let out = cmd.output().expect("run gdb");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+    .replace('\r', "\n")
+}
+
+/// Starts a `PUT` of `body` to `path` declaring its full length, sends only
+/// `fraction` of it, and returns the open connection (drop it to cut it).
+pub fn partial_upload(
+    server: &Server,
+    path: &str,
+    body: &[u8],
+    fraction: f64,
+) -> std::net::TcpStream {
+    use std::io::Write;
+    let addr = server.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream
+        .write_all(&body[..(body.len() as f64 * fraction) as usize])
+        .unwrap();
+    stream.flush().unwrap();
+    stream
 }

@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 use tokio::io::BufReader;
 use tokio_util::io::{InspectReader, ReaderStream};
 
+use symtrace_elf::escape_path;
+
 use crate::prepare::Item;
 
 /// Why a request failed.
@@ -40,19 +42,6 @@ pub struct Client {
     compress: bool,
     /// Uncompressed bytes read from disk for uploads, for progress.
     pub sent: Arc<AtomicU64>,
-}
-
-/// Percent-escapes a path as debuginfod clients do: all but `A-Za-z0-9-._~/`.
-pub fn escape_path(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 impl Client {

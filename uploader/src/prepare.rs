@@ -234,29 +234,40 @@ fn executable_item(
         let perms = std::fs::metadata(&b.path)?.permissions();
         std::fs::set_permissions(temp.path(), perms)?;
         temp.persist(&b.path)?;
-        return Ok(Item {
-            build_id: build_id.clone(),
-            kind: "executable",
-            local: b.path.clone(),
-            name,
-            sha256,
-            size,
-            quality: Some(symtrace_elf::inspect(&map_file(&b.path)?)?.quality().rank()),
-        });
+        let quality = symtrace_elf::inspect(&map_file(&b.path)?)?.quality();
+        return Ok(executable(build_id, b, name, sha256, size, quality));
     }
     let (sha256, size) = match hashed {
         Some(h) => h?,
         None => hash_file(&b.path)?,
     };
-    Ok(Item {
+    Ok(executable(
+        build_id,
+        b,
+        name,
+        sha256,
+        size,
+        b.info.quality(),
+    ))
+}
+
+fn executable(
+    build_id: &BuildId,
+    b: &ElfFile,
+    name: String,
+    sha256: String,
+    size: u64,
+    quality: symtrace_elf::Quality,
+) -> Item {
+    Item {
         build_id: build_id.clone(),
         kind: "executable",
         local: b.path.clone(),
         name,
         sha256,
         size,
-        quality: Some(b.info.quality().rank()),
-    })
+        quality: Some(quality.rank()),
+    }
 }
 
 fn crc_of(path: &Path) -> std::io::Result<u32> {

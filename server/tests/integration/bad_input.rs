@@ -144,19 +144,9 @@ fn a_connection_dropped_mid_body_stores_nothing() {
     let fx = Fixture::hello("src", "hello.c", &["-g"]);
     fx.publish(&server);
     let replacement = std::fs::read(&fx.unstripped).unwrap();
+    let url = format!("/api/v1/debuginfo/{}/debuginfo", fx.build_id);
+    let stream = partial_upload(&server, &url, &replacement, 1.0 / 3.0);
     let addr = server.url.trim_start_matches("http://").to_owned();
-    let mut stream = TcpStream::connect(&addr).unwrap();
-    write!(
-        stream,
-        "PUT /api/v1/debuginfo/{}/debuginfo HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
-        fx.build_id,
-        replacement.len()
-    )
-    .unwrap();
-    stream
-        .write_all(&replacement[..replacement.len() / 3])
-        .unwrap();
-    stream.flush().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     drop(stream);
     std::thread::sleep(Duration::from_millis(500));

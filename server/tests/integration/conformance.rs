@@ -35,50 +35,24 @@ fn debuginfod_find_fetches_byte_identical_files() {
         let id = fx.build_id.as_str();
 
         for (artifact, expected) in [("debuginfo", &fx.debug), ("executable", &fx.stripped)] {
-            let out = server.debuginfod_find(cache.path(), &[artifact, id]);
-            assert!(
-                out.status.success(),
-                "{}: {:?}",
-                backend.name,
-                stderr_lines(&out)
-            );
-            let path = String::from_utf8(out.stdout).unwrap();
+            let fetched = server.debuginfod_fetch(cache.path(), &[artifact, id]);
             assert_eq!(
-                std::fs::read(path.trim()).unwrap(),
+                fetched,
                 std::fs::read(expected).unwrap(),
                 "{} {artifact} differs",
                 backend.name
             );
         }
         for src in &fx.sources {
-            let out = server.debuginfod_find(cache.path(), &["source", id, src.to_str().unwrap()]);
-            assert!(
-                out.status.success(),
-                "source {}: {:?}",
-                src.display(),
-                stderr_lines(&out)
-            );
-            let path = String::from_utf8(out.stdout).unwrap();
-            assert_eq!(
-                std::fs::read(path.trim()).unwrap(),
-                std::fs::read(src).unwrap()
-            );
+            let fetched =
+                server.debuginfod_fetch(cache.path(), &["source", id, src.to_str().unwrap()]);
+            assert_eq!(fetched, std::fs::read(src).unwrap());
         }
         // Sections: .debug_info from the debuginfo; .text is NOBITS there, so
         // it comes from the executable (elfutils' section test).
         for (section, from) in [(".debug_info", &fx.debug), (".text", &fx.stripped)] {
-            let out = server.debuginfod_find(cache.path(), &["section", id, section]);
-            assert!(
-                out.status.success(),
-                "section {section}: {:?}",
-                stderr_lines(&out)
-            );
-            let path = String::from_utf8(out.stdout).unwrap();
-            assert_eq!(
-                std::fs::read(path.trim()).unwrap(),
-                section_bytes(from, section),
-                "{section}"
-            );
+            let fetched = server.debuginfod_fetch(cache.path(), &["section", id, section]);
+            assert_eq!(fetched, section_bytes(from, section), "{section}");
         }
         // Negative result: a clean failure, and a 404 over HTTP.
         let out = server.debuginfod_find(cache.path(), &["debuginfo", &"0".repeat(40)]);
@@ -208,13 +182,8 @@ fn source_paths_percent_escapes_and_canonical_forms() {
     let id = &fx.build_id;
     let c = &fx.sources[0];
     let cache = tempfile::tempdir().unwrap();
-    let out = server.debuginfod_find(cache.path(), &["source", id, c.to_str().unwrap()]);
-    assert!(out.status.success(), "{:?}", stderr_lines(&out));
-    let got = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        std::fs::read(got.trim()).unwrap(),
-        std::fs::read(c).unwrap()
-    );
+    let got = server.debuginfod_fetch(cache.path(), &["source", id, c.to_str().unwrap()]);
+    assert_eq!(got, std::fs::read(c).unwrap());
 
     // Raw and canonical spellings of the same path (elfutils'
     // artifact-running test), sent as-is.
@@ -277,13 +246,8 @@ fn unstripped_executable_answers_debuginfo_requests() {
     let fx = Fixture::hello("src", "hello.c", &["-g"]);
     server.upload(&fx.build_id, "executable", &fx.unstripped);
     let cache = tempfile::tempdir().unwrap();
-    let out = server.debuginfod_find(cache.path(), &["debuginfo", &fx.build_id]);
-    assert!(out.status.success(), "{:?}", stderr_lines(&out));
-    let got = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        std::fs::read(got.trim()).unwrap(),
-        std::fs::read(&fx.unstripped).unwrap()
-    );
+    let got = server.debuginfod_fetch(cache.path(), &["debuginfo", &fx.build_id]);
+    assert_eq!(got, std::fs::read(&fx.unstripped).unwrap());
     // Its DWARF names its sources, so they can be uploaded now.
     server.upload_source(&fx.build_id, &fx.sources[0]);
 }

@@ -2,8 +2,6 @@
 //! the earlier version still served and nothing partial visible; a blob
 //! orphaned by a crash before its commit is collected.
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -43,17 +41,8 @@ fn kill_9_mid_upload_leaves_the_earlier_version() {
         // Start replacing the debuginfo with a better-ranked... any other
         // candidate, and die half-way through the body.
         let body = std::fs::read(&fx.unstripped).unwrap();
-        let addr = server.url.trim_start_matches("http://").to_owned();
-        let mut stream = TcpStream::connect(&addr).unwrap();
-        write!(
-            stream,
-            "PUT /api/v1/debuginfo/{}/debuginfo HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
-            fx.build_id,
-            body.len()
-        )
-        .unwrap();
-        stream.write_all(&body[..body.len() / 2]).unwrap();
-        stream.flush().unwrap();
+        let url = format!("/api/v1/debuginfo/{}/debuginfo", fx.build_id);
+        let stream = partial_upload(&server, &url, &body, 0.5);
         std::thread::sleep(Duration::from_millis(300));
         server.kill9();
         drop(stream);

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use symtrace_testkit::*;
 
-use crate::{compile, gdb, has_section, tools, upload};
+use crate::{compile, has_section, tools, upload};
 
 const LIB_C: &str = "int scale(int x) { int y = x * 3; return y + 1; }\n";
 const USE_LIB_C: &str = "#include <stdio.h>\nint scale(int);\nint main(void) { printf(\"%d\\n\", scale(14)); return 0; }\n";
@@ -31,12 +31,14 @@ fn assert_debuggable(
         "{} has no .gnu_debuglink",
         exe.display()
     );
-    let text = gdb(
-        &server.url,
-        exe,
-        &[&format!("break {breakpoint}"), "run", "bt", "info source"],
-        env,
-    );
+    let commands = [
+        format!("break {breakpoint}"),
+        "run".into(),
+        "bt".into(),
+        "info source".into(),
+    ];
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    let text = gdb_batch(exe, &commands, Some(&server.url), env);
     for n in needles {
         assert!(
             text.contains(n),
@@ -212,12 +214,13 @@ fn c_cpp_rust_and_shared_libraries_are_debuggable_after_strip() {
     // debuginfod-find sees the stripped executable and its debuginfo.
     let cache = tempfile::tempdir().unwrap();
     let id = build_id_of(&bin.join("hello-zstd"));
-    let found = server.debuginfod_find(cache.path(), &["debuginfo", &id]);
-    assert!(found.status.success(), "{:?}", stderr_lines(&found));
-    let exe = server.debuginfod_find(cache.path(), &["executable", &id]);
-    let exe_path = String::from_utf8(exe.stdout).unwrap();
-    assert_eq!(
-        std::fs::read(exe_path.trim()).unwrap(),
-        std::fs::read(bin.join("hello-zstd")).unwrap()
+    let debuginfo = server.debuginfod_fetch(cache.path(), &["debuginfo", &id]);
+    let fetched = cache.path().join("fetched.debug");
+    std::fs::write(&fetched, &debuginfo).unwrap();
+    assert!(
+        has_section(&fetched, ".debug_info"),
+        "the served debuginfo has no DWARF"
     );
+    let exe = server.debuginfod_fetch(cache.path(), &["executable", &id]);
+    assert_eq!(exe, std::fs::read(bin.join("hello-zstd")).unwrap());
 }

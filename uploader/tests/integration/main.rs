@@ -43,28 +43,6 @@ pub fn compile(dir: &Path, compiler: &str, args: &[&str], out: &str) -> PathBuf 
     path
 }
 
-/// Runs gdb on `exe` with debuginfod pointed at `server_url` and a private cache.
-pub fn gdb(server_url: &str, exe: &Path, commands: &[&str], env: &[(&str, &str)]) -> String {
-    let cache = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new("gdb");
-    cmd.args(["-q", "-nx", "-batch", "-iex", "set debuginfod enabled on"]);
-    for c in commands {
-        cmd.args(["-ex", c]);
-    }
-    cmd.arg(exe)
-        .env("DEBUGINFOD_URLS", server_url)
-        .env("DEBUGINFOD_CACHE_PATH", cache.path())
-        .env("HOME", cache.path())
-        .envs(env.iter().copied());
-    let out = cmd.output().expect("run gdb");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-    .replace('\r', "\n")
-}
-
 pub fn has_section(file: &Path, name: &str) -> bool {
     let out = run(Command::new("readelf").arg("-SW").arg(file));
     String::from_utf8_lossy(&out.stdout).contains(&format!(" {name} "))

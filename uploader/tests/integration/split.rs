@@ -50,24 +50,8 @@ fn native_split_debugs_like_objcopy_and_is_not_larger() {
         run(Command::new("objcopy")
             .arg(format!("--add-gnu-debuglink={}", linked.display()))
             .arg(&exe));
-        let out = Command::new("gdb")
-            .args(["-q", "-nx", "-batch", "-iex", "set debuginfod enabled off"])
-            .args([
-                "-ex",
-                "break add",
-                "-ex",
-                "run",
-                "-ex",
-                "bt",
-                "-ex",
-                "list main",
-                "-ex",
-                "info scope main",
-            ])
-            .arg(run_dir.join("hello"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let commands = ["break add", "run", "bt", "list main", "info scope main"];
+        gdb_batch(&run_dir.join("hello"), &commands, None, &[])
     };
     let with_objcopy = session(&fx.debug);
     let with_ours = session(&ours);
