@@ -35,11 +35,13 @@ fn assert_debuggable(
         format!("break {breakpoint}"),
         "run".into(),
         "bt".into(),
+        "list".into(),
         "info source".into(),
     ];
     let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
     let text = gdb_batch(exe, &commands, Some(&server.url), env);
-    for n in needles {
+    // "Located in <cache>/<id>/source##…": the source came from the server.
+    for n in needles.iter().chain(&["Located in", "source##"]) {
         assert!(
             text.contains(n),
             "gdb on {} lacks {n:?}:\n{text}",
