@@ -493,6 +493,12 @@ pub fn strip_debug<W: Write>(
     let elf = Elf::parse(input)?;
     let l = elf.l;
     let w = l.word();
+    if elf.sections.len() >= SHN_LORESERVE as usize {
+        return Err(Error::Malformed(format!(
+            "{} sections: files with extended section numbering are not stripped here (use objcopy)",
+            elf.sections.len()
+        )));
+    }
     let e_type = l.get(&elf.head, 16, 2)?;
     if e_type != 2 && e_type != 3 {
         return Err(Error::Malformed(format!(

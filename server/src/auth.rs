@@ -59,12 +59,16 @@ impl Auth {
             } else {
                 "need a token"
             },
-            if self.admin.is_empty() {
-                "accepted from loopback clients only (no SYMTRACE_ADMIN_TOKENS)"
-            } else {
-                "need an admin token"
+            match (self.admin.is_empty(), self.upload.is_empty()) {
+                (false, _) => "need an admin token",
+                (true, true) => "accepted from loopback clients only (no SYMTRACE_ADMIN_TOKENS)",
+                (true, false) => "refused (no SYMTRACE_ADMIN_TOKENS)",
             },
         )
+    }
+
+    pub fn reads_need_token(&self) -> bool {
+        !self.read.is_empty()
     }
 
     pub fn uploads_need_token(&self) -> bool {
@@ -93,34 +97,28 @@ impl Auth {
             Scope::Admin => self.admin.iter().collect(),
         };
         if accepted.is_empty() {
-            // Only reachable for upload/admin with no token configured.
-            return if peer.ip().is_loopback() {
-                Ok(())
-            } else {
-                Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    format!(
-                        "no {} token is configured, so this server accepts {} only from loopback \
-                         clients; set {}",
-                        if scope == Scope::Admin {
-                            "admin"
-                        } else {
-                            "upload"
-                        },
-                        if scope == Scope::Admin {
-                            "deletes"
-                        } else {
-                            "uploads"
-                        },
-                        if scope == Scope::Admin {
-                            "SYMTRACE_ADMIN_TOKENS"
-                        } else {
-                            "SYMTRACE_UPLOAD_TOKENS"
-                        },
-                    ),
-                ))
+            // Upload or admin with no token of that scope configured. Only a
+            // server with no write tokens at all trusts loopback clients, and
+            // never a request relayed by a proxy on the same host.
+            let proxied =
+                headers.contains_key("x-forwarded-for") || headers.contains_key("forwarded");
+            let open = self.upload.is_empty() && self.admin.is_empty();
+            if open && peer.ip().is_loopback() && !proxied {
+                return Ok(());
+            }
+            let (what, var) = match scope {
+                Scope::Admin => ("deletes", "SYMTRACE_ADMIN_TOKENS"),
+                _ => ("uploads", "SYMTRACE_UPLOAD_TOKENS"),
             };
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                if open {
+                    format!("with no token configured this server accepts {what} only from direct loopback clients; set {var}")
+                } else {
+                    format!("{what} need a token from {var}, and none is configured")
+                },
+            ));
         }
         let Some(presented) = bearer(headers) else {
             return Err(ApiError::new(
@@ -175,6 +173,31 @@ mod tests {
         assert!(open.check(&headers(None), local, Scope::Upload).is_ok());
         assert_eq!(
             open.check(&headers(None), remote, Scope::Upload)
+                .unwrap_err()
+                .status,
+            403
+        );
+
+        let mut proxied = headers(None);
+        proxied.insert("x-forwarded-for", "192.0.2.9".parse().unwrap());
+        assert_eq!(
+            open.check(&proxied, local, Scope::Upload)
+                .unwrap_err()
+                .status,
+            403
+        );
+        // Upload tokens but no admin token: deletes are refused, even locally.
+        let no_admin = Auth::new(vec![], vec!["up".into()], vec![]);
+        assert_eq!(
+            no_admin
+                .check(&headers(None), local, Scope::Admin)
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert_eq!(
+            no_admin
+                .check(&headers(Some("up")), local, Scope::Admin)
                 .unwrap_err()
                 .status,
             403

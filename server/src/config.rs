@@ -39,7 +39,7 @@ pub struct Config {
 
     /// Upstream debuginfod servers asked on a miss, space-separated like
     /// DEBUGINFOD_URLS. Fetched files are validated and stored.
-    #[arg(long, env = "SYMTRACE_UPSTREAM_URLS", value_delimiter = ' ', num_args = 0..)]
+    #[arg(long, env = "SYMTRACE_UPSTREAM_URLS", value_delimiter = ' ', num_args = 0.., hide_env_values = true)]
     pub upstream_urls: Vec<String>,
 
     /// Seconds to wait for an upstream server's response headers.

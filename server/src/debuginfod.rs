@@ -101,6 +101,7 @@ async fn send_artifact(
         name: &a.file_name,
         modified_ms: a.created_at,
         etag_suffix: &suffix,
+        public: !state.auth.reads_need_token(),
     };
     send(&state.store, method, headers, file).await
 }
@@ -154,6 +155,9 @@ async fn source(
 ) -> ApiResult<Response> {
     state.auth.check(&headers, peer, Scope::Read)?;
     let build_id: BuildId = build_id.parse()?;
+    if path.contains('\0') {
+        return Err(ApiError::bad_request("source path contains a NUL byte"));
+    }
     let path = symtrace_elf::canonical_path(&format!("/{path}"));
     let meta = &state.store.meta;
     let mut found = meta.source(build_id.as_str(), &path).await?;
@@ -182,6 +186,7 @@ async fn source(
         name: &found.path,
         modified_ms: found.created_at,
         etag_suffix: "",
+        public: !state.auth.reads_need_token(),
     };
     send(&state.store, &method, &headers, file).await
 }
@@ -270,7 +275,10 @@ async fn metadata(
     };
     let mut seen = std::collections::BTreeSet::new();
     let mut results: Vec<Value> = Vec::new();
-    for a in state.store.meta.find_files(&query, LIMIT).await? {
+    let rows = state.store.meta.find_files(&query, LIMIT).await?;
+    // Capped: say so rather than claim the answer is complete.
+    let mut complete = (rows.len() as i64) < LIMIT;
+    for a in rows {
         if pattern
             .as_ref()
             .is_some_and(|p| !p.matches_with(&a.file_name, options))
@@ -281,7 +289,6 @@ async fn metadata(
             results.push(json!({ "type": a.kind, "buildid": a.build_id, "file": a.file_name }));
         }
     }
-    let mut complete = true;
     if let Some(federation) = &state.federation {
         let from = forwarding(&headers, peer);
         if federation.may_forward(&from) {
@@ -292,7 +299,7 @@ async fn metadata(
                     results.push(item);
                 }
             }
-            complete = upstream.complete;
+            complete &= upstream.complete;
         }
     }
     Ok(Json(json!({ "results": results, "complete": complete })).into_response())

@@ -46,6 +46,11 @@ impl IntoResponse for ApiError {
         }
         let body = json!({ "error": { "code": self.code, "message": self.message } });
         let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -217,13 +217,13 @@ impl Federation {
         let spooled = match spool(body, self.store.spool_dir(), self.max_bytes).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(build_id = %build_id, target, upstream = %base, error = %e, "upstream download failed");
+                tracing::warn!(build_id = %build_id, target, upstream = %without_userinfo(&base), error = %e, "upstream download failed");
                 metrics::counter!("symtrace_upstream_fetches_total", "result" => "error")
                     .increment(1);
                 return false;
             }
         };
-        let origin = format!("upstream:{base}");
+        let origin = format!("upstream:{}", without_userinfo(&base));
         let stored = match wanted {
             Wanted::Artifact(kind) => self
                 .store
@@ -238,17 +238,40 @@ impl Federation {
         };
         match stored {
             Ok(()) => {
-                tracing::info!(build_id = %build_id, target, upstream = %base, size = spooled.size, "fetched from upstream");
+                tracing::info!(build_id = %build_id, target, upstream = %without_userinfo(&base), size = spooled.size, "fetched from upstream");
                 metrics::counter!("symtrace_upstream_fetches_total", "result" => "stored")
                     .increment(1);
                 true
             }
             Err(e) => {
-                tracing::warn!(build_id = %build_id, target, upstream = %base, error = %e, "upstream file rejected");
+                tracing::warn!(build_id = %build_id, target, upstream = %without_userinfo(&base), error = %e, "upstream file rejected");
                 metrics::counter!("symtrace_upstream_fetches_total", "result" => "rejected")
                     .increment(1);
                 false
             }
         }
+    }
+}
+
+/// An upstream URL as it may be shown: without `user:password@`.
+pub fn without_userinfo(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_userinfo;
+
+    #[test]
+    fn hides_credentials() {
+        assert_eq!(without_userinfo("https://u:p@h:8002/x"), "https://h:8002/x");
+        assert_eq!(without_userinfo("http://h:8002"), "http://h:8002");
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -45,7 +45,16 @@ pub async fn track(request: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().to_string();
+    // A fixed set: hyper accepts any token as a method, and every label value
+    // is a series kept forever.
+    let method: &'static str = match *request.method() {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        _ => "other",
+    };
     let start = Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();

@@ -24,6 +24,8 @@ pub struct StoredFile<'a> {
     pub modified_ms: i64,
     /// Distinguishes sections of the same blob in the ETag.
     pub etag_suffix: &'a str,
+    /// Reads are public (`Cache-Control: public`), not behind tokens.
+    pub public: bool,
 }
 
 pub async fn send(
@@ -48,7 +50,13 @@ pub async fn send(
         header::LAST_MODIFIED,
         HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("http date is ASCII"),
     );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    if file.public {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    } else {
+        // Reads need a token: no shared cache may keep this for others.
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+        headers.insert(header::VARY, HeaderValue::from_static("authorization"));
+    }
     headers.insert(
         header::ETAG,
         HeaderValue::from_str(&etag).expect("hex etag is ASCII"),
@@ -146,7 +154,7 @@ fn parse_range(spec: &str, size: u64) -> RangeSpec {
             size
         } else {
             match last.parse::<u64>() {
-                Ok(l) if l >= start => (l + 1).min(size),
+                Ok(l) if l >= start => l.saturating_add(1).min(size),
                 _ => return RangeSpec::Ignore,
             }
         };
@@ -174,5 +182,13 @@ mod tests {
         assert_eq!(parse_range("bytes=0-1,5-6", 100), RangeSpec::Ignore);
         assert_eq!(parse_range("items=0-1", 100), RangeSpec::Ignore);
         assert_eq!(parse_range("bytes=9-3", 100), RangeSpec::Ignore);
+        assert_eq!(
+            parse_range("bytes=0-18446744073709551615", 100),
+            RangeSpec::Range(0, 100)
+        );
+        assert_eq!(
+            parse_range("bytes=5-18446744073709551615", 100),
+            RangeSpec::Range(5, 100)
+        );
     }
 }

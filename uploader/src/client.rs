@@ -16,6 +16,9 @@ use symtrace_elf::escape_path;
 
 use crate::prepare::Item;
 
+/// Items per `missing` request.
+const MISSING_CHUNK: usize = 10_000;
+
 /// Why a request failed.
 #[derive(Debug)]
 pub enum ClientError {
@@ -53,6 +56,8 @@ impl Client {
     ) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            // A server that accepts and then stalls must not hang the job.
+            .read_timeout(Duration::from_secs(120))
             .user_agent(concat!("symtrace-upload/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(Self {
@@ -132,22 +137,45 @@ impl Client {
             })
             .collect();
         let url = format!("{}/api/v1/debuginfo/missing", self.base);
-        let body = json!({ "items": wanted });
-        let answer = self
-            .with_retries("asking the server what it lacks", || {
-                let request = self.auth(self.http.post(&url)).json(&body);
-                async move { request.send().await.map_err(|e| e.to_string()) }
-            })
-            .await?;
-        Ok(answer["missing"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|m| m["index"].as_u64())
-                    .map(|i| i as usize)
-                    .collect()
-            })
-            .unwrap_or_default())
+        let mut missing = Vec::new();
+        // The server takes at most 100,000 items a request.
+        for (n, chunk) in wanted.chunks(MISSING_CHUNK).enumerate() {
+            let body = json!({ "items": chunk });
+            let answer = self
+                .with_retries("asking the server what it lacks", || {
+                    let request = self.auth(self.http.post(&url)).json(&body);
+                    async move { request.send().await.map_err(|e| e.to_string()) }
+                })
+                .await?;
+            // Anything but a well-formed answer (a web page behind a wrong
+            // URL, say) must not read as "the server has everything".
+            let (Some(list), Some(total)) =
+                (answer["missing"].as_array(), answer["total"].as_u64())
+            else {
+                return Err(ClientError::Failed(format!(
+                    "{url} did not answer like a symtrace server (is --server right?)"
+                )));
+            };
+            if total != chunk.len() as u64 {
+                return Err(ClientError::Failed(format!(
+                    "{url} answered for {total} items, not {}",
+                    chunk.len()
+                )));
+            }
+            for m in list {
+                match m["index"].as_u64() {
+                    Some(i) if (i as usize) < chunk.len() => {
+                        missing.push(n * MISSING_CHUNK + i as usize)
+                    }
+                    _ => {
+                        return Err(ClientError::Failed(format!(
+                            "{url} answered with a bad index"
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(missing)
     }
 
     /// Uploads one item; the answer's `status` (created/unchanged/superseded).

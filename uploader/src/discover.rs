@@ -40,10 +40,12 @@ pub struct Discovery {
     pub groups: BTreeMap<BuildId, Group>,
     pub failures: Vec<Failure>,
     pub non_elf: usize,
+    /// Relocatable objects without a build-ID.
+    pub objects_ignored: usize,
 }
 
-/// Walks `paths`, reads every ELF file once (symlinks and hard links are
-/// followed to their target and counted once) and groups them by build-ID.
+/// Walks `paths`, reads every ELF file once (symlinks and hard links count
+/// once) and groups them by build-ID.
 pub fn discover(paths: &[PathBuf]) -> Discovery {
     let mut found = Discovery::default();
     let mut seen = HashSet::new();
@@ -73,9 +75,13 @@ pub fn discover(paths: &[PathBuf]) -> Discovery {
             if !entry.file_type().is_file() {
                 continue;
             }
-            let real =
-                std::fs::canonicalize(entry.path()).unwrap_or_else(|_| entry.path().to_path_buf());
-            if !seen.insert(real) {
+            // Symlinks and hard links (cargo's target/release/app and
+            // deps/app-HASH) are one file.
+            let id = entry.metadata().map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            });
+            if id.is_ok_and(|id| !seen.insert(id)) {
                 continue;
             }
             add_file(&mut found, entry.path());
@@ -96,6 +102,11 @@ pub fn add_file(found: &mut Discovery, path: &Path) {
                 } else {
                     group.debug_files.push(file);
                 }
+            }
+            // Object files (`.o` left by build scripts) have no build-ID and
+            // nothing to publish.
+            None if file.info.file_kind == symtrace_elf::FileKind::Relocatable => {
+                found.objects_ignored += 1
             }
             None => found.failures.push(Failure {
                 path: path.to_path_buf(),

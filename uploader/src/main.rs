@@ -69,7 +69,7 @@ async fn run(args: Args) -> anyhow::Result<u8> {
 
     // Finding, splitting and hashing are blocking work.
     let plan_args = args.clone();
-    let (discovery, plans) = tokio::task::spawn_blocking(move || {
+    let (discovery, mut plans) = tokio::task::spawn_blocking(move || {
         let opts = prepare::Options {
             work_dir: &work_dir,
             strip: plan_args.strip && !plan_args.dry_run,
@@ -81,7 +81,16 @@ async fn run(args: Args) -> anyhow::Result<u8> {
         let mut plans: BTreeMap<BuildId, Plan> = BTreeMap::new();
         let mut queue: Vec<BuildId> = found.groups.keys().cloned().collect();
         while let Some(id) = queue.pop() {
-            let plan = prepare::plan(&id, &found.groups[&id], &opts);
+            // A file that trips a bug fails alone, not the whole run.
+            let plan = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                prepare::plan(&id, &found.groups[&id], &opts)
+            }))
+            .unwrap_or_else(|_| Plan {
+                errors: vec![format!(
+                    "{id}: internal error while preparing (please report)"
+                )],
+                ..Plan::default()
+            });
             for alt in &plan.alt_files {
                 let before: Vec<BuildId> = found.groups.keys().cloned().collect();
                 discover::add_file(&mut found, alt);
@@ -139,6 +148,7 @@ async fn run(args: Args) -> anyhow::Result<u8> {
 
     if !args.dry_run {
         upload_all(&args, &client, &items, &mut statuses).await;
+        replace_stripped(&mut plans, &items, &mut statuses);
     }
     let summary = summarize(&args, &discovery, &plans, &items, &statuses);
     if args.json {
@@ -231,6 +241,40 @@ async fn upload_phase(
         .await
 }
 
+/// `--strip`: a binary is replaced by its stripped form only once its
+/// debuginfo and the stripped executable are on the server, so a failed run
+/// never loses debug info.
+fn replace_stripped(
+    plans: &mut BTreeMap<BuildId, Plan>,
+    items: &[Item],
+    statuses: &mut [(Status, Option<String>)],
+) {
+    for (id, plan) in plans.iter_mut() {
+        let Some(replace) = plan.replace.take() else {
+            continue;
+        };
+        let published = ["debuginfo", "executable"].iter().all(|kind| {
+            items.iter().zip(statuses.iter()).any(|(i, (s, _))| {
+                &i.build_id == id
+                    && i.kind == *kind
+                    && matches!(s, Status::Uploaded | Status::Present)
+            })
+        });
+        let target = replace.target.clone();
+        if !published {
+            plan.errors.push(format!(
+                "{}: not stripped, because its debug info was not published",
+                target.display()
+            ));
+        } else if let Err(e) = replace.apply() {
+            plan.errors.push(format!(
+                "{}: writing the stripped file failed: {e}",
+                target.display()
+            ));
+        }
+    }
+}
+
 fn summarize(
     args: &Args,
     discovery: &discover::Discovery,
@@ -286,6 +330,7 @@ fn summarize(
         files,
         failures: discovery.failures.clone(),
         non_elf_files: discovery.non_elf,
+        objects_ignored: discovery.objects_ignored,
         uploaded: count(Status::Uploaded) + count(Status::WouldUpload),
         present: count(Status::Present),
         failed,

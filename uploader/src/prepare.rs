@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use symtrace_elf::BuildId;
 
+use symtrace_elf::FileKind;
+
 use crate::discover::{map_file, ElfFile, Group};
 use crate::framepointers::{self, FramePointerReport};
 
@@ -38,6 +40,40 @@ pub struct Plan {
     /// dwz supplementary files to publish under their own build-IDs.
     pub alt_files: Vec<PathBuf>,
     pub errors: Vec<String>,
+    /// `--strip`: the stripped file, put in place of the binary only once
+    /// its debuginfo and the stripped executable are published.
+    pub replace: Option<Replacement>,
+}
+
+/// A stripped binary waiting to replace the original.
+#[derive(Debug)]
+pub struct Replacement {
+    pub stripped: tempfile::NamedTempFile,
+    /// The real file (symlinks resolved).
+    pub target: PathBuf,
+}
+
+impl Replacement {
+    /// Puts the stripped file in place: an atomic rename, or — when the
+    /// binary has other hard links (cargo's `target/release/app` and
+    /// `deps/app-HASH`) — a rewrite of the same inode so every name sees it.
+    pub fn apply(self) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        self.stripped.as_file().sync_all()?;
+        if std::fs::metadata(&self.target)?.nlink() > 1 {
+            let mut from = std::fs::File::open(self.stripped.path())?;
+            let mut to = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&self.target)?;
+            std::io::copy(&mut from, &mut to)?;
+            return to.sync_all();
+        }
+        self.stripped
+            .persist(&self.target)
+            .map(|_| ())
+            .map_err(|e| e.error)
+    }
 }
 
 pub struct Options<'a> {
@@ -96,7 +132,12 @@ fn write_hashed(
 
 pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
     let mut plan = Plan::default();
-    let binary = group.binaries.first();
+    // Of several files with the same build-ID (a copy stripped by hand, say),
+    // the one with the most debug data.
+    let binary = group
+        .binaries
+        .iter()
+        .max_by_key(|b| (b.info.quality(), b.info.has_dwarf));
     let best_debug = group
         .debug_files
         .iter()
@@ -192,7 +233,7 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
             h.join()
                 .unwrap_or_else(|_| Err(std::io::Error::other("hashing thread panicked")))
         });
-        match executable_item(build_id, b, &plan, hashed, opts) {
+        match executable_item(build_id, b, &mut plan, hashed, opts) {
             Ok(item) => plan.items.push(item),
             Err(e) => plan.errors.push(format!("{}: {e:#}", b.path.display())),
         }
@@ -204,38 +245,43 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
 fn executable_item(
     build_id: &BuildId,
     b: &ElfFile,
-    plan: &Plan,
+    plan: &mut Plan,
     hashed: Option<std::io::Result<(String, u64)>>,
     opts: &Options<'_>,
 ) -> anyhow::Result<Item> {
     let name = b.path.display().to_string();
-    if opts.strip && b.info.has_dwarf {
-        let debug = plan.items.iter().find(|i| i.kind == "debuginfo");
-        let debug_name = format!(
-            "{}.debug",
-            b.path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        );
-        let crc = match debug {
-            Some(d) => crc_of(&d.local)?,
-            None => anyhow::bail!("cannot strip: no debuginfo was produced to link to"),
+    let strippable = matches!(b.info.file_kind, FileKind::Executable | FileKind::Dynamic);
+    if opts.strip && b.info.has_dwarf && strippable {
+        let Some(debug) = plan.items.iter().find(|i| i.kind == "debuginfo") else {
+            anyhow::bail!("cannot strip: no debuginfo was produced to link to");
         };
-        let dir = b.path.parent().unwrap_or(Path::new("."));
+        let crc = crc_of(&debug.local)?;
+        // The debuglink names the debug file as it is published: an existing
+        // one by its own name, a split one as `<binary>.debug`.
+        let debug_name = if debug.local.starts_with(opts.work_dir) {
+            format!("{}.debug", file_name(&b.path))
+        } else {
+            file_name(&debug.local)
+        };
+        let target = std::fs::canonicalize(&b.path)?;
+        let dir = target.parent().unwrap_or(Path::new("."));
         let temp = tempfile::Builder::new()
             .prefix(".symtrace-strip-")
             .tempfile_in(dir)?;
-        let input = std::fs::File::open(&b.path)?;
+        let input = std::fs::File::open(&target)?;
         let (sha256, _crc, size) = write_hashed(temp.path(), |w| {
             symtrace_elf::strip_debug(&input, &debug_name, crc, w)
         })?;
         drop(input);
-        let perms = std::fs::metadata(&b.path)?.permissions();
-        std::fs::set_permissions(temp.path(), perms)?;
-        temp.persist(&b.path)?;
-        let quality = symtrace_elf::inspect(&map_file(&b.path)?)?.quality();
-        return Ok(executable(build_id, b, name, sha256, size, quality));
+        std::fs::set_permissions(temp.path(), std::fs::metadata(&target)?.permissions())?;
+        let quality = symtrace_elf::inspect(&map_file(temp.path())?)?.quality();
+        let mut item = executable(build_id, b, name, sha256, size, quality);
+        item.local = temp.path().to_owned();
+        plan.replace = Some(Replacement {
+            stripped: temp,
+            target,
+        });
+        return Ok(item);
     }
     let (sha256, size) = match hashed {
         Some(h) => h?,
@@ -268,6 +314,12 @@ fn executable(
         size,
         quality: Some(quality.rank()),
     }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn crc_of(path: &Path) -> std::io::Result<u32> {
@@ -306,12 +358,18 @@ fn collect_sources(
         let on_disk = prefix_map
             .iter()
             .find_map(|(old, new)| {
-                name.strip_prefix(old.as_str())
-                    .map(|rest| format!("{new}{rest}"))
+                let old = old.trim_end_matches('/');
+                let rest = name.strip_prefix(old)?;
+                (rest.is_empty() || rest.starts_with('/')).then(|| format!("{new}{rest}"))
             })
             .unwrap_or_else(|| name.clone());
         let on_disk = PathBuf::from(on_disk);
-        if !on_disk.is_file() {
+        // Never read kernel pseudo-files a DWARF might name (/proc/self/environ
+        // would publish the job's environment, tokens included).
+        let pseudo = ["/proc/", "/sys/", "/dev/"]
+            .iter()
+            .any(|p| on_disk.starts_with(p));
+        if pseudo || !on_disk.is_file() {
             plan.missing_sources.push(name);
             continue;
         }

@@ -51,6 +51,8 @@ pub struct Summary {
     pub files: Vec<FileReport>,
     pub failures: Vec<Failure>,
     pub non_elf_files: usize,
+    /// Relocatable objects (`.o`) without a build-ID, skipped.
+    pub objects_ignored: usize,
     pub uploaded: usize,
     pub present: usize,
     pub failed: usize,
@@ -153,11 +155,19 @@ pub fn print_human(summary: &Summary) {
         }
     }
     eprintln!(
-        "symtrace-upload: {} uploaded ({} sent), {} already present, {} failed{}",
+        "symtrace-upload: {} uploaded ({} sent), {} already present, {} failed{}{}",
         summary.uploaded,
         human(summary.bytes_uploaded),
         summary.present,
         summary.failed,
+        if summary.objects_ignored > 0 {
+            format!(
+                "; {} object files without build-ID ignored",
+                summary.objects_ignored
+            )
+        } else {
+            String::new()
+        },
         if summary.non_elf_files > 0 {
             format!("; {} non-ELF files ignored", summary.non_elf_files)
         } else {

@@ -7,8 +7,10 @@
 //!
 //! 1. unreferenced blob rows are *marked* (`orphaned_at = now`); an upload
 //!    that references the blob again clears the mark in its transaction;
-//! 2. rows still marked and unreferenced after the grace period are deleted,
-//!    then their objects;
+//! 2. each row still marked and unreferenced after the grace period is
+//!    deleted together with its object, in one transaction that re-checks
+//!    it (an upload claims a blob's row *before* writing its object, and that
+//!    claim waits for, or wins over, this transaction);
 //! 3. objects with no row at all (a crash before the commit) are deleted once
 //!    older than the grace period, which is far longer than any upload takes.
 //!
@@ -36,11 +38,14 @@ pub async fn collect(store: &SymbolStore, grace: Duration) -> anyhow::Result<GcR
     let now = now_ms();
     let cutoff = now - grace.as_millis() as i64;
     report.marked = store.meta.mark_orphans(now).await?;
-    let expired = store.meta.take_expired_orphans(cutoff).await?;
-    for sha in &expired {
-        store.blobs.delete(sha).await?;
+    for sha in store.meta.expired_orphans(cutoff).await? {
+        let blobs = store.blobs.clone();
+        let object = sha.clone();
+        let delete = Box::pin(async move { Ok(blobs.delete(&object).await?) });
+        if store.meta.delete_orphan(&sha, cutoff, delete).await? {
+            report.deleted_rows += 1;
+        }
     }
-    report.deleted_rows = expired.len();
 
     let old_before = SystemTime::now() - grace;
     let candidates: Vec<String> = store

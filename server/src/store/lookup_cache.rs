@@ -13,6 +13,7 @@
 //! and deletes invalidate its entries immediately.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,9 @@ type Entries = HashMap<(String, ArtifactKind), (Instant, Arc<ServedArtifact>)>;
 pub struct LookupCache {
     ttl: Duration,
     entries: Mutex<Entries>,
+    /// Bumped by every invalidation; a lookup that read the database before
+    /// an invalidation must not store its (possibly stale) answer after it.
+    generation: AtomicU64,
 }
 
 impl LookupCache {
@@ -34,6 +38,7 @@ impl LookupCache {
         Self {
             ttl,
             entries: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -46,11 +51,25 @@ impl LookupCache {
         (at.elapsed() < self.ttl).then(|| found.clone())
     }
 
-    pub fn put(&self, build_id: &str, kind: ArtifactKind, found: Arc<ServedArtifact>) {
+    /// The generation to pass to [`Self::put`], read before the database.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    pub fn put(
+        &self,
+        build_id: &str,
+        kind: ArtifactKind,
+        found: Arc<ServedArtifact>,
+        generation: u64,
+    ) {
         if self.ttl.is_zero() {
             return;
         }
         let mut entries = self.entries.lock().expect("lookup cache lock");
+        if self.generation.load(Ordering::SeqCst) != generation {
+            return;
+        }
         if entries.len() >= MAX_ENTRIES {
             let ttl = self.ttl;
             entries.retain(|_, (at, _)| at.elapsed() < ttl);
@@ -64,6 +83,7 @@ impl LookupCache {
     /// Forgets everything about a build-ID (after an upload or a delete here).
     pub fn invalidate(&self, build_id: &str) {
         let mut entries = self.entries.lock().expect("lookup cache lock");
+        self.generation.fetch_add(1, Ordering::SeqCst);
         for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
             entries.remove(&(build_id.to_owned(), kind));
         }
@@ -98,7 +118,12 @@ mod tests {
     #[test]
     fn hits_expire_and_invalidate() {
         let cache = LookupCache::new(Duration::from_millis(50));
-        cache.put("ab", ArtifactKind::Debuginfo, served("1"));
+        cache.put(
+            "ab",
+            ArtifactKind::Debuginfo,
+            served("1"),
+            cache.generation(),
+        );
         assert_eq!(
             cache
                 .get("ab", ArtifactKind::Debuginfo)
@@ -110,11 +135,21 @@ mod tests {
         assert!(cache.get("ab", ArtifactKind::Executable).is_none());
         cache.invalidate("ab");
         assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
-        cache.put("ab", ArtifactKind::Debuginfo, served("2"));
+        // A lookup that began before an invalidation does not store its answer.
+        let before = cache.generation();
+        cache.invalidate("cd");
+        cache.put("ab", ArtifactKind::Debuginfo, served("stale"), before);
+        assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
+        cache.put(
+            "ab",
+            ArtifactKind::Debuginfo,
+            served("2"),
+            cache.generation(),
+        );
         std::thread::sleep(Duration::from_millis(60));
         assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
         let off = LookupCache::new(Duration::ZERO);
-        off.put("ab", ArtifactKind::Debuginfo, served("3"));
+        off.put("ab", ArtifactKind::Debuginfo, served("3"), off.generation());
         assert!(off.get("ab", ArtifactKind::Debuginfo).is_none());
     }
 }

@@ -44,9 +44,11 @@ pub trait MetadataStore: Send + Sync + 'static {
         kind: ArtifactKind,
         sha256: &str,
     ) -> MetaResult<bool>;
-    /// Whether the blob exists and is not scheduled for collection, so a new
-    /// reference may reuse it without writing it again.
-    async fn blob_is_live(&self, sha256: &str) -> MetaResult<bool>;
+    /// Claims a blob before its object is written: from now on its row is
+    /// live (not an orphan), so the collector leaves the object alone.
+    /// Returns whether a committed artifact or source already references it
+    /// (then its object exists and need not be written again).
+    async fn claim_blob(&self, sha256: &str, size: i64, now: i64) -> MetaResult<bool>;
     /// Makes an artifact visible: blob row, artifact row and DWARF-named
     /// source paths in one transaction. Returns false if it already existed.
     async fn commit_artifact(&self, new: &NewArtifact) -> MetaResult<bool>;
@@ -73,9 +75,18 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn delete(&self, build_id: &str, kind: Option<ArtifactKind>) -> MetaResult<u64>;
     /// Marks unreferenced blobs as orphans (at `now`). Returns how many.
     async fn mark_orphans(&self, now: i64) -> MetaResult<u64>;
-    /// Deletes blob rows orphaned before `cutoff` and still unreferenced;
-    /// returns their hashes so the objects can be deleted.
-    async fn take_expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>>;
+    /// Blobs orphaned before `cutoff` (candidates for [`Self::delete_orphan`]).
+    async fn expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>>;
+    /// Deletes one expired orphan: in one transaction, re-checks that the row
+    /// is still an unreferenced orphan, runs `delete_object`, and deletes the
+    /// row. A concurrent claim waits for it (or wins, and the blob is kept),
+    /// so an upload can never commit a reference to a deleted object.
+    async fn delete_orphan<'a>(
+        &'a self,
+        sha256: &'a str,
+        cutoff: i64,
+        delete_object: futures::future::BoxFuture<'a, anyhow::Result<()>>,
+    ) -> anyhow::Result<bool>;
     /// Which of these hashes have a blob row.
     async fn known_blobs(&self, hashes: &[String]) -> MetaResult<Vec<bool>>;
 }
@@ -213,9 +224,16 @@ impl MetadataStore for SqlMetadata {
             .map(|r| r.is_some()))
     }
 
-    async fn blob_is_live(&self, sha256: &str) -> MetaResult<bool> {
-        let sql = "SELECT 1 FROM blobs WHERE sha256 = $1 AND orphaned_at IS NULL";
-        on_pool!(self, p => sqlx::query(sql).bind(sha256).fetch_optional(p).await.map(|r| r.is_some()))
+    async fn claim_blob(&self, sha256: &str, size: i64, now: i64) -> MetaResult<bool> {
+        let claim = "INSERT INTO blobs (sha256, size, sections, created_at, orphaned_at) \
+                     VALUES ($1, $2, NULL, $3, NULL) \
+                     ON CONFLICT (sha256) DO UPDATE SET orphaned_at = NULL";
+        let referenced = "SELECT 1 WHERE EXISTS (SELECT 1 FROM artifacts WHERE sha256 = $1) \
+                          OR EXISTS (SELECT 1 FROM sources WHERE sha256 = $1)";
+        on_pool!(self, p => {
+            sqlx::query(claim).bind(sha256).bind(size).bind(now).execute(p).await?;
+            sqlx::query(referenced).bind(sha256).fetch_optional(p).await.map(|r| r.is_some())
+        })
     }
 
     async fn commit_artifact(&self, new: &NewArtifact) -> MetaResult<bool> {
@@ -469,12 +487,39 @@ impl MetadataStore for SqlMetadata {
         on_pool!(self, p => sqlx::query(sql).bind(now).execute(p).await.map(|r| r.rows_affected()))
     }
 
-    async fn take_expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>> {
-        let sql = "DELETE FROM blobs WHERE orphaned_at IS NOT NULL AND orphaned_at < $1 \
+    async fn expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>> {
+        let sql = "SELECT sha256 FROM blobs WHERE orphaned_at IS NOT NULL AND orphaned_at < $1";
+        on_pool!(self, p => sqlx::query_scalar::<_, String>(sql).bind(cutoff).fetch_all(p).await)
+    }
+
+    async fn delete_orphan<'a>(
+        &'a self,
+        sha256: &'a str,
+        cutoff: i64,
+        delete_object: futures::future::BoxFuture<'a, anyhow::Result<()>>,
+    ) -> anyhow::Result<bool> {
+        let sql = "DELETE FROM blobs WHERE sha256 = $1 AND orphaned_at IS NOT NULL \
+                   AND orphaned_at < $2 \
                    AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256) \
                    AND NOT EXISTS (SELECT 1 FROM sources s WHERE s.sha256 = blobs.sha256) \
                    RETURNING sha256";
-        on_pool!(self, p => sqlx::query_scalar::<_, String>(sql).bind(cutoff).fetch_all(p).await)
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            let gone = sqlx::query_scalar::<_, String>(sql)
+                .bind(sha256)
+                .bind(cutoff)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if gone.is_none() {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            // The row stays locked while the object goes (one delete call);
+            // if that fails, the rollback keeps the row for the next pass.
+            delete_object.await?;
+            tx.commit().await?;
+            Ok(true)
+        })
     }
 
     async fn known_blobs(&self, hashes: &[String]) -> MetaResult<Vec<bool>> {

@@ -5,7 +5,9 @@
 //! Write order, which is what makes a crash harmless:
 //! 1. the body is spooled to a temporary file, hashed and counted ([`spool`]);
 //! 2. it is validated (ELF, build-ID, kind) from an mmap of that file;
-//! 3. the blob is written to the object store under its SHA-256 (atomic put);
+//! 3. the blob's row is claimed (live, unreferenced), then its object is
+//!    written under its SHA-256 (atomic put) unless a committed reference
+//!    proves it exists;
 //! 4. one database transaction makes it visible.
 //!
 //! A crash before 4 leaves at most an unreferenced blob, which the collector
@@ -105,13 +107,15 @@ impl SymbolStore {
         if let Some(hit) = self.lookups.get(build_id.as_str(), kind) {
             return Ok(Some(hit));
         }
+        let generation = self.lookups.generation();
         let found = self
             .meta
             .best_artifact(build_id.as_str(), kind)
             .await?
             .map(Arc::new);
         if let Some(found) = &found {
-            self.lookups.put(build_id.as_str(), kind, found.clone());
+            self.lookups
+                .put(build_id.as_str(), kind, found.clone(), generation);
         }
         Ok(found)
     }
@@ -167,7 +171,11 @@ impl SymbolStore {
             let served = self.served_sha(build_id, kind).await?;
             return Ok(outcome(UploadStatus::Unchanged, served, source_names.len()));
         }
-        if !self.meta.blob_is_live(&body.sha256).await? {
+        if !self
+            .meta
+            .claim_blob(&body.sha256, body.size as i64, now_ms())
+            .await?
+        {
             self.blobs.put_file(&body.sha256, &body.path).await?;
         }
         crash_point("after_blob_put");
@@ -256,7 +264,11 @@ impl SymbolStore {
                 return Ok(UploadStatus::Unchanged);
             }
         }
-        if !self.meta.blob_is_live(&body.sha256).await? {
+        if !self
+            .meta
+            .claim_blob(&body.sha256, body.size as i64, now_ms())
+            .await?
+        {
             self.blobs.put_file(&body.sha256, &body.path).await?;
         }
         let source = SourceFile {

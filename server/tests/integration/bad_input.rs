@@ -235,3 +235,26 @@ fn tokens_guard_uploads_and_deletes() {
         "a token was logged"
     );
 }
+
+#[test]
+fn read_tokens_guard_reads_and_keep_shared_caches_out() {
+    if !tools() {
+        return;
+    }
+    let server = Server::start(&Backend::local(), &["--read-tokens", "reader"]);
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    server.upload(&fx.build_id, "debuginfo", &fx.debug);
+    let url = format!("{}/buildid/{}/debuginfo", server.url, fx.build_id);
+    assert_eq!(client().get(&url).send().unwrap().status(), 401);
+    let ok = client().get(&url).bearer_auth("reader").send().unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["cache-control"], "private");
+    assert_eq!(ok.headers()["vary"], "authorization");
+    // Deletes from a loopback client relayed by a proxy are not trusted.
+    let relayed = client()
+        .delete(format!("{}/api/v1/debuginfo/{}", server.url, fx.build_id))
+        .header("x-forwarded-for", "198.51.100.7")
+        .send()
+        .unwrap();
+    assert_eq!(relayed.status(), 403);
+}

@@ -89,3 +89,82 @@ fn server_down_wrong_token_and_refusals_have_exit_codes() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn strip_waits_for_the_debug_info_to_be_published() {
+    if !tools(&["gcc", "readelf"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.c"), HELLO_C).unwrap();
+    std::fs::write(dir.path().join("util.h"), UTIL_H).unwrap();
+    let exe = compile(
+        dir.path(),
+        "gcc",
+        &["-g", "-Wl,--build-id", "hello.c"],
+        "app",
+    );
+    // Server down: the binary keeps its DWARF.
+    let (code, _, stderr) = upload(
+        "http://127.0.0.1:9",
+        &["--strip", "--retries", "1"],
+        &[&exe],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        crate::has_section(&exe, ".debug_info"),
+        "--strip destroyed the DWARF of an unpublished binary"
+    );
+
+    // Published: both hard-linked names (like cargo's target/release/app and
+    // deps/app-HASH) are stripped, and an object file without build-ID is
+    // ignored, not a failure.
+    let deps = dir.path().join("deps");
+    std::fs::create_dir_all(&deps).unwrap();
+    std::fs::hard_link(&exe, deps.join("app-1234")).unwrap();
+    compile(dir.path(), "gcc", &["-c", "hello.c"], "deps/hello.o");
+    let server = Server::start(&Backend::local(), &[]);
+    let (code, summary, stderr) = upload(&server.url, &["--strip"], &[dir.path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary["objects_ignored"], 1, "{summary}");
+    for name in [exe.clone(), deps.join("app-1234")] {
+        assert!(
+            !crate::has_section(&name, ".debug_info"),
+            "{} not stripped",
+            name.display()
+        );
+    }
+    let id = build_id_of(&exe);
+    assert_eq!(
+        server.get(&format!("/buildid/{id}/debuginfo")).status(),
+        200
+    );
+}
+
+#[test]
+fn an_answer_that_is_not_from_a_symtrace_server_is_a_failure() {
+    if !tools(&["gcc", "objcopy", "strip", "readelf"]) {
+        return;
+    }
+    // Anything at a wrong URL answering 200 with a web page.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            use std::io::{Read, Write};
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 65536];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\n<html>",
+            );
+        }
+    });
+    let fx = Fixture::hello("src", "hello.c", &["-g"]);
+    let (code, _, stderr) = upload(&url, &["--retries", "1"], &[&fx.unstripped]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("did not answer like a symtrace server"),
+        "{stderr}"
+    );
+}
