@@ -443,6 +443,18 @@ pub fn only_keep_debug<W: Write>(input: &(impl Input + ?Sized), out: W) -> Resul
                         end = end.max(at_new + s.size);
                     }
                 }
+                let (mut new_off, mut end) = (new_off, end);
+                if end == new_off {
+                    // No bytes left: keep p_offset ≡ p_vaddr (mod p_align),
+                    // as loaders and eu-elflint expect (objcopy does too).
+                    let (vaddr_at, align_at) = if l.is_64 { (16, 48) } else { (8, 28) };
+                    let vaddr = l.get(&head, at + vaddr_at, w)?;
+                    let align = l.get(&head, at + align_at, w)?;
+                    if align > 1 {
+                        new_off += (vaddr % align + align - new_off % align) % align;
+                        end = new_off;
+                    }
+                }
                 l.put(&mut head, at + off_at, w, new_off);
                 l.put(&mut head, at + filesz_at, w, end - new_off);
             }

@@ -221,8 +221,10 @@ impl BlobStore for ObjectBlobStore {
                 .map_err(std::io::Error::other)?;
             match linked {
                 Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
-                Err(e) => return Err(e.into()),
+                // Another filesystem, or one without hard links: copy below.
+                Err(e) => {
+                    tracing::debug!(error = %e, "linking the spooled blob failed; copying it")
+                }
             }
         }
         let mut source = tokio::fs::File::open(file).await?;
@@ -308,8 +310,8 @@ impl BlobStore for ObjectBlobStore {
 /// hard-linked under the blob's name. `link(2)` creates the name atomically
 /// and only once the data is durable, so no staging name is ever visible or
 /// left behind. An existing blob of the same size is the same content (the
-/// name is its hash) and is kept. Fails with `EXDEV` when the spool is on
-/// another filesystem.
+/// name is its hash) and is kept. Fails when the spool is on another
+/// filesystem or links are not supported; the caller then copies.
 fn link_local(root: &Path, file: &Path, sha256: &str) -> std::io::Result<()> {
     let target = root.join(key(sha256).as_ref());
     let dir = target.parent().expect("blob keys have a directory");
@@ -318,7 +320,13 @@ fn link_local(root: &Path, file: &Path, sha256: &str) -> std::io::Result<()> {
     spooled.sync_all()?;
     for _ in 0..2 {
         match std::fs::hard_link(file, &target) {
-            Ok(()) => return std::fs::File::open(dir)?.sync_all(),
+            Ok(()) => {
+                // The new name, and the directories create_dir_all may have made.
+                for d in [dir, dir.parent().unwrap_or(dir)] {
+                    std::fs::File::open(d)?.sync_all()?;
+                }
+                return Ok(());
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 if std::fs::metadata(&target)?.len() == spooled.metadata()?.len() {
                     return Ok(());

@@ -36,6 +36,30 @@ fn native_split_debugs_like_objcopy_and_is_not_larger() {
         "{warnings}"
     );
 
+    // eu-elflint finds nothing in ours that it does not also find in objcopy's.
+    if have("eu-elflint") {
+        let lint = |f: &std::path::Path| -> Vec<String> {
+            let out = Command::new("eu-elflint")
+                .arg("-d")
+                .arg(f)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        };
+        let theirs = lint(&fx.debug);
+        let extra: Vec<String> = lint(&ours)
+            .into_iter()
+            .filter(|l| !theirs.contains(l))
+            .collect();
+        assert!(
+            extra.is_empty(),
+            "eu-elflint complaints only our split has: {extra:?}"
+        );
+    }
+
     // gdb with each debug file beside the stripped binary, found through a
     // .gnu_debuglink made for it (the CRC differs between the two files).
     let run_dir = fx.dir.path().join("run");
