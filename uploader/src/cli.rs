@@ -8,7 +8,8 @@ use clap::Parser;
 ///
 /// Finds the ELF files under PATH..., splits their debug info natively (no
 /// binutils needed), collects the source files their DWARF names, asks the
-/// server once which of these it lacks, and uploads only those, zstd-compressed.
+/// server once which of these it lacks, and uploads only those (zstd-compressed
+/// unless the server is on loopback).
 /// Re-running sends nothing already published.
 ///
 /// Exit codes: 0 everything published (or already there), 1 some file failed
@@ -30,7 +31,8 @@ pub struct Args {
 
     /// Also strip the DWARF from each executable in place, adding a
     /// .gnu_debuglink (like objcopy --strip-debug --add-gnu-debuglink), and
-    /// upload the stripped file as the executable.
+    /// upload the stripped file as the executable. A binary is replaced only
+    /// once its debug info and stripped form are on the server.
     #[arg(long)]
     pub strip: bool,
 
