@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian 12 machine as root: installs and
 # starts what the tests need (scripts/test-services.sh: elfutils'
-# debuginfod-find and debuginfod, gdb, PostgreSQL, s3s-fs), then runs every
-# test of every crate against them. Under CI=true a missing tool fails the
-# run instead of skipping tests.
+# debuginfod-find and debuginfod, gdb, PostgreSQL, s3s-fs, compilers), then
+# runs every test of every crate against them. Under CI=true a missing tool
+# fails the run instead of skipping tests. Ends with one line
+# "tests: N passed, M failed" (also kept in target/test-summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/test-services.sh)"
-cargo test --workspace --locked "$@"
+mkdir -p target
+log=target/test-output.txt
+set +e
+cargo test --workspace --locked "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
+echo "tests: $passed passed, $failed failed" | tee target/test-summary.txt
+exit "$status"
