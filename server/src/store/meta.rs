@@ -523,20 +523,24 @@ impl MetadataStore for SqlMetadata {
     }
 
     async fn known_blobs(&self, hashes: &[String]) -> MetaResult<Vec<bool>> {
-        let mut out = Vec::with_capacity(hashes.len());
-        on_pool!(self, p => {
-            let mut conn = p.acquire().await?;
-            for h in hashes {
-                out.push(
-                    sqlx::query("SELECT 1 FROM blobs WHERE sha256 = $1")
-                        .bind(h)
-                        .fetch_optional(&mut *conn)
-                        .await?
-                        .is_some(),
-                );
-            }
-            Ok::<_, sqlx::Error>(())
-        })?;
-        Ok(out)
+        // One query per 500 hashes (SQLite's and PostgreSQL's parameter
+        // limits are far above that).
+        let mut known = std::collections::HashSet::new();
+        for chunk in hashes.chunks(500) {
+            let list: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT sha256 FROM blobs WHERE sha256 IN ({})",
+                list.join(", ")
+            );
+            let found: Vec<String> = on_pool!(self, p => {
+                let mut q = sqlx::query_scalar::<_, String>(&sql);
+                for h in chunk {
+                    q = q.bind(h);
+                }
+                q.fetch_all(p).await
+            })?;
+            known.extend(found);
+        }
+        Ok(hashes.iter().map(|h| known.contains(h)).collect())
     }
 }

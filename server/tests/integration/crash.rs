@@ -111,6 +111,12 @@ fn a_crash_between_blob_and_commit_leaves_an_orphan_that_is_collected() {
         "the orphan blob should exist after the crash"
     );
 
+    // And an object with no row at all (as a crash in the middle of a
+    // collection, or a stray copy, leaves behind).
+    let stray = objects.join("blobs/ab").join("ab".repeat(32));
+    std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
+    std::fs::write(&stray, b"stray").unwrap();
+
     server.spawn();
     let served = server.get(&format!("/buildid/{}/debuginfo", fx.build_id));
     assert_eq!(served.bytes().unwrap(), std::fs::read(&fx.debug).unwrap());
@@ -123,6 +129,7 @@ fn a_crash_between_blob_and_commit_leaves_an_orphan_that_is_collected() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert!(!stray.exists(), "an object without a row was not collected");
     // Referenced blobs survive collection.
     assert_eq!(
         server
