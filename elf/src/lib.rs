@@ -16,12 +16,14 @@
 //! - [`BuildId`] is a validated, lowercase-hex GNU build-ID.
 
 mod build_id;
+mod content;
 mod inspect;
 mod path;
 mod rewrite;
 mod sources;
 
 pub use build_id::{BuildId, BuildIdError};
+pub use content::content_hash_file;
 pub use inspect::{inspect, ElfInfo, FileKind, Quality, SectionEntry};
 pub use path::{canonical_path, escape_path};
 pub use rewrite::{debuglink_section, only_keep_debug, strip_debug, Input};

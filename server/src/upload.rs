@@ -31,7 +31,7 @@ use crate::app::SharedState;
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
-use crate::store::spool::{hash_file, spool, SpoolError, Spooled};
+use crate::store::spool::{spool, SpoolError, Spooled};
 use crate::store::{StoreError, UploadStatus};
 use crate::zerocopy::PeerAddr;
 
@@ -325,8 +325,8 @@ fn extract_bundle(
             ));
         }
         let temp_path = temp.into_temp_path();
-        let (sha256, size) =
-            hash_file(&temp_path).map_err(|e| ApiError::internal(e.to_string()))?;
+        let (sha256, size) = symtrace_elf::content_hash_file(&temp_path)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
         members.push(Member {
             path,
             file: Spooled {

@@ -7,9 +7,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use symtrace_elf::BuildId;
-
-use symtrace_elf::FileKind;
+use symtrace_elf::{content_hash_file as hash_file, BuildId, FileKind};
 
 use crate::discover::{map_file, ElfFile, Group};
 use crate::framepointers::{self, FramePointerReport};
@@ -104,13 +102,6 @@ impl<W: Write> Write for HashingWriter<W> {
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
     }
-}
-
-fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
-    let mut file = std::fs::File::open(path)?;
-    let mut sha = Sha256::new();
-    let size = std::io::copy(&mut file, &mut sha)?;
-    Ok((hex::encode(sha.finalize()), size))
 }
 
 /// Writes `f(writer)` to `path`, returning (sha256, crc32, size).

@@ -171,13 +171,7 @@ impl SymbolStore {
             let served = self.served_sha(build_id, kind).await?;
             return Ok(outcome(UploadStatus::Unchanged, served, source_names.len()));
         }
-        if !self
-            .meta
-            .claim_blob(&body.sha256, body.size as i64, now_ms())
-            .await?
-        {
-            self.blobs.put_file(&body.sha256, &body.path).await?;
-        }
+        self.store_blob(body).await?;
         crash_point("after_blob_put");
         let default_name = match kind {
             ArtifactKind::Executable => build_id.to_string(),
@@ -235,6 +229,20 @@ impl SymbolStore {
             .unwrap_or_default())
     }
 
+    /// Claims the body's blob, then writes its object unless a committed
+    /// reference proves it is already stored (see `gc` for why the claim
+    /// comes first).
+    async fn store_blob(&self, body: &Spooled) -> Result<(), StoreError> {
+        let referenced = self
+            .meta
+            .claim_blob(&body.sha256, body.size as i64, now_ms())
+            .await?;
+        if !referenced {
+            self.blobs.put_file(&body.sha256, &body.path).await?;
+        }
+        Ok(())
+    }
+
     /// Stores a source file at a path the build-ID's DWARF names. `trusted`
     /// (federated fetches) skips that check and records the name.
     pub async fn ingest_source(
@@ -264,13 +272,7 @@ impl SymbolStore {
                 return Ok(UploadStatus::Unchanged);
             }
         }
-        if !self
-            .meta
-            .claim_blob(&body.sha256, body.size as i64, now_ms())
-            .await?
-        {
-            self.blobs.put_file(&body.sha256, &body.path).await?;
-        }
+        self.store_blob(body).await?;
         let source = SourceFile {
             build_id: build_id.to_string(),
             path,

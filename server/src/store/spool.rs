@@ -67,14 +67,6 @@ where
     })
 }
 
-/// Hashes a local file (for bundle members extracted on disk).
-pub fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let size = std::io::copy(&mut file, &mut hasher)?;
-    Ok((hex::encode(hasher.finalize()), size))
-}
-
 /// Removes spool files a crash left behind.
 pub fn clear_spool_dir(dir: &Path) -> std::io::Result<usize> {
     std::fs::create_dir_all(dir)?;
