@@ -1,0 +1,124 @@
+//! Symbolizes addresses read from stdin (hex, one per line), printing
+//! llvm-symbolizer's `--inlines` layout: per address, one `function` and one
+//! `file:line:column` line per frame, innermost first, then a blank line.
+//!
+//! ```text
+//! symbolize dwarf FILE            < addrs   # straight from DWARF
+//! symbolize build FILE INDEX              # write the index, print stats
+//! symbolize index INDEX [--warm N] < addrs  # from a prebuilt index
+//! symbolize cold FILE             < addrs   # build the index in memory, then answer
+//! ```
+//! `--raw` prints linkage names instead of demangled ones. Timings go to
+//! stderr.
+
+use std::io::{BufRead, Write};
+use std::time::Instant;
+
+use symtrace_symbolize::{index, DwarfSymbolizer, FrameRef, Inputs, SymbolIndex};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args.first().map(String::as_str).unwrap_or("");
+    let start = Instant::now();
+    match mode {
+        "build" => {
+            let data = std::fs::read(&args[1]).expect("reading the ELF file");
+            let (bytes, stats) = index::build_with_stats(&Inputs::new(&data)).expect("building");
+            std::fs::write(&args[2], &bytes).expect("writing the index");
+            eprintln!(
+                "built {} bytes in {:?}: {stats:?} ({:.1}% of the file)",
+                bytes.len(),
+                start.elapsed(),
+                100.0 * bytes.len() as f64 / data.len() as f64
+            );
+        }
+        "dwarf" => {
+            let addrs = read_addresses();
+            let data = std::fs::read(&args[1]).expect("reading the ELF file");
+            let symbolizer = DwarfSymbolizer::new(&Inputs::new(&data)).expect("opening");
+            let answers = symbolizer.symbolize(&addrs).expect("symbolizing");
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for answer in &answers {
+                let frames: Vec<FrameRef<'_>> = match answer {
+                    Ok((_, frames)) => frames.iter().map(|f| f.as_ref()).collect(),
+                    Err(_) => Vec::new(),
+                };
+                print_frames(&mut out, &frames);
+            }
+            out.flush().unwrap();
+            eprintln!("{} addresses in {:?}", addrs.len(), start.elapsed());
+        }
+        "index" | "cold" => {
+            let addrs = read_addresses();
+            let index = if mode == "index" {
+                let data = std::fs::read(&args[1]).expect("reading the index");
+                SymbolIndex::new(data).expect("opening the index")
+            } else {
+                let data = std::fs::read(&args[1]).expect("reading the ELF file");
+                SymbolIndex::new(index::build(&Inputs::new(&data)).expect("building")).unwrap()
+            };
+            let mut frames = Vec::new();
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for &a in &addrs {
+                let _ = index.lookup(a, &mut frames);
+                print_frames(&mut out, &frames);
+            }
+            out.flush().unwrap();
+            eprintln!("{} addresses in {:?}", addrs.len(), start.elapsed());
+            let warm: usize = args
+                .iter()
+                .position(|a| a == "--warm")
+                .and_then(|i| args.get(i + 1)?.parse().ok())
+                .unwrap_or(0);
+            if warm > 0 {
+                let t = Instant::now();
+                let mut count = 0usize;
+                for _ in 0..warm {
+                    for &a in &addrs {
+                        let _ = index.lookup(a, &mut frames);
+                        count += frames.len();
+                    }
+                }
+                let secs = t.elapsed().as_secs_f64();
+                eprintln!(
+                    "warm: {:.0} addresses/s ({count} frames)",
+                    (warm * addrs.len()) as f64 / secs
+                );
+            }
+        }
+        _ => {
+            eprintln!("usage: symbolize dwarf|build|index|cold FILE [INDEX] [--warm N] < addresses");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn read_addresses() -> Vec<u64> {
+    std::io::stdin()
+        .lock()
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| {
+            let l = l.trim();
+            u64::from_str_radix(l.trim_start_matches("0x"), 16).ok()
+        })
+        .collect()
+}
+
+fn print_frames(out: &mut impl Write, frames: &[FrameRef<'_>]) {
+    let raw = std::env::args().any(|a| a == "--raw");
+    if frames.is_empty() {
+        let _ = writeln!(out, "??\n??:0:0");
+    }
+    for f in frames {
+        let _ = writeln!(
+            out,
+            "{}\n{}:{}:{}",
+            if raw { f.linkage_name.or(f.function) } else { f.function }.unwrap_or("??"),
+            f.file.unwrap_or("??"),
+            f.line,
+            f.column
+        );
+    }
+    let _ = writeln!(out);
+}

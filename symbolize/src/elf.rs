@@ -1,0 +1,130 @@
+//! The ELF files one build-ID's answers come from, and their DWARF sections
+//! (decompressed once, zlib or zstd).
+
+use std::borrow::Cow;
+
+use gimli::{EndianSlice, RunTimeEndian, SectionId};
+use object::{Object, ObjectSection};
+
+use crate::Error;
+
+/// The files describing one build-ID.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'data> {
+    /// The best file: the debuginfo file, or the executable when that is all
+    /// there is. Its DWARF and symbol tables are used first.
+    pub primary: &'data [u8],
+    /// The executable, when `primary` is a separate debug file: its
+    /// `.symtab`/`.dynsym` are used when `primary` has none (a debug file
+    /// made by `--only-keep-debug` keeps `.symtab` but never `.dynsym`).
+    pub executable: Option<&'data [u8]>,
+    /// The supplementary file (`.gnu_debugaltlink`, made by `dwz -m`).
+    pub supplementary: Option<&'data [u8]>,
+}
+
+impl<'data> Inputs<'data> {
+    /// Just one file.
+    pub fn new(primary: &'data [u8]) -> Self {
+        Self {
+            primary,
+            executable: None,
+            supplementary: None,
+        }
+    }
+}
+
+/// The supplementary file a DWARF file refers to: its path as written and
+/// its build-ID (lower-case hex).
+pub fn debug_alt_link(data: &[u8]) -> Result<Option<(String, String)>, Error> {
+    let file = object::File::parse(data)?;
+    Ok(file.gnu_debugaltlink()?.map(|(path, id)| {
+        (
+            String::from_utf8_lossy(path).into_owned(),
+            id.iter().map(|b| format!("{b:02x}")).collect(),
+        )
+    }))
+}
+
+pub(crate) type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
+
+/// The DWARF sections of one file, decompressed.
+pub(crate) struct DwarfSections<'data> {
+    endian: RunTimeEndian,
+    sections: Vec<(SectionId, Cow<'data, [u8]>)>,
+}
+
+impl<'data> DwarfSections<'data> {
+    pub fn load(file: &object::File<'data>) -> Result<Self, Error> {
+        let endian = if file.is_little_endian() {
+            RunTimeEndian::Little
+        } else {
+            RunTimeEndian::Big
+        };
+        let mut sections = Vec::new();
+        for id in ALL_SECTIONS {
+            if let Some(section) = file.section_by_name(id.name()) {
+                sections.push((*id, section.uncompressed_data()?));
+            }
+        }
+        Ok(Self { endian, sections })
+    }
+
+    pub fn has_debug_info(&self) -> bool {
+        self.sections
+            .iter()
+            .any(|(id, data)| *id == SectionId::DebugInfo && !data.is_empty())
+    }
+
+    pub fn dwarf(&self) -> gimli::Dwarf<Reader<'_>> {
+        let load = |id: SectionId| -> Result<Reader<'_>, gimli::Error> {
+            let data = self
+                .sections
+                .iter()
+                .find(|(s, _)| *s == id)
+                .map(|(_, d)| d.as_ref())
+                .unwrap_or(&[]);
+            Ok(EndianSlice::new(data, self.endian))
+        };
+        let mut dwarf = gimli::Dwarf::load(load).expect("loading from memory cannot fail");
+        dwarf.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+        dwarf
+    }
+}
+
+const ALL_SECTIONS: &[SectionId] = &[
+    SectionId::DebugAbbrev,
+    SectionId::DebugAddr,
+    SectionId::DebugAranges,
+    SectionId::DebugInfo,
+    SectionId::DebugLine,
+    SectionId::DebugLineStr,
+    SectionId::DebugStr,
+    SectionId::DebugStrOffsets,
+    SectionId::DebugRanges,
+    SectionId::DebugRngLists,
+];
+
+/// The DWARF of `inputs`, with the supplementary file attached.
+pub(crate) struct LoadedDwarf<'data> {
+    pub primary: DwarfSections<'data>,
+    pub sup: Option<DwarfSections<'data>>,
+}
+
+impl<'data> LoadedDwarf<'data> {
+    pub fn load(inputs: &Inputs<'data>) -> Result<Self, Error> {
+        let primary = DwarfSections::load(&object::File::parse(inputs.primary)?)?;
+        let sup = match inputs.supplementary {
+            Some(data) => Some(DwarfSections::load(&object::File::parse(data)?)?),
+            None => None,
+        };
+        Ok(Self { primary, sup })
+    }
+
+    pub fn dwarf(&self) -> gimli::Dwarf<Reader<'_>> {
+        let mut dwarf = self.primary.dwarf();
+        if let Some(sup) = &self.sup {
+            dwarf.set_sup(sup.dwarf());
+        }
+        dwarf
+    }
+}

@@ -1,0 +1,293 @@
+//! The per-build-ID symbol index: built once ([`build`]), then read in place
+//! ([`SymbolIndex`]) with one binary search per address.
+
+mod build;
+pub mod format;
+
+use std::ops::Range;
+
+pub use build::{build, build_with_stats, BuildStats};
+use format::{Function, Header, Location, StrRef, SymbolEntry, HEADER_LEN, NONE};
+
+use crate::{Error, FrameRef, Miss, Source};
+
+/// An opened, validated index. Holds its bytes (a `Vec`, an mmap, a
+/// `bytes::Bytes`…) and borrows every answer from them.
+pub struct SymbolIndex {
+    data: Box<dyn AsRef<[u8]> + Send + Sync>,
+    /// Copy of `data` when it was not 8-byte aligned.
+    aligned: Option<Vec<u64>>,
+    header: Header,
+    starts: Range<usize>,
+    locs: Range<usize>,
+    locations: Range<usize>,
+    functions: Range<usize>,
+    files: Range<usize>,
+    symbols: Range<usize>,
+    strings: Range<usize>,
+}
+
+impl std::fmt::Debug for SymbolIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SymbolIndex")
+            .field("bytes", &self.bytes().len())
+            .field("ranges", &self.header.ranges)
+            .field("locations", &self.header.locations)
+            .field("functions", &self.header.functions)
+            .finish()
+    }
+}
+
+fn bad(what: impl Into<String>) -> Error {
+    Error::Index(what.into())
+}
+
+impl SymbolIndex {
+    /// Opens an index, checking every table and cross-reference once so
+    /// that lookups cannot fail or panic later.
+    pub fn new(data: impl AsRef<[u8]> + Send + Sync + 'static) -> Result<Self, Error> {
+        let data: Box<dyn AsRef<[u8]> + Send + Sync> = Box::new(data);
+        let bytes = AsRef::<[u8]>::as_ref(&*data);
+        let aligned = (bytes.as_ptr() as usize % 8 != 0).then(|| {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+            words
+        });
+        let mut index = Self {
+            data,
+            aligned,
+            header: bytemuck::Zeroable::zeroed(),
+            starts: 0..0,
+            locs: 0..0,
+            locations: 0..0,
+            functions: 0..0,
+            files: 0..0,
+            symbols: 0..0,
+            strings: 0..0,
+        };
+        index.layout()?;
+        index.validate()?;
+        Ok(index)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match &self.aligned {
+            Some(words) => &bytemuck::cast_slice(words)[..AsRef::<[u8]>::as_ref(&*self.data).len()],
+            None => AsRef::<[u8]>::as_ref(&*self.data),
+        }
+    }
+
+    fn layout(&mut self) -> Result<(), Error> {
+        let bytes = self.bytes();
+        let head = bytes
+            .get(..HEADER_LEN)
+            .ok_or_else(|| bad(format!("{} bytes is shorter than the header", bytes.len())))?;
+        let header: Header = bytemuck::pod_read_unaligned(head);
+        if header.magic != format::MAGIC {
+            return Err(bad("not a symtrace symbol index (bad magic)"));
+        }
+        if header.version != format::VERSION {
+            return Err(bad(format!(
+                "format version {}, this build reads version {}",
+                header.version,
+                format::VERSION
+            )));
+        }
+        let len = bytes.len();
+        let mut at = format::align8(HEADER_LEN);
+        let mut next = |count: u64, size: usize| -> Result<Range<usize>, Error> {
+            let n = usize::try_from(count)
+                .ok()
+                .and_then(|c| c.checked_mul(size))
+                .ok_or_else(|| bad("table size overflows"))?;
+            let end = at.checked_add(n).filter(|&e| e <= len);
+            let end = end.ok_or_else(|| bad(format!("truncated: a table ends past {len} bytes")))?;
+            let range = at..end;
+            at = format::align8(end);
+            Ok(range)
+        };
+        self.starts = next(header.ranges.into(), 4)?;
+        self.locs = next(header.ranges.into(), 4)?;
+        self.locations = next(header.locations.into(), size_of::<Location>())?;
+        self.functions = next(header.functions.into(), size_of::<Function>())?;
+        self.files = next(header.files.into(), size_of::<StrRef>())?;
+        self.symbols = next(header.symbols.into(), size_of::<SymbolEntry>())?;
+        self.strings = next(header.strings_len, 1)?;
+        self.header = header;
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let h = &self.header;
+        let strings = std::str::from_utf8(self.strings())
+            .map_err(|e| bad(format!("names are not UTF-8: {e}")))?;
+        let check_str = |r: &StrRef| {
+            let (start, end) = (r.offset as usize, r.offset as usize + r.len as usize);
+            end <= strings.len() && strings.is_char_boundary(start) && strings.is_char_boundary(end)
+        };
+        if !self.starts().windows(2).all(|w| w[0] < w[1]) {
+            return Err(bad("ranges are not sorted"));
+        }
+        if !self.locs().iter().all(|&l| l == NONE || l < h.locations) {
+            return Err(bad("a range points past the locations"));
+        }
+        for (i, l) in self.locations().iter().enumerate() {
+            let ok = (l.function == NONE || l.function < h.functions)
+                && (l.file == NONE || l.file < h.files)
+                && (l.inlined_into == NONE || (l.inlined_into as usize) < i);
+            if !ok {
+                return Err(bad(format!("location {i} is inconsistent")));
+            }
+        }
+        if !self
+            .functions()
+            .iter()
+            .all(|f| check_str(&f.name) && check_str(&f.raw))
+            || !self.files().iter().all(check_str)
+        {
+            return Err(bad("a name lies outside the string table"));
+        }
+        let symbols = self.symbols();
+        if !symbols.windows(2).all(|w| w[0].address < w[1].address)
+            || !symbols.iter().all(|s| s.function < h.functions)
+        {
+            return Err(bad("the symbol table is inconsistent"));
+        }
+        Ok(())
+    }
+
+    fn starts(&self) -> &[u32] {
+        bytemuck::cast_slice(&self.bytes()[self.starts.clone()])
+    }
+    fn locs(&self) -> &[u32] {
+        bytemuck::cast_slice(&self.bytes()[self.locs.clone()])
+    }
+    fn locations(&self) -> &[Location] {
+        bytemuck::cast_slice(&self.bytes()[self.locations.clone()])
+    }
+    fn functions(&self) -> &[Function] {
+        bytemuck::cast_slice(&self.bytes()[self.functions.clone()])
+    }
+    fn files(&self) -> &[StrRef] {
+        bytemuck::cast_slice(&self.bytes()[self.files.clone()])
+    }
+    fn symbols(&self) -> &[SymbolEntry] {
+        bytemuck::cast_slice(&self.bytes()[self.symbols.clone()])
+    }
+    fn strings(&self) -> &[u8] {
+        &self.bytes()[self.strings.clone()]
+    }
+
+    fn str(&self, r: StrRef) -> &str {
+        let bytes = &self.strings()[r.offset as usize..(r.offset + r.len) as usize];
+        // Validated in `new`: the table is UTF-8 and `r` is on boundaries.
+        std::str::from_utf8(bytes).unwrap_or("")
+    }
+
+    /// Size of the index in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// Whether the index describes nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.header.ranges == 0 && self.header.symbols == 0
+    }
+
+    /// Whether the indexed file had DWARF.
+    pub fn has_dwarf(&self) -> bool {
+        self.header.flags & format::FLAG_DWARF != 0
+    }
+
+    /// The best source this index can answer from.
+    pub fn best_source(&self) -> Option<Source> {
+        if self.header.ranges > 0 {
+            Some(Source::Dwarf)
+        } else if self.header.symbols > 0 {
+            Some(self.symbol_source())
+        } else {
+            None
+        }
+    }
+
+    fn symbol_source(&self) -> Source {
+        if self.header.flags & format::FLAG_DYNSYM != 0 {
+            Source::Dynsym
+        } else {
+            Source::Symtab
+        }
+    }
+
+    fn function(&self, id: u32) -> (Option<&str>, Option<&str>) {
+        match self.functions().get(id as usize) {
+            Some(f) => (
+                Some(self.str(f.name)),
+                (f.raw.len > 0).then(|| self.str(f.raw)),
+            ),
+            None => (None, None),
+        }
+    }
+
+    fn symbol_at(&self, address: u64) -> Option<&SymbolEntry> {
+        let symbols = self.symbols();
+        let i = symbols.partition_point(|s| s.address <= address);
+        let s = symbols.get(i.checked_sub(1)?)?;
+        let end = match s.size {
+            0 => symbols.get(i).map_or(u64::MAX, |n| n.address),
+            size => s.address.saturating_add(size),
+        };
+        (address < end).then_some(s)
+    }
+
+    /// Frames for `address`, innermost first, into `out` (cleared first).
+    pub fn lookup<'a>(&'a self, address: u64, out: &mut Vec<FrameRef<'a>>) -> Result<Source, Miss> {
+        out.clear();
+        let mut loc = NONE;
+        if let Some(rel) = address
+            .checked_sub(self.header.base)
+            .and_then(|r| u32::try_from(r).ok())
+        {
+            let starts = self.starts();
+            let i = starts.partition_point(|&s| s <= rel);
+            if i > 0 {
+                loc = self.locs()[i - 1];
+            }
+        }
+        let locations = self.locations();
+        while let Some(l) = locations.get(loc as usize) {
+            let (function, linkage_name) = self.function(l.function);
+            out.push(FrameRef {
+                function,
+                linkage_name,
+                file: self.files().get(l.file as usize).map(|f| self.str(*f)),
+                line: l.line,
+                column: l.column,
+            });
+            loc = l.inlined_into;
+        }
+        if let Some(outermost) = out.last_mut() {
+            // Like llvm-symbolizer (and perf): the function that was not
+            // inlined is named by the symbol table when it has a symbol
+            // here, which tells `foo.cold` and `foo.isra.0` from `foo`.
+            if let Some(s) = self.symbol_at(address) {
+                (outermost.function, outermost.linkage_name) = self.function(s.function);
+            }
+            return Ok(Source::Dwarf);
+        }
+        match self.symbol_at(address) {
+            Some(s) => {
+                let (function, linkage_name) = self.function(s.function);
+                out.push(FrameRef {
+                    function,
+                    linkage_name,
+                    file: None,
+                    line: 0,
+                    column: 0,
+                });
+                Ok(self.symbol_source())
+            }
+            None if self.best_source().is_none() => Err(Miss::NoSymbols),
+            None => Err(Miss::OutsideFunctions),
+        }
+    }
+}
