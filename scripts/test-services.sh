@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite needs, on a fresh Debian 12 machine
 # as root: the debuginfod clients (elfutils' debuginfod-find, gdb), binutils
-# and gcc for fixtures, PostgreSQL 15, and s3s-fs as the S3-compatible server.
+# gcc, clang and dwz for fixtures, llvm-symbolizer-19 as the symbolizer
+# reference, PostgreSQL 15, and s3s-fs as the S3-compatible server.
 # Idempotent: what is installed or running already is left alone.
 #
 # Prints the environment the tests read (source it: `. <(scripts/test-services.sh)`
@@ -16,7 +17,8 @@ log() { echo "test-services: $*" >&2; }
 
 need_apt=()
 for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:binutils gcc:gcc \
-            pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++ dwz:dwz; do
+            pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++ dwz:dwz \
+            llvm-symbolizer-19:llvm-19; do
   tool=${pair%%:*}; pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

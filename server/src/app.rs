@@ -26,6 +26,7 @@ pub struct AppState {
     pub federation: Option<Arc<Federation>>,
     pub metrics: PrometheusHandle,
     pub upload_slots: Semaphore,
+    pub symbolizer: Arc<crate::symbolize::SymbolizeService>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -34,6 +35,7 @@ pub fn router(state: SharedState) -> Router {
     Router::new()
         .merge(crate::debuginfod::routes())
         .merge(crate::upload::routes())
+        .merge(crate::symbolize::api::routes())
         .route("/", get(home))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))

@@ -12,7 +12,8 @@ use clap::Parser;
 ///
 /// Serves /buildid/ID/{debuginfo,executable,source/PATH,section/NAME} to
 /// debuginfod clients (gdb, perf, debuginfod-find), accepts uploads on
-/// /api/v1/debuginfo, and federates misses to upstream debuginfod servers.
+/// /api/v1/debuginfo, federates misses to upstream debuginfod servers, and
+/// turns addresses into functions, files and lines on /api/v1/symbolize.
 #[derive(Parser, Clone)]
 #[command(name = "symtrace-server", version, about, long_about)]
 pub struct Config {
@@ -123,9 +124,48 @@ pub struct Config {
     )]
     pub lookup_cache_ms: u64,
 
+    /// Memory budget, in bytes, for symbol indexes kept open (least
+    /// recently used ones are dropped first).
+    #[arg(long, env = "SYMTRACE_SYMBOL_CACHE_BYTES", default_value_t = 1 << 30)]
+    pub symbol_cache_bytes: u64,
+
+    /// Most addresses accepted by one /api/v1/symbolize request.
+    #[arg(
+        long,
+        env = "SYMTRACE_MAX_SYMBOLIZE_ADDRESSES",
+        default_value_t = 100_000
+    )]
+    pub max_symbolize_addresses: usize,
+
     /// Log format: text or json. Verbosity comes from RUST_LOG (default info).
     #[arg(long, env = "SYMTRACE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Operator commands; without one, the server runs.
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum Command {
+    /// Symbolizes addresses of one build-ID through a running server and
+    /// prints frames innermost first, like `llvm-symbolizer --inlines`.
+    Symbolize {
+        /// GNU build-ID (hex).
+        build_id: String,
+        /// ELF virtual addresses (hex, with or without 0x).
+        #[arg(required = true)]
+        addresses: Vec<String>,
+        /// The server to ask.
+        #[arg(long, env = "SYMTRACE_URL", default_value = "http://127.0.0.1:8002")]
+        server: String,
+        /// Bearer token for a server that requires read tokens.
+        #[arg(long, env = "SYMTRACE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Print the JSON answer as it came.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

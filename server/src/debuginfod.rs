@@ -36,7 +36,7 @@ pub fn routes() -> Router<SharedState> {
         .route("/metadata", get(metadata))
 }
 
-fn forwarding(headers: &HeaderMap, peer: SocketAddr) -> Forwarding {
+pub(crate) fn forwarding(headers: &HeaderMap, peer: SocketAddr) -> Forwarding {
     let text = |name| {
         headers
             .get(name)

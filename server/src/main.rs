@@ -9,6 +9,7 @@ mod federation;
 mod metrics;
 mod serve;
 mod store;
+mod symbolize;
 mod upload;
 mod zerocopy;
 
@@ -21,7 +22,7 @@ use tokio::sync::Semaphore;
 
 use crate::app::AppState;
 use crate::auth::Auth;
-use crate::config::{Config, LogFormat};
+use crate::config::{Command, Config, LogFormat};
 use crate::federation::Federation;
 use crate::store::blobs::ObjectBlobStore;
 use crate::store::meta::SqlMetadata;
@@ -31,6 +32,16 @@ use crate::zerocopy::PeerAddr;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
+    if let Some(Command::Symbolize {
+        build_id,
+        addresses,
+        server,
+        token,
+        json,
+    }) = &config.command
+    {
+        return symbolize::cli::run(build_id, addresses, server, token.as_deref(), *json).await;
+    }
     init_tracing(config.log_format);
     run(config).await
 }
@@ -105,6 +116,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         upload_slots: Semaphore::new(config.max_concurrent_uploads.max(1)),
         metrics: metrics::recorder()?,
         config: config.clone(),
+        symbolizer: symbolize::SymbolizeService::new(
+            store.clone(),
+            federation.clone(),
+            config.symbol_cache_bytes,
+        ),
         store,
         auth,
         federation,

@@ -87,7 +87,9 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: symbolize dwarf|build|index|cold FILE [INDEX] [--warm N] < addresses");
+            eprintln!(
+                "usage: symbolize dwarf|build|index|cold FILE [INDEX] [--warm N] < addresses"
+            );
             std::process::exit(2);
         }
     }
@@ -114,7 +116,12 @@ fn print_frames(out: &mut impl Write, frames: &[FrameRef<'_>]) {
         let _ = writeln!(
             out,
             "{}\n{}:{}:{}",
-            if raw { f.linkage_name.or(f.function) } else { f.function }.unwrap_or("??"),
+            if raw {
+                f.linkage_name.or(f.function)
+            } else {
+                f.function
+            }
+            .unwrap_or("??"),
             f.file.unwrap_or("??"),
             f.line,
             f.column

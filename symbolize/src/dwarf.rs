@@ -38,6 +38,16 @@ impl<'data> DwarfSymbolizer<'data> {
         Ok(Self { dwarf, symbols })
     }
 
+    /// The best source these files can answer from (`None`: no DWARF and
+    /// no symbol table).
+    pub fn best_source(&self) -> Option<Source> {
+        if self.dwarf.is_some() {
+            Some(Source::Dwarf)
+        } else {
+            self.symbols.source
+        }
+    }
+
     /// Answers for `addresses`, in their order.
     pub fn symbolize(&self, addresses: &[u64]) -> Result<Vec<Answer>, Error> {
         if addresses.len() > crate::MAX_BATCH {
@@ -67,7 +77,12 @@ impl<'data> DwarfSymbolizer<'data> {
         }
         Ok(addresses
             .iter()
-            .map(|a| answers[order.binary_search(a).expect("every address is in the sorted set")].clone())
+            .map(|a| {
+                answers[order
+                    .binary_search(a)
+                    .expect("every address is in the sorted set")]
+                .clone()
+            })
             .collect())
     }
 
@@ -93,7 +108,11 @@ impl<'data> DwarfSymbolizer<'data> {
                 None => (None, None),
             };
             let (file, line, column) = match frame.location {
-                Some(l) => (l.file.map(str::to_owned), l.line.unwrap_or(0), l.column.unwrap_or(0)),
+                Some(l) => (
+                    l.file.map(str::to_owned),
+                    l.line.unwrap_or(0),
+                    l.column.unwrap_or(0),
+                ),
                 None => (None, 0, 0),
             };
             frames.push(Frame {

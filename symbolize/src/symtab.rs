@@ -29,7 +29,8 @@ impl<'data> SymbolTable<'data> {
             Some(data) => Some(object::File::parse(data)?),
             None => None,
         };
-        let files: Vec<&object::File<'data>> = std::iter::once(&primary).chain(exe.as_ref()).collect();
+        let files: Vec<&object::File<'data>> =
+            std::iter::once(&primary).chain(exe.as_ref()).collect();
         for file in &files {
             let symbols = collect(file, file.symbols());
             if !symbols.is_empty() {

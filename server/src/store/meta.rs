@@ -75,6 +75,18 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn delete(&self, build_id: &str, kind: Option<ArtifactKind>) -> MetaResult<u64>;
     /// Marks unreferenced blobs as orphans (at `now`). Returns how many.
     async fn mark_orphans(&self, now: i64) -> MetaResult<u64>;
+    /// The stored symbol index for a source key: (blob sha256, size).
+    async fn symbol_index(&self, source_key: &str) -> MetaResult<Option<(String, i64)>>;
+    /// Records a symbol index whose blob is stored (claimed first, like any
+    /// blob).
+    async fn commit_symbol_index(
+        &self,
+        source_key: &str,
+        primary_sha256: &str,
+        sha256: &str,
+        size: i64,
+        now: i64,
+    ) -> MetaResult<()>;
     /// Blobs orphaned before `cutoff` (candidates for [`Self::delete_orphan`]).
     async fn expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>>;
     /// Deletes one expired orphan: in one transaction, re-checks that the row
@@ -229,7 +241,8 @@ impl MetadataStore for SqlMetadata {
                      VALUES ($1, $2, NULL, $3, NULL) \
                      ON CONFLICT (sha256) DO UPDATE SET orphaned_at = NULL";
         let referenced = "SELECT 1 WHERE EXISTS (SELECT 1 FROM artifacts WHERE sha256 = $1) \
-                          OR EXISTS (SELECT 1 FROM sources WHERE sha256 = $1)";
+                          OR EXISTS (SELECT 1 FROM sources WHERE sha256 = $1) \
+                          OR EXISTS (SELECT 1 FROM symbol_indexes WHERE sha256 = $1)";
         on_pool!(self, p => {
             sqlx::query(claim).bind(sha256).bind(size).bind(now).execute(p).await?;
             sqlx::query(referenced).bind(sha256).fetch_optional(p).await.map(|r| r.is_some())
@@ -481,10 +494,43 @@ impl MetadataStore for SqlMetadata {
     }
 
     async fn mark_orphans(&self, now: i64) -> MetaResult<u64> {
+        // Indexes of files no artifact references any more go first; their
+        // blobs are then unreferenced like any other.
+        let stale = "DELETE FROM symbol_indexes WHERE NOT EXISTS \
+                     (SELECT 1 FROM artifacts a WHERE a.sha256 = symbol_indexes.primary_sha256)";
+        on_pool!(self, p => sqlx::query(stale).execute(p).await.map(|_| ()))?;
         let sql = "UPDATE blobs SET orphaned_at = $1 WHERE orphaned_at IS NULL \
                    AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256) \
-                   AND NOT EXISTS (SELECT 1 FROM sources s WHERE s.sha256 = blobs.sha256)";
+                   AND NOT EXISTS (SELECT 1 FROM sources s WHERE s.sha256 = blobs.sha256) \
+                   AND NOT EXISTS (SELECT 1 FROM symbol_indexes i WHERE i.sha256 = blobs.sha256)";
         on_pool!(self, p => sqlx::query(sql).bind(now).execute(p).await.map(|r| r.rows_affected()))
+    }
+
+    async fn symbol_index(&self, source_key: &str) -> MetaResult<Option<(String, i64)>> {
+        let sql = "SELECT sha256, size FROM symbol_indexes WHERE source_key = $1";
+        on_pool!(self, p => sqlx::query_as::<_, (String, i64)>(sql).bind(source_key).fetch_optional(p).await)
+    }
+
+    async fn commit_symbol_index(
+        &self,
+        source_key: &str,
+        primary_sha256: &str,
+        sha256: &str,
+        size: i64,
+        now: i64,
+    ) -> MetaResult<()> {
+        let sql = "INSERT INTO symbol_indexes (source_key, primary_sha256, sha256, size, created_at) \
+                   VALUES ($1, $2, $3, $4, $5) ON CONFLICT (source_key) DO UPDATE \
+                   SET sha256 = excluded.sha256, size = excluded.size, created_at = excluded.created_at";
+        on_pool!(self, p => sqlx::query(sql)
+            .bind(source_key)
+            .bind(primary_sha256)
+            .bind(sha256)
+            .bind(size)
+            .bind(now)
+            .execute(p)
+            .await
+            .map(|_| ()))
     }
 
     async fn expired_orphans(&self, cutoff: i64) -> MetaResult<Vec<String>> {

@@ -243,6 +243,35 @@ impl SymbolStore {
         Ok(())
     }
 
+    /// Stores bytes derived from stored files (a symbol index) as a blob,
+    /// durably, and returns its hash. The caller records the reference.
+    pub async fn store_derived(&self, bytes: Vec<u8>) -> Result<Spooled, StoreError> {
+        let dir = self.spool_dir.clone();
+        let spooled = tokio::task::spawn_blocking(move || spool::spool_bytes(&bytes, &dir))
+            .await
+            .map_err(std::io::Error::other)
+            .map_err(BlobError::Io)?
+            .map_err(BlobError::Io)?;
+        self.store_blob(&spooled).await?;
+        Ok(spooled)
+    }
+
+    /// A whole blob's bytes: mapped in place from a local store; from a
+    /// remote one, downloaded into the spool directory and mapped there.
+    pub async fn blob_bytes(&self, sha256: &str) -> Result<bytes::Bytes, BlobError> {
+        match self.blobs.get(sha256, None).await? {
+            blobs::BlobBody::Bytes(bytes) => Ok(bytes),
+            blobs::BlobBody::Stream(stream) => {
+                let file = tempfile::tempfile_in(&self.spool_dir)?;
+                let mut writer = tokio::fs::File::from_std(file.try_clone()?);
+                let mut reader = tokio_util::io::StreamReader::new(stream);
+                tokio::io::copy(&mut reader, &mut writer).await?;
+                let mapping = crate::zerocopy::FileMapping::new(file)?;
+                Ok(bytes::Bytes::from_owner(mapping))
+            }
+        }
+    }
+
     /// Stores a source file at a path the build-ID's DWARF names. `trusted`
     /// (federated fetches) skips that check and records the name.
     pub async fn ingest_source(

@@ -80,3 +80,17 @@ pub fn clear_spool_dir(dir: &Path) -> std::io::Result<usize> {
     }
     Ok(removed)
 }
+
+/// Writes `bytes` to a new spool file, fsynced, with its hash.
+pub fn spool_bytes(bytes: &[u8], dir: &Path) -> std::io::Result<Spooled> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    Ok(Spooled {
+        sha256: hex::encode(Sha256::digest(bytes)),
+        size: bytes.len() as u64,
+        path: file.into_temp_path(),
+    })
+}

@@ -12,3 +12,4 @@ mod federation;
 mod gdb;
 mod quality;
 mod replicas;
+mod symbolize;

@@ -466,7 +466,9 @@ impl<'u, 'a, 'd, 'r> UnitBuilder<'u, 'a, 'd, 'r> {
         if let Some(&id) = self.file_ids.get(&index) {
             return id;
         }
-        let id = self.render_file(index).map_or(NONE, |path| self.tables.file(&path));
+        let id = self
+            .render_file(index)
+            .map_or(NONE, |path| self.tables.file(&path));
         self.file_ids.insert(index, id);
         id
     }
@@ -509,7 +511,11 @@ impl<'u, 'a, 'd, 'r> UnitBuilder<'u, 'a, 'd, 'r> {
                     self.rows.pop();
                 }
                 // Sequences of discarded code (linked at 0) are noise.
-                if self.rows.get(sequence_start).is_some_and(|r| r.address == 0) {
+                if self
+                    .rows
+                    .get(sequence_start)
+                    .is_some_and(|r| r.address == 0)
+                {
                     self.rows.truncate(sequence_start);
                 } else if self.rows.len() > sequence_start {
                     self.rows.push(Row {
@@ -524,7 +530,9 @@ impl<'u, 'a, 'd, 'r> UnitBuilder<'u, 'a, 'd, 'r> {
                 continue;
             }
             let file_index = row.file_index();
-            let line = row.line().map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
+            let line = row
+                .line()
+                .map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
             let column = match row.column() {
                 gimli::ColumnType::LeftEdge => 0,
                 gimli::ColumnType::Column(c) => u32::try_from(c.get()).unwrap_or(u32::MAX),
@@ -606,11 +614,14 @@ impl<'u, 'a, 'd, 'r> UnitBuilder<'u, 'a, 'd, 'r> {
                         }
                     }
                     gimli::DW_AT_call_line => {
-                        call_line = attr.udata_value().map_or(0, |v| v.min(u32::MAX as u64) as u32)
+                        call_line = attr
+                            .udata_value()
+                            .map_or(0, |v| v.min(u32::MAX as u64) as u32)
                     }
                     gimli::DW_AT_call_column => {
-                        call_column =
-                            attr.udata_value().map_or(0, |v| v.min(u32::MAX as u64) as u32)
+                        call_column = attr
+                            .udata_value()
+                            .map_or(0, |v| v.min(u32::MAX as u64) as u32)
                     }
                     _ => {}
                 }

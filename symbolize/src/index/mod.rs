@@ -101,7 +101,8 @@ impl SymbolIndex {
                 .and_then(|c| c.checked_mul(size))
                 .ok_or_else(|| bad("table size overflows"))?;
             let end = at.checked_add(n).filter(|&e| e <= len);
-            let end = end.ok_or_else(|| bad(format!("truncated: a table ends past {len} bytes")))?;
+            let end =
+                end.ok_or_else(|| bad(format!("truncated: a table ends past {len} bytes")))?;
             let range = at..end;
             at = format::align8(end);
             Ok(range)

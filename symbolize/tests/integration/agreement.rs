@@ -85,7 +85,10 @@ fn agreement(label: &str, addresses: &[u64], llvm: &[Frames], ours: &[Frames]) -
         }
         for (depth, (w, g)) in want.iter().zip(got).enumerate() {
             if w.0 != g.0 {
-                reasons.push(format!("frame {depth}: function {:?} vs llvm {:?}", g.0, w.0));
+                reasons.push(format!(
+                    "frame {depth}: function {:?} vs llvm {:?}",
+                    g.0, w.0
+                ));
                 wrong += 1;
             } else if w.2 != g.2 {
                 reasons.push(format!("frame {depth}: line {} vs llvm {}", g.2, w.2));
@@ -137,10 +140,19 @@ fn check(label: &str, reference: &Path, primary: &Path, supplementary: Option<&P
         .collect();
     let index_percent = agreement(&format!("{label}/index"), &addresses, &llvm, &from_index);
 
-    assert!(dwarf_percent >= THRESHOLD, "{label}: DWARF path agrees on {dwarf_percent:.3}%");
-    assert!(index_percent >= THRESHOLD, "{label}: index agrees on {index_percent:.3}%");
+    assert!(
+        dwarf_percent >= THRESHOLD,
+        "{label}: DWARF path agrees on {dwarf_percent:.3}%"
+    );
+    assert!(
+        index_percent >= THRESHOLD,
+        "{label}: index agrees on {index_percent:.3}%"
+    );
     let inlined = llvm.iter().filter(|f| f.len() > 1).count();
-    assert!(inlined > SAMPLES / 10, "{label}: only {inlined} addresses have inline frames");
+    assert!(
+        inlined > SAMPLES / 10,
+        "{label}: only {inlined} addresses have inline frames"
+    );
 }
 
 fn ready() -> Option<&'static crate::support::Binaries> {
@@ -190,5 +202,10 @@ fn dwz_multifile_with_supplementary_file_agrees_with_the_original() {
     let (path, build_id) = symtrace_symbolize::debug_alt_link(&data).unwrap().unwrap();
     assert_eq!(Path::new(&path), b.dwz_common.as_path());
     assert_eq!(build_id.len(), 40);
-    check("dwz -m", &b.dwz_multi_original, &b.dwz_multi, Some(&b.dwz_common));
+    check(
+        "dwz -m",
+        &b.dwz_multi_original,
+        &b.dwz_multi,
+        Some(&b.dwz_common),
+    );
 }

@@ -77,9 +77,17 @@ fn corrupt_dwarf_never_panics() {
 
 #[test]
 fn unreadable_files_and_indexes_are_clear_errors() {
-    assert!(matches!(DwarfSymbolizer::new(&Inputs::new(b"not an ELF file")), Err(Error::Elf(_))));
-    assert!(matches!(index::build(&Inputs::new(&[0x7f, b'E', b'L', b'F'])), Err(Error::Elf(_))));
-    let err = SymbolIndex::new(b"STSYMIDX".to_vec()).unwrap_err().to_string();
+    assert!(matches!(
+        DwarfSymbolizer::new(&Inputs::new(b"not an ELF file")),
+        Err(Error::Elf(_))
+    ));
+    assert!(matches!(
+        index::build(&Inputs::new(&[0x7f, b'E', b'L', b'F'])),
+        Err(Error::Elf(_))
+    ));
+    let err = SymbolIndex::new(b"STSYMIDX".to_vec())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("shorter than the header"), "{err}");
     let err = SymbolIndex::new(vec![0u8; 200]).unwrap_err().to_string();
     assert!(err.contains("bad magic"), "{err}");
@@ -100,7 +108,9 @@ fn a_corrupt_index_is_refused_when_opened() {
     let mut state = 12345u64;
     for _ in 0..200 {
         let mut data = good.clone();
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let at = 72 + (state >> 16) as usize % (data.len() - 72);
         data[at] ^= 0xff;
         if let Ok(index) = SymbolIndex::new(data) {
@@ -117,5 +127,8 @@ fn absurd_batches_are_refused() {
     let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
     let symbolizer = DwarfSymbolizer::new(&Inputs::new(&own)).unwrap();
     let too_many = vec![0u64; symtrace_symbolize::MAX_BATCH + 1];
-    assert!(matches!(symbolizer.symbolize(&too_many), Err(Error::BatchTooLarge(_))));
+    assert!(matches!(
+        symbolizer.symbolize(&too_many),
+        Err(Error::BatchTooLarge(_))
+    ));
 }

@@ -26,14 +26,23 @@ fn symbol_address(file: &Path, name: &str) -> u64 {
 }
 
 /// Answers from both tiers, which must agree.
-fn answer(inputs: &Inputs<'_>, address: u64) -> Result<(Source, Vec<symtrace_symbolize::Frame>), Miss> {
-    let from_dwarf = DwarfSymbolizer::new(inputs).unwrap().symbolize(&[address]).unwrap();
+fn answer(
+    inputs: &Inputs<'_>,
+    address: u64,
+) -> Result<(Source, Vec<symtrace_symbolize::Frame>), Miss> {
+    let from_dwarf = DwarfSymbolizer::new(inputs)
+        .unwrap()
+        .symbolize(&[address])
+        .unwrap();
     let index = SymbolIndex::new(index::build(inputs).unwrap()).unwrap();
     let mut frames = Vec::new();
     let from_index = index
         .lookup(address, &mut frames)
         .map(|s| (s, frames.iter().map(|f| f.to_owned()).collect::<Vec<_>>()));
-    assert_eq!(from_dwarf[0], from_index, "the two tiers disagree at {address:#x}");
+    assert_eq!(
+        from_dwarf[0], from_index,
+        "the two tiers disagree at {address:#x}"
+    );
     from_index
 }
 
@@ -49,17 +58,38 @@ fn each_input_gives_the_best_answer_its_data_allows() {
         .args(["-O2", "-g", "-rdynamic", "-o"])
         .arg(d.join("full"))
         .arg(d.join("p.c")));
-    run(Command::new("objcopy").arg("--only-keep-debug").arg(d.join("full")).arg(d.join("debug")));
-    run(Command::new("strip").arg("--strip-debug").arg("-o").arg(d.join("symtab")).arg(d.join("full")));
-    run(Command::new("strip").arg("--strip-all").arg("-o").arg(d.join("dynsym")).arg(d.join("full")));
-    run(Command::new("gcc").args(["-O2", "-o"]).arg(d.join("plain")).arg(d.join("p.c")));
-    run(Command::new("strip").arg("--strip-all").arg(d.join("plain")));
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(d.join("full"))
+        .arg(d.join("debug")));
+    run(Command::new("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(d.join("symtab"))
+        .arg(d.join("full")));
+    run(Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(d.join("dynsym"))
+        .arg(d.join("full")));
+    run(Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(d.join("plain"))
+        .arg(d.join("p.c")));
+    run(Command::new("strip")
+        .arg("--strip-all")
+        .arg(d.join("plain")));
 
     let helper = symbol_address(&d.join("full"), "helper") + 1;
     let exported = symbol_address(&d.join("full"), "exported_entry") + 1;
     let read = |name: &str| std::fs::read(d.join(name)).unwrap();
-    let (full, debug, symtab, dynsym, plain) =
-        (read("full"), read("debug"), read("symtab"), read("dynsym"), read("plain"));
+    let (full, debug, symtab, dynsym, plain) = (
+        read("full"),
+        read("debug"),
+        read("symtab"),
+        read("dynsym"),
+        read("plain"),
+    );
 
     // Unstripped executable, and the debug file alone: DWARF, with lines.
     for data in [&full, &debug] {
@@ -80,13 +110,23 @@ fn each_input_gives_the_best_answer_its_data_allows() {
     let (source, frames) = answer(&Inputs::new(&dynsym), exported).unwrap();
     assert_eq!(source, Source::Dynsym);
     assert_eq!(frames[0].function.as_deref(), Some("exported_entry"));
-    assert_eq!(answer(&Inputs::new(&dynsym), helper), Err(Miss::OutsideFunctions));
+    assert_eq!(
+        answer(&Inputs::new(&dynsym), helper),
+        Err(Miss::OutsideFunctions)
+    );
     // A debug file whose executable has the symbols: DWARF still wins, and
     // the executable's `.dynsym` backs a debug file without symbols.
-    let with_exe = Inputs { primary: &debug, executable: Some(&dynsym), supplementary: None };
+    let with_exe = Inputs {
+        primary: &debug,
+        executable: Some(&dynsym),
+        supplementary: None,
+    };
     assert_eq!(answer(&with_exe, helper).unwrap().0, Source::Dwarf);
     // Nothing at all.
     assert_eq!(answer(&Inputs::new(&plain), helper), Err(Miss::NoSymbols));
     // Outside every function of a file that has DWARF.
-    assert_eq!(answer(&Inputs::new(&full), 0x10), Err(Miss::OutsideFunctions));
+    assert_eq!(
+        answer(&Inputs::new(&full), 0x10),
+        Err(Miss::OutsideFunctions)
+    );
 }

@@ -44,8 +44,14 @@ fn build() -> Binaries {
     let heavy = Path::new(FIXTURES).join("heavy.cpp");
     let extra = Path::new(FIXTURES).join("extra.cpp");
     let out = |name: &str| d.join(name);
-    run(Command::new("g++").args(["-O2", "-g", "-o"]).arg(out("gcc")).arg(&heavy));
-    run(Command::new("clang++").args(["-O2", "-g", "-o"]).arg(out("clang")).arg(&heavy));
+    run(Command::new("g++")
+        .args(["-O2", "-g", "-o"])
+        .arg(out("gcc"))
+        .arg(&heavy));
+    run(Command::new("clang++")
+        .args(["-O2", "-g", "-o"])
+        .arg(out("clang"))
+        .arg(&heavy));
     run(Command::new("rustc")
         .args(["-C", "opt-level=2", "-C", "debuginfo=2", "-o"])
         .arg(out("rust"))
@@ -60,7 +66,10 @@ fn build() -> Binaries {
             .arg(out(name))
             .args([&heavy, &extra]));
     }
-    run(Command::new("dwz").arg("-o").arg(out("dwz")).arg(out("two")));
+    run(Command::new("dwz")
+        .arg("-o")
+        .arg(out("dwz"))
+        .arg(out("two")));
     std::fs::copy(out("two"), out("multi")).unwrap();
     std::fs::copy(out("two-b"), out("multi-b")).unwrap();
     run(Command::new("dwz")

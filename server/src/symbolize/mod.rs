@@ -1,0 +1,404 @@
+//! Symbolization for the query path and `/api/v1/symbolize`.
+//!
+//! For a build-ID the service picks its files from the store (the best
+//! debuginfo candidate, which may be an unstripped executable; the
+//! executable's symbol tables when the debug file has none; the dwz
+//! supplementary file by its own build-ID), asking upstream debuginfod
+//! servers on a miss. Then, in order:
+//!
+//! 1. an open index in memory ([`cache::IndexCache`], LRU by bytes), if it
+//!    was built from exactly these files — a debug file uploaded after the
+//!    first query changes the files, so the next query uses it;
+//! 2. an index stored earlier (table `symbol_indexes`, a blob like any
+//!    other), mapped and validated;
+//! 3. otherwise the request is answered straight from DWARF, and one
+//!    background task per build-ID builds the index and stores it.
+//!
+//! CPU work runs on the blocking pool, at most one task per core; no lock is
+//! held across I/O.
+
+pub mod api;
+mod cache;
+pub mod cli;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use symtrace_elf::BuildId;
+use symtrace_symbolize::{index, DwarfSymbolizer, Frame, Inputs, Miss, Source, SymbolIndex};
+use tokio::sync::Semaphore;
+
+use crate::federation::{Federation, Forwarding, Wanted};
+use crate::store::model::{now_ms, ArtifactKind, ServedArtifact};
+use crate::store::{StoreError, SymbolStore};
+use cache::IndexCache;
+
+/// One address's answer.
+pub type Answer = Result<(Source, Vec<Frame>), Miss>;
+
+/// What a build-ID's answers came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// A prebuilt index (memory or storage).
+    Index,
+    /// DWARF parsed for this request (the index is being built).
+    Dwarf,
+}
+
+/// Answers for one build-ID, or why there are none.
+#[derive(Debug)]
+pub enum Outcome {
+    Unknown,
+    Answered {
+        tier: Tier,
+        /// The best source the files have (`None`: no symbols at all).
+        best: Option<Source>,
+        answers: Vec<Answer>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolizeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("object store: {0}")]
+    Blob(#[from] crate::store::blobs::BlobError),
+    #[error("{0}")]
+    Symbolize(#[from] symtrace_symbolize::Error),
+    #[error("symbolization task failed: {0}")]
+    Task(String),
+}
+
+/// The files one build-ID's answers come from, mapped.
+struct Files {
+    /// Identifies the index built from exactly these files.
+    key: String,
+    primary_sha256: String,
+    primary: Bytes,
+    executable: Option<Bytes>,
+    supplementary: Option<Bytes>,
+}
+
+impl Files {
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            primary: &self.primary,
+            executable: self.executable.as_deref(),
+            supplementary: self.supplementary.as_deref(),
+        }
+    }
+}
+
+pub struct SymbolizeService {
+    store: Arc<SymbolStore>,
+    federation: Option<Arc<Federation>>,
+    cache: IndexCache,
+    building: Mutex<HashSet<String>>,
+    cpu: Arc<Semaphore>,
+}
+
+impl SymbolizeService {
+    pub fn new(
+        store: Arc<SymbolStore>,
+        federation: Option<Arc<Federation>>,
+        cache_bytes: u64,
+    ) -> Arc<Self> {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Arc::new(Self {
+            store,
+            federation,
+            cache: IndexCache::new(cache_bytes),
+            building: Mutex::new(HashSet::new()),
+            cpu: Arc::new(Semaphore::new(cores)),
+        })
+    }
+
+    /// Answers for `addresses` (any order, repeats allowed) of `build_id`.
+    pub async fn symbolize(
+        self: &Arc<Self>,
+        build_id: &BuildId,
+        addresses: Vec<u64>,
+        from: &Forwarding,
+    ) -> Result<Outcome, SymbolizeError> {
+        let Some(candidates) = self.candidates(build_id, from).await? else {
+            return Ok(Outcome::Unknown);
+        };
+        let key = source_key(&candidates);
+        if let Some(index) = self.cache.get(build_id.as_str(), &key) {
+            return self.from_index(index, addresses).await;
+        }
+        if let Some((sha256, _)) = self.store.meta.symbol_index(&key).await? {
+            match self.open_stored(&sha256).await {
+                Ok(index) => {
+                    let index = self.cache.insert(build_id.as_str(), &key, index);
+                    return self.from_index(index, addresses).await;
+                }
+                // A damaged or foreign index is rebuilt below.
+                Err(e) => tracing::warn!(%build_id, error = %e, "stored symbol index unusable"),
+            }
+        }
+        let files = Arc::new(self.load(&candidates, key).await?);
+        self.spawn_build(build_id, files.clone());
+        let permit = self
+            .cpu
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        let (best, answers) = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let symbolizer = DwarfSymbolizer::new(&files.inputs())?;
+            let answers = symbolizer.symbolize(&addresses)?;
+            Ok::<_, symtrace_symbolize::Error>((symbolizer.best_source(), answers))
+        })
+        .await
+        .map_err(|e| SymbolizeError::Task(e.to_string()))??;
+        metrics::counter!("symtrace_symbolize_requests_total", "tier" => "dwarf").increment(1);
+        Ok(Outcome::Answered {
+            tier: Tier::Dwarf,
+            best,
+            answers,
+        })
+    }
+
+    async fn from_index(
+        &self,
+        index: Arc<cache::CachedIndex>,
+        addresses: Vec<u64>,
+    ) -> Result<Outcome, SymbolizeError> {
+        metrics::counter!("symtrace_symbolize_requests_total", "tier" => "index").increment(1);
+        let best = index.index.best_source();
+        // Small batches are cheaper inline than a trip to the pool.
+        let small = addresses.len() <= 1024;
+        let work = move || {
+            let mut frames = Vec::new();
+            addresses
+                .iter()
+                .map(|&a| {
+                    let source = index.index.lookup(a, &mut frames)?;
+                    Ok((source, frames.iter().map(|f| f.to_owned()).collect()))
+                })
+                .collect::<Vec<Answer>>()
+        };
+        let answers = if small {
+            work()
+        } else {
+            let permit = self
+                .cpu
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("never closed");
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                work()
+            })
+            .await
+            .map_err(|e| SymbolizeError::Task(e.to_string()))?
+        };
+        Ok(Outcome::Answered {
+            tier: Tier::Index,
+            best,
+            answers,
+        })
+    }
+
+    /// The stored candidates for a build-ID: primary, executable (for its
+    /// symbol tables) and supplementary, fetched upstream on a miss.
+    async fn candidates(
+        &self,
+        build_id: &BuildId,
+        from: &Forwarding,
+    ) -> Result<Option<Candidates>, SymbolizeError> {
+        let mut debug = self.find(build_id, ArtifactKind::Debuginfo, from).await?;
+        let exe = match &debug {
+            Some(d) if d.artifact.has_symtab => None,
+            _ => self.find(build_id, ArtifactKind::Executable, from).await?,
+        };
+        if debug.is_none() {
+            debug = exe.clone();
+        }
+        let Some(primary) = debug else {
+            return Ok(None);
+        };
+        let executable = exe.filter(|e| e.artifact.sha256 != primary.artifact.sha256);
+        let supplementary = match self.alt_link(&primary).await? {
+            Some(alt) => match alt.parse::<BuildId>() {
+                Ok(alt) => self.find(&alt, ArtifactKind::Debuginfo, from).await?,
+                Err(_) => None,
+            },
+            None => None,
+        };
+        Ok(Some(Candidates {
+            primary,
+            executable,
+            supplementary,
+        }))
+    }
+
+    async fn find(
+        &self,
+        build_id: &BuildId,
+        kind: ArtifactKind,
+        from: &Forwarding,
+    ) -> Result<Option<Arc<ServedArtifact>>, SymbolizeError> {
+        if let Some(found) = self.store.best_artifact(build_id, kind).await? {
+            return Ok(Some(found));
+        }
+        if let Some(federation) = &self.federation {
+            if federation
+                .fetch(build_id, Wanted::Artifact(kind), from.clone())
+                .await
+            {
+                return Ok(self.store.best_artifact(build_id, kind).await?);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The build-ID of the dwz supplementary file the primary refers to.
+    async fn alt_link(&self, primary: &ServedArtifact) -> Result<Option<String>, SymbolizeError> {
+        let Some((offset, size)) = primary.section_range(".gnu_debugaltlink") else {
+            return Ok(None);
+        };
+        let body = self
+            .store
+            .blobs
+            .get(&primary.artifact.sha256, Some(offset..offset + size))
+            .await?;
+        let bytes = match body {
+            crate::store::blobs::BlobBody::Bytes(b) => b.to_vec(),
+            crate::store::blobs::BlobBody::Stream(s) => {
+                use futures::TryStreamExt;
+                let parts: Vec<Bytes> = s
+                    .try_collect()
+                    .await
+                    .map_err(crate::store::blobs::BlobError::Io)?;
+                parts.concat()
+            }
+        };
+        // A NUL-terminated path, then the build-ID bytes.
+        Ok(bytes
+            .iter()
+            .position(|&b| b == 0)
+            .map(|nul| hex::encode(&bytes[nul + 1..]))
+            .filter(|id| !id.is_empty()))
+    }
+
+    async fn load(&self, c: &Candidates, key: String) -> Result<Files, SymbolizeError> {
+        let primary = self.store.blob_bytes(&c.primary.artifact.sha256).await?;
+        let executable = match &c.executable {
+            Some(e) => Some(self.store.blob_bytes(&e.artifact.sha256).await?),
+            None => None,
+        };
+        let supplementary = match &c.supplementary {
+            Some(s) => Some(self.store.blob_bytes(&s.artifact.sha256).await?),
+            None => None,
+        };
+        Ok(Files {
+            key,
+            primary_sha256: c.primary.artifact.sha256.clone(),
+            primary,
+            executable,
+            supplementary,
+        })
+    }
+
+    async fn open_stored(&self, sha256: &str) -> Result<SymbolIndex, SymbolizeError> {
+        let bytes = self.store.blob_bytes(sha256).await?;
+        let index = tokio::task::spawn_blocking(move || SymbolIndex::new(bytes))
+            .await
+            .map_err(|e| SymbolizeError::Task(e.to_string()))??;
+        Ok(index)
+    }
+
+    /// Builds, stores and caches the index for `files`, once per key at a
+    /// time; requests meanwhile are answered from DWARF.
+    fn spawn_build(self: &Arc<Self>, build_id: &BuildId, files: Arc<Files>) {
+        if !self
+            .building
+            .lock()
+            .expect("building set")
+            .insert(files.key.clone())
+        {
+            return;
+        }
+        let this = self.clone();
+        let build_id = build_id.as_str().to_owned();
+        tokio::spawn(async move {
+            let key = files.key.clone();
+            let result = this.build(&build_id, files).await;
+            this.building.lock().expect("building set").remove(&key);
+            match result {
+                Ok(()) => metrics::counter!("symtrace_symbol_index_builds_total", "result" => "ok")
+                    .increment(1),
+                Err(e) => {
+                    metrics::counter!("symtrace_symbol_index_builds_total", "result" => "error")
+                        .increment(1);
+                    tracing::warn!(%build_id, error = %e, "building the symbol index failed");
+                }
+            }
+        });
+    }
+
+    async fn build(&self, build_id: &str, files: Arc<Files>) -> Result<(), SymbolizeError> {
+        let permit = self
+            .cpu
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        let started = std::time::Instant::now();
+        let built = files.clone();
+        let bytes = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            index::build(&built.inputs())
+        })
+        .await
+        .map_err(|e| SymbolizeError::Task(e.to_string()))??;
+        let size = bytes.len();
+        let spooled = self.store.store_derived(bytes).await?;
+        self.store
+            .meta
+            .commit_symbol_index(
+                &files.key,
+                &files.primary_sha256,
+                &spooled.sha256,
+                size as i64,
+                now_ms(),
+            )
+            .await?;
+        let index = self.open_stored(&spooled.sha256).await?;
+        self.cache.insert(build_id, &files.key, index);
+        tracing::info!(
+            build_id,
+            bytes = size,
+            seconds = started.elapsed().as_secs_f64(),
+            "symbol index built"
+        );
+        Ok(())
+    }
+}
+
+struct Candidates {
+    primary: Arc<ServedArtifact>,
+    executable: Option<Arc<ServedArtifact>>,
+    supplementary: Option<Arc<ServedArtifact>>,
+}
+
+fn source_key(c: &Candidates) -> String {
+    let sha = |a: &Option<Arc<ServedArtifact>>| {
+        a.as_ref()
+            .map_or_else(|| "-".to_owned(), |a| a.artifact.sha256.clone())
+    };
+    format!(
+        "v{}:{}:{}:{}",
+        index::format::VERSION,
+        c.primary.artifact.sha256,
+        sha(&c.executable),
+        sha(&c.supplementary)
+    )
+}
