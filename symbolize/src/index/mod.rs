@@ -180,9 +180,13 @@ impl SymbolIndex {
     }
 
     fn str(&self, r: StrRef) -> &str {
-        let bytes = &self.strings()[r.offset as usize..(r.offset + r.len) as usize];
-        // Validated in `new`: the table is UTF-8 and `r` is on boundaries.
-        std::str::from_utf8(bytes).unwrap_or("")
+        let start = r.offset as usize;
+        let bytes = &self.strings()[start..start + r.len as usize];
+        // SAFETY: `new` checked that the whole string table is UTF-8 and
+        // that every `StrRef` (function names, files) lies inside it on
+        // character boundaries; the bytes are immutable afterwards. Checking
+        // again here would cost more than the rest of a lookup.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
     /// Size of the index in bytes.
@@ -229,7 +233,7 @@ impl SymbolIndex {
         }
     }
 
-    fn symbol_at(&self, address: u64) -> Option<&SymbolEntry> {
+    fn symbol_index(&self, address: u64) -> Option<usize> {
         let symbols = self.symbols();
         let i = symbols.partition_point(|s| s.address <= address);
         let s = symbols.get(i.checked_sub(1)?)?;
@@ -237,23 +241,76 @@ impl SymbolIndex {
             0 => symbols.get(i).map_or(u64::MAX, |n| n.address),
             size => s.address.saturating_add(size),
         };
-        (address < end).then_some(s)
+        (address < end).then_some(i - 1)
+    }
+
+    fn symbol_at(&self, address: u64) -> Option<&SymbolEntry> {
+        self.symbols().get(self.symbol_index(address)?)
     }
 
     /// Frames for `address`, innermost first, into `out` (cleared first).
     pub fn lookup<'a>(&'a self, address: u64, out: &mut Vec<FrameRef<'a>>) -> Result<Source, Miss> {
-        out.clear();
-        let mut loc = NONE;
-        if let Some(rel) = address
-            .checked_sub(self.header.base)
-            .and_then(|r| u32::try_from(r).ok())
-        {
-            let starts = self.starts();
-            let i = starts.partition_point(|&s| s <= rel);
-            if i > 0 {
-                loc = self.locs()[i - 1];
+        let range = self.range_index(address, 0);
+        self.frames_at(address, range, out)
+    }
+
+    /// Answers a batch: calls `each(i, answer, frames)` for every
+    /// `addresses[i]`, in ascending address order. The batch is sorted
+    /// first, so the ranges are walked forward (no repeated binary search
+    /// over the whole table, and neighbouring addresses share cache lines),
+    /// and addresses in the same range and symbol reuse one answer.
+    pub fn lookup_batch<'a>(
+        &'a self,
+        addresses: &[u64],
+        mut each: impl FnMut(usize, Result<Source, Miss>, &[FrameRef<'a>]),
+    ) {
+        let mut order: Vec<(u64, usize)> = addresses.iter().copied().zip(0..).collect();
+        order.sort_unstable();
+        let mut frames = Vec::new();
+        let mut hint = 0;
+        let mut last: Option<(Option<usize>, Option<usize>)> = None;
+        let mut answer = Err(Miss::NoSymbols);
+        for (address, i) in order {
+            let range = self.range_index(address, hint);
+            hint = range.unwrap_or(hint);
+            let key = (range, self.symbol_index(address));
+            if last != Some(key) {
+                answer = self.frames_at(address, range, &mut frames);
+                last = Some(key);
             }
+            each(i, answer, &frames);
         }
+    }
+
+    /// The range containing `address`, searching from range `hint` on when
+    /// the address is at or after it.
+    fn range_index(&self, address: u64, hint: usize) -> Option<usize> {
+        let rel = u32::try_from(address.checked_sub(self.header.base)?).ok()?;
+        let starts = self.starts();
+        let from = if starts.get(hint).is_some_and(|&s| s <= rel) {
+            // Gallop forward from the hint: sorted batches move little.
+            let mut step = 1;
+            let mut low = hint;
+            while low + step < starts.len() && starts[low + step] <= rel {
+                low += step;
+                step *= 2;
+            }
+            low
+        } else {
+            0
+        };
+        let i = from + starts[from..].partition_point(|&s| s <= rel);
+        i.checked_sub(1)
+    }
+
+    fn frames_at<'a>(
+        &'a self,
+        address: u64,
+        range: Option<usize>,
+        out: &mut Vec<FrameRef<'a>>,
+    ) -> Result<Source, Miss> {
+        out.clear();
+        let mut loc = range.map_or(NONE, |i| self.locs()[i]);
         let locations = self.locations();
         while let Some(l) = locations.get(loc as usize) {
             let (function, linkage_name) = self.function(l.function);
