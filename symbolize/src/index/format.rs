@@ -1,25 +1,35 @@
 //! The on-disk layout of a symbol index, version [`VERSION`].
 //!
-//! Little-endian, every array 8-byte aligned, read in place from an mmap:
+//! Little-endian, every table 8-byte aligned, read in place from an mmap:
 //!
 //! ```text
-//! Header                      72 bytes
-//! range_starts [u32; ranges]  address - base, sorted ascending
-//! range_locs   [u32; ranges]  location of each range, NONE = no DWARF here
-//! locations    [Location; locations]
-//! functions    [Function; functions]
+//! Header                         80 bytes
+//! block_starts [u32; blocks]     address - base of each block's first range
+//! block_ends   [u32; blocks]     end offset of each block in range_data
+//! range_data   [u8]              the ranges, BLOCK to a block, varints
+//! scopes       [Scope; scopes]   function + the location it is inlined into
+//! locations    [Location; ...]   call sites of inlined functions
+//! functions    [Function; ...]
 //! files        [StrRef; files]
 //! symbols      [SymbolEntry; symbols]   sorted by address
 //! strings      [u8; strings_len]        UTF-8, validated when opened
 //! ```
 //!
-//! A range runs from its start to the next range's start. A location is one
-//! frame: function, file, line, column, and the location it is inlined into
-//! (always a *smaller* index, so chains end and cannot cycle). A lookup is
-//! one binary search in `range_starts` and a walk up `inlined_into`.
+//! A range runs from its start to the next range's start and names the
+//! innermost frame: a scope (the function and, for inlined code, the call
+//! site it continues at), a file, a line and a column. In `range_data` each
+//! range is: the start as a delta from the previous range in the block
+//! (absent for the first, whose start is in `block_starts`), then
+//! `scope + 1` (0: no DWARF covers this range, and nothing follows), then
+//! file, line and column, the first two as zig-zag deltas from the previous
+//! range in the block. A lookup is a binary search over `block_starts`, a
+//! scan of at most [`BLOCK`] ranges, then a walk up `inlined_into` — always
+//! to a *smaller* location index, so chains end and cannot cycle.
 //!
 //! Version history:
-//! - 1: first format.
+//! - 1: fixed-width ranges and a location per range (about 23% of the
+//!   DWARF's size on a release Rust binary);
+//! - 2: varint ranges in blocks, innermost frame stored in the range.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -27,7 +37,9 @@ use bytemuck::{Pod, Zeroable};
 pub const MAGIC: [u8; 8] = *b"STSYMIDX";
 /// Format version; any change to this file bumps it, and stored indexes of
 /// another version are rebuilt.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// Ranges per block.
+pub const BLOCK: usize = 16;
 /// "No such entry" in any index field.
 pub const NONE: u32 = u32::MAX;
 
@@ -43,14 +55,25 @@ pub struct Header {
     pub version: u32,
     pub flags: u32,
     pub base: u64,
-    pub ranges: u32,
+    pub blocks: u32,
+    pub scopes: u32,
     pub locations: u32,
     pub functions: u32,
     pub files: u32,
     pub symbols: u32,
-    pub _reserved: u32,
+    pub ranges: u32,
+    pub _pad: u32,
+    pub range_data_len: u64,
     pub strings_len: u64,
-    pub _reserved2: [u64; 2],
+    pub _reserved: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub function: u32,
+    /// The caller's location, for inlined code; `NONE` otherwise.
+    pub inlined_into: u32,
 }
 
 #[repr(C)]

@@ -1,13 +1,16 @@
 //! The per-build-ID symbol index: built once ([`build`]), then read in place
 //! ([`SymbolIndex`]) with one binary search per address.
 
+mod blocks;
 mod build;
 pub mod format;
+mod units;
 
 use std::ops::Range;
 
 pub use build::{build, build_with_stats, BuildStats};
-use format::{Function, Header, Location, StrRef, SymbolEntry, HEADER_LEN, NONE};
+use blocks::{BlockReader, Entry};
+use format::{Function, Header, Location, Scope, StrRef, SymbolEntry, HEADER_LEN, NONE};
 
 use crate::{Error, FrameRef, Miss, Source};
 
@@ -18,8 +21,10 @@ pub struct SymbolIndex {
     /// Copy of `data` when it was not 8-byte aligned.
     aligned: Option<Vec<u64>>,
     header: Header,
-    starts: Range<usize>,
-    locs: Range<usize>,
+    block_starts: Range<usize>,
+    block_ends: Range<usize>,
+    range_data: Range<usize>,
+    scopes: Range<usize>,
     locations: Range<usize>,
     functions: Range<usize>,
     files: Range<usize>,
@@ -32,6 +37,7 @@ impl std::fmt::Debug for SymbolIndex {
         f.debug_struct("SymbolIndex")
             .field("bytes", &self.bytes().len())
             .field("ranges", &self.header.ranges)
+            .field("scopes", &self.header.scopes)
             .field("locations", &self.header.locations)
             .field("functions", &self.header.functions)
             .finish()
@@ -57,8 +63,10 @@ impl SymbolIndex {
             data,
             aligned,
             header: bytemuck::Zeroable::zeroed(),
-            starts: 0..0,
-            locs: 0..0,
+            block_starts: 0..0,
+            block_ends: 0..0,
+            range_data: 0..0,
+            scopes: 0..0,
             locations: 0..0,
             functions: 0..0,
             files: 0..0,
@@ -107,8 +115,10 @@ impl SymbolIndex {
             at = format::align8(end);
             Ok(range)
         };
-        self.starts = next(header.ranges.into(), 4)?;
-        self.locs = next(header.ranges.into(), 4)?;
+        self.block_starts = next(header.blocks.into(), 4)?;
+        self.block_ends = next(header.blocks.into(), 4)?;
+        self.range_data = next(header.range_data_len, 1)?;
+        self.scopes = next(header.scopes.into(), size_of::<Scope>())?;
         self.locations = next(header.locations.into(), size_of::<Location>())?;
         self.functions = next(header.functions.into(), size_of::<Function>())?;
         self.files = next(header.files.into(), size_of::<StrRef>())?;
@@ -126,11 +136,22 @@ impl SymbolIndex {
             let (start, end) = (r.offset as usize, r.offset as usize + r.len as usize);
             end <= strings.len() && strings.is_char_boundary(start) && strings.is_char_boundary(end)
         };
-        if !self.starts().windows(2).all(|w| w[0] < w[1]) {
-            return Err(bad("ranges are not sorted"));
+        if !self.block_starts().windows(2).all(|w| w[0] < w[1]) {
+            return Err(bad("range blocks are not sorted"));
         }
-        if !self.locs().iter().all(|&l| l == NONE || l < h.locations) {
-            return Err(bad("a range points past the locations"));
+        let data_len = self.range_data().len();
+        if !self.block_ends().windows(2).all(|w| w[0] <= w[1])
+            || self.block_ends().last().is_some_and(|&e| e as usize != data_len)
+        {
+            return Err(bad("range blocks overlap or overrun their data"));
+        }
+        let ok_location = |l: u32| l == NONE || l < h.locations;
+        if !self
+            .scopes()
+            .iter()
+            .all(|s| (s.function == NONE || s.function < h.functions) && ok_location(s.inlined_into))
+        {
+            return Err(bad("a scope points past its tables"));
         }
         for (i, l) in self.locations().iter().enumerate() {
             let ok = (l.function == NONE || l.function < h.functions)
@@ -157,11 +178,17 @@ impl SymbolIndex {
         Ok(())
     }
 
-    fn starts(&self) -> &[u32] {
-        bytemuck::cast_slice(&self.bytes()[self.starts.clone()])
+    fn block_starts(&self) -> &[u32] {
+        bytemuck::cast_slice(&self.bytes()[self.block_starts.clone()])
     }
-    fn locs(&self) -> &[u32] {
-        bytemuck::cast_slice(&self.bytes()[self.locs.clone()])
+    fn block_ends(&self) -> &[u32] {
+        bytemuck::cast_slice(&self.bytes()[self.block_ends.clone()])
+    }
+    fn range_data(&self) -> &[u8] {
+        &self.bytes()[self.range_data.clone()]
+    }
+    fn scopes(&self) -> &[Scope] {
+        bytemuck::cast_slice(&self.bytes()[self.scopes.clone()])
     }
     fn locations(&self) -> &[Location] {
         bytemuck::cast_slice(&self.bytes()[self.locations.clone()])
@@ -250,15 +277,15 @@ impl SymbolIndex {
 
     /// Frames for `address`, innermost first, into `out` (cleared first).
     pub fn lookup<'a>(&'a self, address: u64, out: &mut Vec<FrameRef<'a>>) -> Result<Source, Miss> {
-        let range = self.range_index(address, 0);
-        self.frames_at(address, range, out)
+        let entry = self.entry_at(address, &mut Cursor::default());
+        self.frames_at(address, entry, out)
     }
 
     /// Answers a batch: calls `each(i, answer, frames)` for every
     /// `addresses[i]`, in ascending address order. The batch is sorted
-    /// first, so the ranges are walked forward (no repeated binary search
-    /// over the whole table, and neighbouring addresses share cache lines),
-    /// and addresses in the same range and symbol reuse one answer.
+    /// first, so blocks are decoded once for all the addresses they cover,
+    /// and addresses with the same innermost frame and symbol reuse one
+    /// answer.
     pub fn lookup_batch<'a>(
         &'a self,
         addresses: &[u64],
@@ -267,61 +294,58 @@ impl SymbolIndex {
         let mut order: Vec<(u64, usize)> = addresses.iter().copied().zip(0..).collect();
         order.sort_unstable();
         let mut frames = Vec::new();
-        let mut hint = 0;
-        let mut last: Option<(Option<usize>, Option<usize>)> = None;
+        let mut cursor = Cursor::default();
+        let mut last: Option<(Option<Entry>, Option<usize>)> = None;
         let mut answer = Err(Miss::NoSymbols);
         for (address, i) in order {
-            let range = self.range_index(address, hint);
-            hint = range.unwrap_or(hint);
-            let key = (range, self.symbol_index(address));
+            let entry = self.entry_at(address, &mut cursor);
+            let key = (entry, self.symbol_index(address));
             if last != Some(key) {
-                answer = self.frames_at(address, range, &mut frames);
+                answer = self.frames_at(address, entry, &mut frames);
                 last = Some(key);
             }
             each(i, answer, &frames);
         }
     }
 
-    /// The range containing `address`, searching from range `hint` on when
-    /// the address is at or after it.
-    fn range_index(&self, address: u64, hint: usize) -> Option<usize> {
+    /// The innermost frame's entry for `address`; `cursor` keeps the last
+    /// decoded block, which sorted batches reuse.
+    fn entry_at(&self, address: u64, cursor: &mut Cursor) -> Option<Entry> {
         let rel = u32::try_from(address.checked_sub(self.header.base)?).ok()?;
-        let starts = self.starts();
-        let from = if starts.get(hint).is_some_and(|&s| s <= rel) {
-            // Gallop forward from the hint: sorted batches move little.
-            let mut step = 1;
-            let mut low = hint;
-            while low + step < starts.len() && starts[low + step] <= rel {
-                low += step;
-                step *= 2;
-            }
-            low
-        } else {
-            0
-        };
-        let i = from + starts[from..].partition_point(|&s| s <= rel);
-        i.checked_sub(1)
+        let starts = self.block_starts();
+        let block = starts.partition_point(|&s| s <= rel).checked_sub(1)?;
+        if cursor.block != Some(block) {
+            let ends = self.block_ends();
+            let from = block.checked_sub(1).map_or(0, |b| ends[b] as usize);
+            let data = self.range_data().get(from..ends[block] as usize)?;
+            cursor.ranges.clear();
+            cursor.ranges.extend(BlockReader::new(data, starts[block]));
+            cursor.block = Some(block);
+        }
+        let ranges = &cursor.ranges;
+        let i = ranges.partition_point(|r| r.0 <= rel).checked_sub(1)?;
+        Some(ranges[i].1).filter(|e| e.scope != NONE)
     }
 
     fn frames_at<'a>(
         &'a self,
         address: u64,
-        range: Option<usize>,
+        entry: Option<Entry>,
         out: &mut Vec<FrameRef<'a>>,
     ) -> Result<Source, Miss> {
         out.clear();
-        let mut loc = range.map_or(NONE, |i| self.locs()[i]);
-        let locations = self.locations();
-        while let Some(l) = locations.get(loc as usize) {
-            let (function, linkage_name) = self.function(l.function);
-            out.push(FrameRef {
-                function,
-                linkage_name,
-                file: self.files().get(l.file as usize).map(|f| self.str(*f)),
-                line: l.line,
-                column: l.column,
-            });
-            loc = l.inlined_into;
+        if let Some(e) = entry {
+            if let Some(scope) = self.scopes().get(e.scope as usize) {
+                let (function, linkage_name) = self.function(scope.function);
+                out.push(FrameRef {
+                    function,
+                    linkage_name,
+                    file: self.files().get(e.file as usize).map(|f| self.str(*f)),
+                    line: e.line,
+                    column: e.column,
+                });
+                self.push_callers(scope.inlined_into, out);
+            }
         }
         if let Some(outermost) = out.last_mut() {
             // Like llvm-symbolizer (and perf): the function that was not
@@ -348,4 +372,27 @@ impl SymbolIndex {
             None => Err(Miss::OutsideFunctions),
         }
     }
+
+    /// Frames of the call sites `loc` and its own callers.
+    fn push_callers<'a>(&'a self, mut loc: u32, out: &mut Vec<FrameRef<'a>>) {
+        let locations = self.locations();
+        while let Some(l) = locations.get(loc as usize) {
+            let (function, linkage_name) = self.function(l.function);
+            out.push(FrameRef {
+                function,
+                linkage_name,
+                file: self.files().get(l.file as usize).map(|f| self.str(*f)),
+                line: l.line,
+                column: l.column,
+            });
+            loc = l.inlined_into;
+        }
+    }
+}
+
+/// The last decoded block, reused by sorted batches.
+#[derive(Default)]
+struct Cursor {
+    block: Option<usize>,
+    ranges: Vec<(u32, Entry)>,
 }
