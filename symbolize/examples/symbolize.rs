@@ -58,15 +58,16 @@ fn main() {
                 SymbolIndex::new(index::build(&Inputs::new(&data)).expect("building")).unwrap()
             };
             // Answers come in address order; print them in input order.
-            let mut text = vec![String::new(); addrs.len()];
+            let mut text = Vec::new();
+            let mut spans = vec![0..0; addrs.len()];
             index.lookup_batch(&addrs, |i, _, frames| {
-                let mut buf = Vec::new();
-                print_frames(&mut buf, frames);
-                text[i] = String::from_utf8(buf).unwrap();
+                let start = text.len();
+                print_frames(&mut text, frames);
+                spans[i] = start..text.len();
             });
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            for t in &text {
-                out.write_all(t.as_bytes()).unwrap();
+            for span in spans {
+                out.write_all(&text[span]).unwrap();
             }
             out.flush().unwrap();
             let mut frames = Vec::new();
@@ -130,24 +131,21 @@ fn read_addresses() -> Vec<u64> {
 }
 
 fn print_frames(out: &mut impl Write, frames: &[FrameRef<'_>]) {
-    let raw = std::env::args().any(|a| a == "--raw");
+    static RAW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let raw = *RAW.get_or_init(|| std::env::args().any(|a| a == "--raw"));
     if frames.is_empty() {
         let _ = writeln!(out, "??\n??:0:0");
     }
     for f in frames {
-        let _ = writeln!(
-            out,
-            "{}\n{}:{}:{}",
-            if raw {
-                f.linkage_name.or(f.function)
-            } else {
-                f.function
+        match (raw, f.linkage_name) {
+            (true, Some(linkage)) => {
+                let _ = writeln!(out, "{linkage}");
             }
-            .unwrap_or("??"),
-            f.file.unwrap_or("??"),
-            f.line,
-            f.column
-        );
+            _ => {
+                let _ = writeln!(out, "{}", f.function.unwrap_or("??"));
+            }
+        }
+        let _ = writeln!(out, "{}:{}:{}", f.file.unwrap_or("??"), f.line, f.column);
     }
     let _ = writeln!(out);
 }

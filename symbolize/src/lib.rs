@@ -42,7 +42,7 @@ pub use dwarf::DwarfSymbolizer;
 pub use elf::{debug_alt_link, Inputs};
 pub use error::Error;
 pub use index::SymbolIndex;
-pub use types::{Frame, FrameRef, Miss, Source};
+pub use types::{Frame, FrameRef, LinkageName, Miss, Source};
 
 /// Largest batch the library accepts in one call; callers split bigger ones.
 pub const MAX_BATCH: usize = 1_000_000;

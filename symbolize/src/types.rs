@@ -60,7 +60,7 @@ pub struct FrameRef<'a> {
     /// Demangled function name (Rust legacy hashes removed).
     pub function: Option<&'a str>,
     /// The raw (linkage) name when it differs from `function`.
-    pub linkage_name: Option<&'a str>,
+    pub linkage_name: Option<LinkageName<'a>>,
     /// Source file path as the DWARF names it.
     pub file: Option<&'a str>,
     /// Line, 0 when unknown.
@@ -74,7 +74,7 @@ impl FrameRef<'_> {
     pub fn to_owned(&self) -> Frame {
         Frame {
             function: self.function.map(str::to_owned),
-            linkage_name: self.linkage_name.map(str::to_owned),
+            linkage_name: self.linkage_name.map(|l| l.to_string()),
             file: self.file.map(str::to_owned),
             line: self.line,
             column: self.column,
@@ -102,10 +102,49 @@ impl Frame {
     pub fn as_ref(&self) -> FrameRef<'_> {
         FrameRef {
             function: self.function.as_deref(),
-            linkage_name: self.linkage_name.as_deref(),
+            linkage_name: self.linkage_name.as_deref().map(LinkageName::text),
             file: self.file.as_deref(),
             line: self.line,
             column: self.column,
+        }
+    }
+}
+
+/// A linkage (mangled) name: borrowed text, or an entry of an index's
+/// front-coded name table, decoded only when displayed (lookups that do not
+/// print it never pay for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkageName<'a>(Repr<'a>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Repr<'a> {
+    Text(&'a str),
+    Coded { bucket: &'a [u8], position: usize },
+}
+
+impl<'a> LinkageName<'a> {
+    /// A name given as text.
+    pub fn text(name: &'a str) -> Self {
+        Self(Repr::Text(name))
+    }
+
+    pub(crate) fn coded(bucket: &'a [u8], position: usize) -> Self {
+        Self(Repr::Coded { bucket, position })
+    }
+}
+
+impl fmt::Display for LinkageName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Repr::Text(name) => f.write_str(name),
+            Repr::Coded { bucket, position } => {
+                let mut name = Vec::new();
+                if crate::index::blocks::decode_name(bucket, position, &mut name) {
+                    f.write_str(&String::from_utf8_lossy(&name))
+                } else {
+                    f.write_str("<damaged name>")
+                }
+            }
         }
     }
 }

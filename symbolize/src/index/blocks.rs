@@ -2,7 +2,7 @@
 //! the writer and the reader. The decoder checks every step, so damaged
 //! data ends a scan early instead of panicking.
 
-use super::format::{BLOCK, NONE};
+use super::format::{BLOCK, NAME_BUCKET, NONE};
 
 /// The innermost frame of one range (`scope == NONE`: nothing known).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -157,5 +157,84 @@ mod tests {
             from = end as usize;
         }
         assert_eq!(decoded, ranges);
+    }
+}
+
+/// Front-codes names sorted ascending, [`NAME_BUCKET`] to a bucket: the
+/// first in full (length, bytes), each next as (shared prefix length, suffix
+/// length, suffix). Returns each bucket's end offset and the data.
+pub fn encode_names(sorted: &[&str]) -> (Vec<u32>, Vec<u8>) {
+    let mut ends = Vec::with_capacity(sorted.len() / NAME_BUCKET + 1);
+    let mut data = Vec::new();
+    for bucket in sorted.chunks(NAME_BUCKET) {
+        let mut prev: &[u8] = &[];
+        for name in bucket {
+            let name = name.as_bytes();
+            let shared = prev.iter().zip(name).take_while(|(a, b)| a == b).count();
+            put(&mut data, shared as u64);
+            put(&mut data, (name.len() - shared) as u64);
+            data.extend_from_slice(&name[shared..]);
+            prev = name;
+        }
+        ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+    }
+    (ends, data)
+}
+
+/// Decodes the name at `position` of a front-coded bucket into `out`;
+/// `false` when the bucket is damaged.
+pub fn decode_name(bucket: &[u8], position: usize, out: &mut Vec<u8>) -> bool {
+    let mut reader = BlockReader::new(bucket, 0);
+    out.clear();
+    for _ in 0..=position {
+        let (Some(shared), Some(len)) = (reader.get(), reader.get()) else {
+            return false;
+        };
+        let (Ok(shared), Ok(len)) = (usize::try_from(shared), usize::try_from(len)) else {
+            return false;
+        };
+        let Some(suffix) = reader
+            .at
+            .checked_add(len)
+            .and_then(|end| bucket.get(reader.at..end))
+        else {
+            return false;
+        };
+        if shared > out.len() {
+            return false;
+        }
+        out.truncate(shared);
+        out.extend_from_slice(suffix);
+        reader.at += len;
+    }
+    true
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let mut names: Vec<String> = (0..100)
+            .map(|i| format!("_ZN4core3fmt{}E{}", i * 7, i % 3))
+            .collect();
+        names.push(String::new());
+        names.push("é_unicode_ü".into());
+        names.sort();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (ends, data) = encode_names(&refs);
+        let mut out = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let bucket = i / NAME_BUCKET;
+            let from = bucket.checked_sub(1).map_or(0, |b| ends[b] as usize);
+            assert!(decode_name(
+                &data[from..ends[bucket] as usize],
+                i % NAME_BUCKET,
+                &mut out
+            ));
+            assert_eq!(out, name.as_bytes());
+        }
+        assert!(!decode_name(&data[..3], 5, &mut out));
     }
 }

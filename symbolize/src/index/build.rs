@@ -134,6 +134,8 @@ pub(super) struct Tables {
     location_ids: FxHashMap<Location, u32>,
     scopes: Vec<Scope>,
     scope_ids: FxHashMap<Scope, u32>,
+    /// Linkage names that differ from the display name, by function.
+    raws: Vec<Box<str>>,
 }
 
 impl std::hash::Hash for StrRef {
@@ -171,13 +173,18 @@ impl Tables {
             return id;
         }
         let function = match demangle(raw) {
-            Some(demangled) => format::Function {
-                name: self.string(&demangled),
-                raw: self.string(raw),
-            },
+            Some(demangled) => {
+                self.raws.push(raw.into());
+                format::Function {
+                    name: self.string(&demangled),
+                    raw: self.raws.len() as u32 - 1,
+                    _pad: 0,
+                }
+            }
             None => format::Function {
                 name: self.string(raw),
-                raw: StrRef { offset: 0, len: 0 },
+                raw: NONE,
+                _pad: 0,
             },
         };
         let id = self.functions.len() as u32;
@@ -229,11 +236,37 @@ impl Tables {
                 last - base
             )));
         }
-        let relative: Vec<(u32, Entry)> = ranges.iter().map(|&(s, e)| ((s - base) as u32, e)).collect();
+        let relative: Vec<(u32, Entry)> = ranges
+            .iter()
+            .map(|&(s, e)| ((s - base) as u32, e))
+            .collect();
         let (starts, ends, data) = blocks::encode(&relative);
         if u32::try_from(data.len()).is_err() || u32::try_from(self.strings.len()).is_err() {
-            return Err(Error::Unsupported("more than 4 GiB of ranges or names".into()));
+            return Err(Error::Unsupported(
+                "more than 4 GiB of ranges or names".into(),
+            ));
         }
+        // Raw names sorted for front coding; functions point at ordinals.
+        let mut order: Vec<u32> = (0..self.raws.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| self.raws[a as usize].cmp(&self.raws[b as usize]));
+        let mut rank = vec![0u32; order.len()];
+        for (ordinal, &i) in order.iter().enumerate() {
+            rank[i as usize] = ordinal as u32;
+        }
+        let sorted: Vec<&str> = order.iter().map(|&i| &*self.raws[i as usize]).collect();
+        let (raw_ends, raw_data) = blocks::encode_names(&sorted);
+        let functions: Vec<format::Function> = self
+            .functions
+            .iter()
+            .map(|f| format::Function {
+                raw: if f.raw == NONE {
+                    NONE
+                } else {
+                    rank[f.raw as usize]
+                },
+                ..*f
+            })
+            .collect();
         let count = |n: usize, what: &str| {
             u32::try_from(n).map_err(|_| Error::Unsupported(format!("more than 2^32 {what}")))
         };
@@ -249,10 +282,10 @@ impl Tables {
             files: count(self.files.len(), "files")?,
             symbols: count(symbols.len(), "symbols")?,
             ranges: count(ranges.len(), "ranges")?,
-            _pad: 0,
+            raw_names: count(sorted.len(), "linkage names")?,
             range_data_len: data.len() as u64,
             strings_len: self.strings.len() as u64,
-            _reserved: 0,
+            raw_data_len: raw_data.len() as u64,
         };
         let mut out = Vec::new();
         let mut push = |bytes: &[u8]| {
@@ -265,10 +298,12 @@ impl Tables {
         push(&data);
         push(bytemuck::cast_slice(&self.scopes));
         push(bytemuck::cast_slice(&self.locations));
-        push(bytemuck::cast_slice(&self.functions));
+        push(bytemuck::cast_slice(&functions));
         push(bytemuck::cast_slice(&self.files));
         push(bytemuck::cast_slice(symbols));
         push(&self.strings);
+        push(bytemuck::cast_slice(&raw_ends));
+        push(&raw_data);
         Ok(out)
     }
 }

@@ -13,7 +13,13 @@
 //! files        [StrRef; files]
 //! symbols      [SymbolEntry; symbols]   sorted by address
 //! strings      [u8; strings_len]        UTF-8, validated when opened
+//! raw_ends     [u32; raw buckets]       end offset of each bucket
+//! raw_data     [u8]                     linkage names, sorted, front-coded
 //! ```
+//!
+//! Linkage names are kept (the API returns them beside the demangled name)
+//! but front-coded in buckets of [`NAME_BUCKET`]: sorted mangled names share
+//! long prefixes (crate paths, namespaces), which cuts them to about a third.
 //!
 //! A range runs from its start to the next range's start and names the
 //! innermost frame: a scope (the function and, for inlined code, the call
@@ -29,7 +35,8 @@
 //! Version history:
 //! - 1: fixed-width ranges and a location per range (about 23% of the
 //!   DWARF's size on a release Rust binary);
-//! - 2: varint ranges in blocks, innermost frame stored in the range.
+//! - 2: varint ranges in blocks, innermost frame stored in the range,
+//!   linkage names front-coded.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -40,6 +47,8 @@ pub const MAGIC: [u8; 8] = *b"STSYMIDX";
 pub const VERSION: u32 = 2;
 /// Ranges per block.
 pub const BLOCK: usize = 16;
+/// Raw (linkage) names per front-coded bucket.
+pub const NAME_BUCKET: usize = 16;
 /// "No such entry" in any index field.
 pub const NONE: u32 = u32::MAX;
 
@@ -62,10 +71,10 @@ pub struct Header {
     pub files: u32,
     pub symbols: u32,
     pub ranges: u32,
-    pub _pad: u32,
+    pub raw_names: u32,
     pub range_data_len: u64,
     pub strings_len: u64,
-    pub _reserved: u64,
+    pub raw_data_len: u64,
 }
 
 #[repr(C)]
@@ -91,8 +100,10 @@ pub struct Location {
 pub struct Function {
     /// Demangled (display) name.
     pub name: StrRef,
-    /// Raw linkage name, or `len == 0` when the same as `name`.
-    pub raw: StrRef,
+    /// Ordinal of the raw linkage name in the sorted, front-coded raw
+    /// names, or `NONE` when it is the same as `name`.
+    pub raw: u32,
+    pub _pad: u32,
 }
 
 #[repr(C)]

@@ -1,16 +1,18 @@
 //! The per-build-ID symbol index: built once ([`build`]), then read in place
 //! ([`SymbolIndex`]) with one binary search per address.
 
-mod blocks;
+pub(crate) mod blocks;
 mod build;
 pub mod format;
+mod lookup;
 mod units;
 
 use std::ops::Range;
 
+use blocks::Entry;
 pub use build::{build, build_with_stats, BuildStats};
-use blocks::{BlockReader, Entry};
 use format::{Function, Header, Location, Scope, StrRef, SymbolEntry, HEADER_LEN, NONE};
+use lookup::View;
 
 use crate::{Error, FrameRef, Miss, Source};
 
@@ -30,6 +32,8 @@ pub struct SymbolIndex {
     files: Range<usize>,
     symbols: Range<usize>,
     strings: Range<usize>,
+    raw_ends: Range<usize>,
+    raw_data: Range<usize>,
 }
 
 impl std::fmt::Debug for SymbolIndex {
@@ -72,6 +76,8 @@ impl SymbolIndex {
             files: 0..0,
             symbols: 0..0,
             strings: 0..0,
+            raw_ends: 0..0,
+            raw_data: 0..0,
         };
         index.layout()?;
         index.validate()?;
@@ -124,6 +130,9 @@ impl SymbolIndex {
         self.files = next(header.files.into(), size_of::<StrRef>())?;
         self.symbols = next(header.symbols.into(), size_of::<SymbolEntry>())?;
         self.strings = next(header.strings_len, 1)?;
+        let raw_buckets = (u64::from(header.raw_names)).div_ceil(format::NAME_BUCKET as u64);
+        self.raw_ends = next(raw_buckets, 4)?;
+        self.raw_data = next(header.raw_data_len, 1)?;
         self.header = header;
         Ok(())
     }
@@ -141,16 +150,17 @@ impl SymbolIndex {
         }
         let data_len = self.range_data().len();
         if !self.block_ends().windows(2).all(|w| w[0] <= w[1])
-            || self.block_ends().last().is_some_and(|&e| e as usize != data_len)
+            || self
+                .block_ends()
+                .last()
+                .is_some_and(|&e| e as usize != data_len)
         {
             return Err(bad("range blocks overlap or overrun their data"));
         }
         let ok_location = |l: u32| l == NONE || l < h.locations;
-        if !self
-            .scopes()
-            .iter()
-            .all(|s| (s.function == NONE || s.function < h.functions) && ok_location(s.inlined_into))
-        {
+        if !self.scopes().iter().all(|s| {
+            (s.function == NONE || s.function < h.functions) && ok_location(s.inlined_into)
+        }) {
             return Err(bad("a scope points past its tables"));
         }
         for (i, l) in self.locations().iter().enumerate() {
@@ -164,10 +174,19 @@ impl SymbolIndex {
         if !self
             .functions()
             .iter()
-            .all(|f| check_str(&f.name) && check_str(&f.raw))
+            .all(|f| check_str(&f.name) && (f.raw == NONE || f.raw < h.raw_names))
             || !self.files().iter().all(check_str)
         {
             return Err(bad("a name lies outside the string table"));
+        }
+        let raw_len = self.raw_data().len();
+        if !self.raw_ends().windows(2).all(|w| w[0] <= w[1])
+            || self
+                .raw_ends()
+                .last()
+                .is_some_and(|&e| e as usize != raw_len)
+        {
+            return Err(bad("linkage name buckets overlap or overrun their data"));
         }
         let symbols = self.symbols();
         if !symbols.windows(2).all(|w| w[0].address < w[1].address)
@@ -205,15 +224,11 @@ impl SymbolIndex {
     fn strings(&self) -> &[u8] {
         &self.bytes()[self.strings.clone()]
     }
-
-    fn str(&self, r: StrRef) -> &str {
-        let start = r.offset as usize;
-        let bytes = &self.strings()[start..start + r.len as usize];
-        // SAFETY: `new` checked that the whole string table is UTF-8 and
-        // that every `StrRef` (function names, files) lies inside it on
-        // character boundaries; the bytes are immutable afterwards. Checking
-        // again here would cost more than the rest of a lookup.
-        unsafe { std::str::from_utf8_unchecked(bytes) }
+    fn raw_ends(&self) -> &[u32] {
+        bytemuck::cast_slice(&self.bytes()[self.raw_ends.clone()])
+    }
+    fn raw_data(&self) -> &[u8] {
+        &self.bytes()[self.raw_data.clone()]
     }
 
     /// Size of the index in bytes.
@@ -250,42 +265,37 @@ impl SymbolIndex {
         }
     }
 
-    fn function(&self, id: u32) -> (Option<&str>, Option<&str>) {
-        match self.functions().get(id as usize) {
-            Some(f) => (
-                Some(self.str(f.name)),
-                (f.raw.len > 0).then(|| self.str(f.raw)),
-            ),
-            None => (None, None),
+    /// The typed tables, borrowed once per call.
+    fn view(&self) -> View<'_> {
+        View {
+            base: self.header.base,
+            symbols_from_dynsym: self.header.flags & format::FLAG_DYNSYM != 0,
+            block_starts: self.block_starts(),
+            block_ends: self.block_ends(),
+            range_data: self.range_data(),
+            scopes: self.scopes(),
+            locations: self.locations(),
+            functions: self.functions(),
+            files: self.files(),
+            symbols: self.symbols(),
+            strings: self.strings(),
+            raw_ends: self.raw_ends(),
+            raw_data: self.raw_data(),
         }
-    }
-
-    fn symbol_index(&self, address: u64) -> Option<usize> {
-        let symbols = self.symbols();
-        let i = symbols.partition_point(|s| s.address <= address);
-        let s = symbols.get(i.checked_sub(1)?)?;
-        let end = match s.size {
-            0 => symbols.get(i).map_or(u64::MAX, |n| n.address),
-            size => s.address.saturating_add(size),
-        };
-        (address < end).then_some(i - 1)
-    }
-
-    fn symbol_at(&self, address: u64) -> Option<&SymbolEntry> {
-        self.symbols().get(self.symbol_index(address)?)
     }
 
     /// Frames for `address`, innermost first, into `out` (cleared first).
     pub fn lookup<'a>(&'a self, address: u64, out: &mut Vec<FrameRef<'a>>) -> Result<Source, Miss> {
-        let entry = self.entry_at(address, &mut Cursor::default());
-        self.frames_at(address, entry, out)
+        let view = self.view();
+        let entry = view.entry_at(address, &mut None);
+        view.frames_at(address, entry, out)
     }
 
     /// Answers a batch: calls `each(i, answer, frames)` for every
     /// `addresses[i]`, in ascending address order. The batch is sorted
-    /// first, so blocks are decoded once for all the addresses they cover,
-    /// and addresses with the same innermost frame and symbol reuse one
-    /// answer.
+    /// first, so each block is decoded at most once, forward, for all the
+    /// addresses it covers, and addresses with the same innermost frame and
+    /// symbol reuse one answer.
     pub fn lookup_batch<'a>(
         &'a self,
         addresses: &[u64],
@@ -293,106 +303,19 @@ impl SymbolIndex {
     ) {
         let mut order: Vec<(u64, usize)> = addresses.iter().copied().zip(0..).collect();
         order.sort_unstable();
+        let view = self.view();
         let mut frames = Vec::new();
-        let mut cursor = Cursor::default();
+        let mut cursor = None;
         let mut last: Option<(Option<Entry>, Option<usize>)> = None;
         let mut answer = Err(Miss::NoSymbols);
         for (address, i) in order {
-            let entry = self.entry_at(address, &mut cursor);
-            let key = (entry, self.symbol_index(address));
+            let entry = view.entry_at(address, &mut cursor);
+            let key = (entry, view.symbol_index(address));
             if last != Some(key) {
-                answer = self.frames_at(address, entry, &mut frames);
+                answer = view.frames_at(address, entry, &mut frames);
                 last = Some(key);
             }
             each(i, answer, &frames);
         }
     }
-
-    /// The innermost frame's entry for `address`; `cursor` keeps the last
-    /// decoded block, which sorted batches reuse.
-    fn entry_at(&self, address: u64, cursor: &mut Cursor) -> Option<Entry> {
-        let rel = u32::try_from(address.checked_sub(self.header.base)?).ok()?;
-        let starts = self.block_starts();
-        let block = starts.partition_point(|&s| s <= rel).checked_sub(1)?;
-        if cursor.block != Some(block) {
-            let ends = self.block_ends();
-            let from = block.checked_sub(1).map_or(0, |b| ends[b] as usize);
-            let data = self.range_data().get(from..ends[block] as usize)?;
-            cursor.ranges.clear();
-            cursor.ranges.extend(BlockReader::new(data, starts[block]));
-            cursor.block = Some(block);
-        }
-        let ranges = &cursor.ranges;
-        let i = ranges.partition_point(|r| r.0 <= rel).checked_sub(1)?;
-        Some(ranges[i].1).filter(|e| e.scope != NONE)
-    }
-
-    fn frames_at<'a>(
-        &'a self,
-        address: u64,
-        entry: Option<Entry>,
-        out: &mut Vec<FrameRef<'a>>,
-    ) -> Result<Source, Miss> {
-        out.clear();
-        if let Some(e) = entry {
-            if let Some(scope) = self.scopes().get(e.scope as usize) {
-                let (function, linkage_name) = self.function(scope.function);
-                out.push(FrameRef {
-                    function,
-                    linkage_name,
-                    file: self.files().get(e.file as usize).map(|f| self.str(*f)),
-                    line: e.line,
-                    column: e.column,
-                });
-                self.push_callers(scope.inlined_into, out);
-            }
-        }
-        if let Some(outermost) = out.last_mut() {
-            // Like llvm-symbolizer (and perf): the function that was not
-            // inlined is named by the symbol table when it has a symbol
-            // here, which tells `foo.cold` and `foo.isra.0` from `foo`.
-            if let Some(s) = self.symbol_at(address) {
-                (outermost.function, outermost.linkage_name) = self.function(s.function);
-            }
-            return Ok(Source::Dwarf);
-        }
-        match self.symbol_at(address) {
-            Some(s) => {
-                let (function, linkage_name) = self.function(s.function);
-                out.push(FrameRef {
-                    function,
-                    linkage_name,
-                    file: None,
-                    line: 0,
-                    column: 0,
-                });
-                Ok(self.symbol_source())
-            }
-            None if self.best_source().is_none() => Err(Miss::NoSymbols),
-            None => Err(Miss::OutsideFunctions),
-        }
-    }
-
-    /// Frames of the call sites `loc` and its own callers.
-    fn push_callers<'a>(&'a self, mut loc: u32, out: &mut Vec<FrameRef<'a>>) {
-        let locations = self.locations();
-        while let Some(l) = locations.get(loc as usize) {
-            let (function, linkage_name) = self.function(l.function);
-            out.push(FrameRef {
-                function,
-                linkage_name,
-                file: self.files().get(l.file as usize).map(|f| self.str(*f)),
-                line: l.line,
-                column: l.column,
-            });
-            loc = l.inlined_into;
-        }
-    }
-}
-
-/// The last decoded block, reused by sorted batches.
-#[derive(Default)]
-struct Cursor {
-    block: Option<usize>,
-    ranges: Vec<(u32, Entry)>,
 }
