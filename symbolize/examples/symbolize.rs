@@ -36,14 +36,18 @@ fn main() {
             let addrs = read_addresses();
             let data = map(&args[1]);
             let symbolizer = DwarfSymbolizer::new(&Inputs::new(&data)).expect("opening");
-            let answers = symbolizer.symbolize(&addrs).expect("symbolizing");
+            let mut text = Vec::new();
+            let mut spans = vec![0..0; addrs.len()];
+            symbolizer
+                .symbolize_with(&addrs, |i, _, frames| {
+                    let start = text.len();
+                    print_frames(&mut text, frames);
+                    spans[i] = start..text.len();
+                })
+                .expect("symbolizing");
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            for answer in &answers {
-                let frames: Vec<FrameRef<'_>> = match answer {
-                    Ok((_, frames)) => frames.iter().map(|f| f.as_ref()).collect(),
-                    Err(_) => Vec::new(),
-                };
-                print_frames(&mut out, &frames);
+            for span in spans {
+                out.write_all(&text[span]).unwrap();
             }
             out.flush().unwrap();
             eprintln!("{} addresses in {:?}", addrs.len(), start.elapsed());
