@@ -21,8 +21,9 @@ pub mod api;
 mod cache;
 pub mod cli;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use symtrace_elf::BuildId;
@@ -97,8 +98,14 @@ pub struct SymbolizeService {
     federation: Option<Arc<Federation>>,
     cache: IndexCache,
     building: Mutex<HashSet<String>>,
+    /// Keys whose build failed, and when: not retried for [`RETRY_FAILED`].
+    failed: Mutex<HashMap<String, Instant>>,
     cpu: Arc<Semaphore>,
 }
+
+/// How long a failed index build is not retried (requests meanwhile are
+/// answered from DWARF).
+const RETRY_FAILED: Duration = Duration::from_secs(600);
 
 impl SymbolizeService {
     pub fn new(
@@ -112,6 +119,7 @@ impl SymbolizeService {
             federation,
             cache: IndexCache::new(cache_bytes),
             building: Mutex::new(HashSet::new()),
+            failed: Mutex::new(HashMap::new()),
             cpu: Arc::new(Semaphore::new(cores)),
         })
     }
@@ -318,6 +326,13 @@ impl SymbolizeService {
     /// Builds, stores and caches the index for `files`, once per key at a
     /// time; requests meanwhile are answered from DWARF.
     fn spawn_build(self: &Arc<Self>, build_id: &BuildId, files: Arc<Files>) {
+        {
+            let mut failed = self.failed.lock().expect("failed builds");
+            failed.retain(|_, at| at.elapsed() < RETRY_FAILED);
+            if failed.contains_key(&files.key) {
+                return;
+            }
+        }
         if !self
             .building
             .lock()
@@ -336,6 +351,10 @@ impl SymbolizeService {
                 Ok(()) => metrics::counter!("symtrace_symbol_index_builds_total", "result" => "ok")
                     .increment(1),
                 Err(e) => {
+                    this.failed
+                        .lock()
+                        .expect("failed builds")
+                        .insert(key, Instant::now());
                     metrics::counter!("symtrace_symbol_index_builds_total", "result" => "error")
                         .increment(1);
                     tracing::warn!(%build_id, error = %e, "building the symbol index failed");

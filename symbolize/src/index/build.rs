@@ -45,49 +45,52 @@ pub fn build(inputs: &Inputs<'_>) -> Result<Vec<u8>, Error> {
 /// compile units are skipped (and counted); an unreadable ELF file is an
 /// error.
 pub fn build_with_stats(inputs: &Inputs<'_>) -> Result<(Vec<u8>, BuildStats), Error> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    build_with_threads(inputs, threads)
+}
+
+/// [`build_with_stats`] on `threads` threads: the compile units are cut into
+/// that many contiguous shares of about equal size, each turned into its own
+/// tables, which are then merged into the first share's (the output depends
+/// only on the inputs and the thread count).
+pub fn build_with_threads(
+    inputs: &Inputs<'_>,
+    threads: usize,
+) -> Result<(Vec<u8>, BuildStats), Error> {
     let loaded = LoadedDwarf::load(inputs)?;
     let symbols = SymbolTable::load(inputs)?;
-    let mut tables = Tables::default();
-    let mut ranges: Vec<(u64, Entry)> = Vec::new();
     let mut stats = BuildStats::default();
     let has_dwarf = loaded.primary.has_debug_info();
+    let mut shares: Vec<Share> = Vec::new();
     if has_dwarf {
         let dwarf = loaded.dwarf();
-        let mut refs = RefResolver::new(&dwarf);
-        let mut headers = dwarf.units();
-        loop {
-            let header = match headers.next() {
-                Ok(Some(header)) => header,
-                Ok(None) => break,
-                Err(_) => {
-                    // A broken unit header: the rest of .debug_info cannot be
-                    // walked.
-                    stats.bad_units += 1;
-                    break;
-                }
-            };
-            if matches!(
-                header.type_(),
-                gimli::UnitType::Partial | gimli::UnitType::Type { .. }
-            ) {
-                continue;
-            }
-            stats.units += 1;
-            let Ok(unit) = dwarf.unit(header) else {
-                stats.bad_units += 1;
-                continue;
-            };
-            let before = ranges.len();
-            let unit = UnitRef::new(&dwarf, &unit);
-            if UnitBuilder::new(unit, &mut tables, &mut refs)
-                .run(&mut ranges)
-                .is_err()
-            {
-                ranges.truncate(before);
-                stats.bad_units += 1;
-            }
-        }
+        let (headers, broken) = unit_headers(&dwarf);
+        stats.bad_units += usize::from(broken);
+        let parts = split_by_size(&headers, threads.max(1));
+        shares = std::thread::scope(|scope| {
+            let workers: Vec<_> = parts
+                .iter()
+                .map(|part| scope.spawn(|| build_share(&dwarf, part)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("index worker panicked"))
+                .collect()
+        });
     }
+    let mut shares = shares.into_iter();
+    let mut first = shares.next().unwrap_or_default();
+    for share in shares {
+        first.absorb(share);
+    }
+    let Share {
+        mut tables,
+        ranges,
+        units,
+        bad_units,
+    } = first;
+    stats.units += units;
+    stats.bad_units += bad_units;
     let symbol_entries = tables.symbols(&symbols);
     let ranges = finish_ranges(ranges);
     stats.ranges = ranges.len();
@@ -103,6 +106,140 @@ pub fn build_with_stats(inputs: &Inputs<'_>) -> Result<(Vec<u8>, BuildStats), Er
     }
     let bytes = tables.write(flags, &ranges, &symbol_entries)?;
     Ok((bytes, stats))
+}
+
+type Header<'a> = gimli::UnitHeader<crate::elf::Reader<'a>>;
+
+/// The compile units' headers (partial and type units skipped), and whether
+/// a broken header cut the walk short.
+fn unit_headers<'a>(dwarf: &gimli::Dwarf<crate::elf::Reader<'a>>) -> (Vec<Header<'a>>, bool) {
+    let mut out = Vec::new();
+    let mut iter = dwarf.units();
+    loop {
+        match iter.next() {
+            Ok(Some(header)) => {
+                if !matches!(
+                    header.type_(),
+                    gimli::UnitType::Partial | gimli::UnitType::Type { .. }
+                ) {
+                    out.push(header);
+                }
+            }
+            Ok(None) => return (out, false),
+            Err(_) => return (out, true),
+        }
+    }
+}
+
+/// Contiguous runs of units of about equal total size.
+fn split_by_size<'h, 'a>(headers: &'h [Header<'a>], parts: usize) -> Vec<&'h [Header<'a>]> {
+    let total: usize = headers.iter().map(|h| h.length_including_self()).sum();
+    let mut out = Vec::with_capacity(parts);
+    let mut from = 0;
+    let mut size = 0;
+    for (i, h) in headers.iter().enumerate() {
+        size += h.length_including_self();
+        if out.len() + 1 < parts && size * parts >= total * (out.len() + 1) {
+            out.push(&headers[from..=i]);
+            from = i + 1;
+        }
+    }
+    out.push(&headers[from..]);
+    out
+}
+
+/// One thread's part of the build.
+#[derive(Default)]
+struct Share {
+    tables: Tables,
+    ranges: Vec<(u64, Entry)>,
+    units: usize,
+    bad_units: usize,
+}
+
+fn build_share(dwarf: &gimli::Dwarf<crate::elf::Reader<'_>>, headers: &[Header<'_>]) -> Share {
+    let mut share = Share::default();
+    let mut refs = RefResolver::new(dwarf);
+    for &header in headers {
+        share.units += 1;
+        let Ok(unit) = dwarf.unit(header) else {
+            share.bad_units += 1;
+            continue;
+        };
+        let before = share.ranges.len();
+        let unit = UnitRef::new(dwarf, &unit);
+        if UnitBuilder::new(unit, &mut share.tables, &mut refs)
+            .run(&mut share.ranges)
+            .is_err()
+        {
+            share.ranges.truncate(before);
+            share.bad_units += 1;
+        }
+    }
+    share
+}
+
+impl Share {
+    /// Merges another share's tables and ranges into this one, renumbering
+    /// its ids.
+    fn absorb(&mut self, other: Share) {
+        let Share {
+            tables: theirs,
+            ranges,
+            units,
+            bad_units,
+        } = other;
+        self.units += units;
+        self.bad_units += bad_units;
+        let ours = &mut self.tables;
+        let str_of = |r: StrRef| {
+            let start = r.offset as usize;
+            std::str::from_utf8(&theirs.strings[start..start + r.len as usize]).unwrap_or("")
+        };
+        let files: Vec<u32> = theirs.files.iter().map(|&f| ours.file(str_of(f))).collect();
+        let functions: Vec<u32> = theirs
+            .functions
+            .iter()
+            .map(|f| {
+                let raw = (f.raw != NONE).then(|| &*theirs.raws[f.raw as usize]);
+                ours.function_parts(str_of(f.name), raw)
+            })
+            .collect();
+        let map = |ids: &[u32], id: u32| if id == NONE { NONE } else { ids[id as usize] };
+        let mut locations = Vec::with_capacity(theirs.locations.len());
+        for l in &theirs.locations {
+            let id = ours.location(Location {
+                function: map(&functions, l.function),
+                file: map(&files, l.file),
+                line: l.line,
+                column: l.column,
+                inlined_into: map(&locations, l.inlined_into),
+            });
+            locations.push(id);
+        }
+        let scopes: Vec<u32> = theirs
+            .scopes
+            .iter()
+            .map(|s| {
+                ours.scope(Scope {
+                    function: map(&functions, s.function),
+                    inlined_into: map(&locations, s.inlined_into),
+                })
+            })
+            .collect();
+        self.ranges.extend(ranges.into_iter().map(|(start, e)| {
+            let entry = if e.scope == NONE {
+                e
+            } else {
+                Entry {
+                    scope: scopes[e.scope as usize],
+                    file: map(&files, e.file),
+                    ..e
+                }
+            };
+            (start, entry)
+        }));
+    }
 }
 
 /// Sorts ranges from all units, drops repeats and "nothing here" markers
@@ -172,11 +309,26 @@ impl Tables {
         if let Some(&id) = self.function_ids.get(raw) {
             return id;
         }
-        let function = match demangle(raw) {
+        let demangled = demangle(raw);
+        self.add_function(raw, demangled.as_deref())
+    }
+
+    /// A function whose display name is known: `raw` is `None` when it is
+    /// the display name itself.
+    fn function_parts(&mut self, display: &str, raw: Option<&str>) -> u32 {
+        let key = raw.unwrap_or(display);
+        if let Some(&id) = self.function_ids.get(key) {
+            return id;
+        }
+        self.add_function(key, raw.map(|_| display))
+    }
+
+    fn add_function(&mut self, raw: &str, demangled: Option<&str>) -> u32 {
+        let function = match demangled {
             Some(demangled) => {
                 self.raws.push(raw.into());
                 format::Function {
-                    name: self.string(&demangled),
+                    name: self.string(demangled),
                     raw: self.raws.len() as u32 - 1,
                     _pad: 0,
                 }

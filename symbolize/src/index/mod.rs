@@ -10,7 +10,7 @@ mod units;
 use std::ops::Range;
 
 use blocks::Entry;
-pub use build::{build, build_with_stats, BuildStats};
+pub use build::{build, build_with_stats, build_with_threads, BuildStats};
 use format::{Function, Header, Location, Scope, StrRef, SymbolEntry, HEADER_LEN, NONE};
 use lookup::View;
 
