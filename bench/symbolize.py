@@ -120,6 +120,9 @@ def main():
     size = os.path.getsize(index_path)
     print(f"index build: {build_s:.2f} s, {size/1e6:.1f} MB = {100*size/dwarf:.1f}% of the DWARF, "
           f"peak RSS {rss:.0f} MiB", flush=True)
+    t = time.perf_counter()
+    subprocess.run([OURS, "build", a.binary, index_path, "--threads", "1"], capture_output=True, check=True)
+    print(f"index build on one thread: {time.perf_counter() - t:.2f} s", flush=True)
 
     if "llvm" in tools and shutil.which("llvm-symbolizer-19"):
         w, _ = median_run(["llvm-symbolizer-19", f"--obj={a.binary}", "--inlines"], addr_file, a.runs)
@@ -138,6 +141,9 @@ def main():
         cmd = [OURS, "dwarf", a.binary]
         w, _ = median_run(cmd, addr_file, a.runs)
         row("ours, no index (first request)", a.count, w, f"RSS {peak_rss(cmd, addr_file):.0f} MiB")
+        cmd = [OURS, "dwarf", a.binary, "--threads", "2"]
+        w, _ = median_run(cmd, addr_file, a.runs)
+        row("ours, no index, 2 threads", a.count, w, f"RSS {peak_rss(cmd, addr_file):.0f} MiB")
     if "index" in tools:
         cmd = [OURS, "index", index_path]
         w, _ = median_run(cmd, addr_file, a.runs)

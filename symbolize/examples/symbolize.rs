@@ -3,8 +3,8 @@
 //! `file:line:column` line per frame, innermost first, then a blank line.
 //!
 //! ```text
-//! symbolize dwarf FILE            < addrs   # straight from DWARF
-//! symbolize build FILE INDEX              # write the index, print stats
+//! symbolize dwarf FILE [--threads N] < addrs   # straight from DWARF
+//! symbolize build FILE INDEX [--threads N]  # write the index, print stats
 //! symbolize index INDEX [--warm N] < addrs  # from a prebuilt index
 //! symbolize cold FILE             < addrs   # build the index in memory, then answer
 //! ```
@@ -23,7 +23,16 @@ fn main() {
     match mode {
         "build" => {
             let data = map(&args[1]);
-            let (bytes, stats) = index::build_with_stats(&Inputs::new(&data)).expect("building");
+            let threads = args
+                .iter()
+                .position(|a| a == "--threads")
+                .and_then(|i| args.get(i + 1)?.parse().ok());
+            let inputs = Inputs::new(&data);
+            let (bytes, stats) = match threads {
+                Some(n) => index::build_with_threads(&inputs, n),
+                None => index::build_with_stats(&inputs),
+            }
+            .expect("building");
             std::fs::write(&args[2], &bytes).expect("writing the index");
             eprintln!(
                 "built {} bytes in {:?}: {stats:?} ({:.1}% of the file)",
@@ -38,8 +47,13 @@ fn main() {
             let symbolizer = DwarfSymbolizer::new(&Inputs::new(&data)).expect("opening");
             let mut text = Vec::new();
             let mut spans = vec![0..0; addrs.len()];
+            let threads = args
+                .iter()
+                .position(|a| a == "--threads")
+                .and_then(|i| args.get(i + 1)?.parse().ok())
+                .unwrap_or(1);
             symbolizer
-                .symbolize_with(&addrs, |i, _, frames| {
+                .symbolize_on(&addrs, threads, |i, _, frames| {
                     let start = text.len();
                     print_frames(&mut text, frames);
                     spans[i] = start..text.len();

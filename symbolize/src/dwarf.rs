@@ -5,8 +5,6 @@
 //! met, each distinct name demangled once, and frames are handed out
 //! borrowed, so a lookup allocates nothing per frame.
 
-use std::borrow::Cow;
-
 use rustc_hash::FxHashMap;
 
 use crate::elf::{LoadedDwarf, Reader};
@@ -43,49 +41,65 @@ struct RawFrame {
 
 const NO_ID: u32 = u32::MAX;
 
-/// Distinct names (demangled once) and files of one batch.
+/// One share of a batch, resolved: distinct names (demangled once) and
+/// files, every distinct address's frames by id. Owned, so shares can be
+/// resolved on several threads.
 #[derive(Default)]
-struct Interner<'s> {
-    name_ids: FxHashMap<&'s [u8], u32>,
-    names: Vec<(Cow<'s, str>, Option<String>)>,
-    file_ids: FxHashMap<&'s str, u32>,
-    files: Vec<&'s str>,
+struct Resolved {
+    names: Vec<(String, Option<String>)>,
+    files: Vec<Box<str>>,
+    frames: Vec<RawFrame>,
+    /// Per distinct address: its answer and its frames' span in `frames`.
+    answers: Vec<(Result<Source, Miss>, usize, usize)>,
 }
 
-impl<'s> Interner<'s> {
-    fn name(&mut self, raw: &'s [u8]) -> u32 {
-        if let Some(&id) = self.name_ids.get(raw) {
-            return id;
-        }
-        let text = String::from_utf8_lossy(raw);
-        let demangled = demangle(&text);
-        let id = self.names.len() as u32;
-        self.names.push((text, demangled));
-        self.name_ids.insert(raw, id);
-        id
-    }
-
-    fn file(&mut self, path: &'s str) -> u32 {
-        let next = self.files.len() as u32;
-        *self.file_ids.entry(path).or_insert_with(|| {
-            self.files.push(path);
-            next
-        })
-    }
-
+impl Resolved {
     fn frame(&self, f: &RawFrame) -> FrameRef<'_> {
         let (function, linkage_name) = match self.names.get(f.name as usize) {
-            Some((raw, Some(demangled))) => (Some(demangled.as_str()), Some(LinkageName::text(raw))),
-            Some((raw, None)) => (Some(raw.as_ref()), None),
+            Some((raw, Some(demangled))) => {
+                (Some(demangled.as_str()), Some(LinkageName::text(raw)))
+            }
+            Some((raw, None)) => (Some(raw.as_str()), None),
             None => (None, None),
         };
         FrameRef {
             function,
             linkage_name,
-            file: self.files.get(f.file as usize).copied(),
+            file: self.files.get(f.file as usize).map(|f| &**f),
             line: f.line,
             column: f.column,
         }
+    }
+}
+
+/// Interns names and files into a [`Resolved`] without copying repeats.
+struct Interner<'s, 'r> {
+    out: &'r mut Resolved,
+    name_ids: FxHashMap<&'s [u8], u32>,
+    file_ids: FxHashMap<&'s str, u32>,
+}
+
+impl<'s> Interner<'s, '_> {
+    fn name(&mut self, raw: &'s [u8]) -> u32 {
+        if let Some(&id) = self.name_ids.get(raw) {
+            return id;
+        }
+        let text = String::from_utf8_lossy(raw).into_owned();
+        let demangled = demangle(&text);
+        let id = self.out.names.len() as u32;
+        self.out.names.push((text, demangled));
+        self.name_ids.insert(raw, id);
+        id
+    }
+
+    fn file(&mut self, path: &'s str) -> u32 {
+        if let Some(&id) = self.file_ids.get(path) {
+            return id;
+        }
+        let id = self.out.files.len() as u32;
+        self.out.files.push(path.into());
+        self.file_ids.insert(path, id);
+        id
     }
 }
 
@@ -112,7 +126,8 @@ impl<'data> DwarfSymbolizer<'data> {
     pub fn symbolize(&self, addresses: &[u64]) -> Result<Vec<Answer>, Error> {
         let mut answers = vec![Err(Miss::NoSymbols); addresses.len()];
         self.symbolize_with(addresses, |i, answer, frames| {
-            answers[i] = answer.map(|source| (source, frames.iter().map(FrameRef::to_owned).collect()));
+            answers[i] =
+                answer.map(|source| (source, frames.iter().map(FrameRef::to_owned).collect()));
         })?;
         Ok(answers)
     }
@@ -122,6 +137,18 @@ impl<'data> DwarfSymbolizer<'data> {
     pub fn symbolize_with(
         &self,
         addresses: &[u64],
+        each: impl FnMut(usize, Result<Source, Miss>, &[FrameRef<'_>]),
+    ) -> Result<(), Error> {
+        self.symbolize_on(addresses, 1, each)
+    }
+
+    /// [`Self::symbolize_with`] on up to `threads` threads: the sorted
+    /// batch is cut into contiguous shares, each resolved with its own
+    /// lazily parsed DWARF context (worth it for large batches only).
+    pub fn symbolize_on(
+        &self,
+        addresses: &[u64],
+        threads: usize,
         mut each: impl FnMut(usize, Result<Source, Miss>, &[FrameRef<'_>]),
     ) -> Result<(), Error> {
         if addresses.len() > crate::MAX_BATCH {
@@ -129,47 +156,79 @@ impl<'data> DwarfSymbolizer<'data> {
         }
         let mut order: Vec<(u64, usize)> = addresses.iter().copied().zip(0..).collect();
         order.sort_unstable();
-        let dwarf = self.dwarf.as_ref().map(|d| d.dwarf());
-        let context = match dwarf {
-            Some(dwarf) => Some(addr2line::Context::from_dwarf(dwarf)?),
-            None => None,
+        let mut distinct: Vec<u64> = order.iter().map(|&(a, _)| a).collect();
+        distinct.dedup();
+        let threads = threads.clamp(1, 1 + distinct.len() / 4096);
+        let shares: Vec<Resolved> = if threads == 1 {
+            vec![self.resolve(&distinct)?]
+        } else {
+            let size = distinct.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = distinct
+                    .chunks(size)
+                    .map(|share| scope.spawn(|| self.resolve(share)))
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().expect("symbolizer thread panicked"))
+                    .collect::<Result<Vec<_>, Error>>()
+            })?
         };
-        let mut interner = Interner::default();
-        // Per distinct address: its answer and its frames' span in `raw`.
-        let mut raw: Vec<RawFrame> = Vec::new();
-        let mut answers: Vec<(Result<Source, Miss>, usize, usize)> = Vec::new();
-        let mut previous = None;
-        for &(address, _) in &order {
-            if previous == Some(address) {
-                continue;
-            }
-            previous = Some(address);
-            let start = raw.len();
-            let found = context
-                .as_ref()
-                .is_some_and(|c| self.dwarf_frames(c, address, &mut interner, &mut raw));
-            let answer = if found {
-                Ok(Source::Dwarf)
-            } else {
-                raw.truncate(start);
-                self.symbol_frame(address, &mut interner, &mut raw)
-            };
-            answers.push((answer, start, raw.len()));
-        }
+        let mut slots = shares
+            .iter()
+            .flat_map(|share| share.answers.iter().map(move |a| (share, a)));
         let mut frames: Vec<FrameRef<'_>> = Vec::new();
-        let mut slot = usize::MAX;
+        let mut current = (Err(Miss::NoSymbols), 0, 0);
         let mut previous = None;
         for (address, i) in order {
             if previous != Some(address) {
                 previous = Some(address);
-                slot = slot.wrapping_add(1);
-                let (_, start, end) = answers[slot];
+                let (share, answer) = slots.next().expect("one answer per distinct address");
+                current = *answer;
                 frames.clear();
-                frames.extend(raw[start..end].iter().map(|f| interner.frame(f)));
+                frames.extend(
+                    share.frames[answer.1..answer.2]
+                        .iter()
+                        .map(|f| share.frame(f)),
+                );
             }
-            each(i, answers[slot].0, &frames);
+            each(i, current.0, &frames);
         }
         Ok(())
+    }
+
+    /// Frames for sorted, distinct addresses.
+    fn resolve(&self, distinct: &[u64]) -> Result<Resolved, Error> {
+        let context = match &self.dwarf {
+            Some(dwarf) => Some(addr2line::Context::from_dwarf(dwarf.dwarf())?),
+            None => None,
+        };
+        let mut resolved = Resolved::default();
+        let mut frames = Vec::new();
+        let mut answers = Vec::with_capacity(distinct.len());
+        {
+            let mut interner = Interner {
+                out: &mut resolved,
+                name_ids: FxHashMap::default(),
+                file_ids: FxHashMap::default(),
+            };
+            for &address in distinct {
+                let start = frames.len();
+                let found = context
+                    .as_ref()
+                    .is_some_and(|c| self.dwarf_frames(c, address, &mut interner, &mut frames));
+                let answer = if found {
+                    Ok(Source::Dwarf)
+                } else {
+                    frames.truncate(start);
+                    self.symbol_frame(address, &mut interner, &mut frames)
+                };
+                answers.push((answer, start, frames.len()));
+            }
+        }
+        resolved.frames = frames;
+        resolved.answers = answers;
+        Ok(resolved)
     }
 
     /// DWARF frames into `out`; `false` when DWARF has nothing here.
@@ -178,7 +237,7 @@ impl<'data> DwarfSymbolizer<'data> {
         &'c self,
         context: &'c addr2line::Context<Reader<'_>>,
         address: u64,
-        interner: &mut Interner<'c>,
+        interner: &mut Interner<'c, '_>,
         out: &mut Vec<RawFrame>,
     ) -> bool {
         let Ok(mut iter) = context.find_frames(address).skip_all_loads() else {
@@ -220,7 +279,7 @@ impl<'data> DwarfSymbolizer<'data> {
     fn symbol_frame<'c>(
         &'c self,
         address: u64,
-        interner: &mut Interner<'c>,
+        interner: &mut Interner<'c, '_>,
         out: &mut Vec<RawFrame>,
     ) -> Result<Source, Miss> {
         let Some(source) = self.symbols.source else {

@@ -100,7 +100,9 @@ pub struct SymbolizeService {
     building: Mutex<HashSet<String>>,
     /// Keys whose build failed, and when: not retried for [`RETRY_FAILED`].
     failed: Mutex<HashMap<String, Instant>>,
+    /// One permit per core for CPU-bound work.
     cpu: Arc<Semaphore>,
+    cores: usize,
 }
 
 /// How long a failed index build is not retried (requests meanwhile are
@@ -121,6 +123,7 @@ impl SymbolizeService {
             building: Mutex::new(HashSet::new()),
             failed: Mutex::new(HashMap::new()),
             cpu: Arc::new(Semaphore::new(cores)),
+            cores,
         })
     }
 
@@ -150,16 +153,21 @@ impl SymbolizeService {
         }
         let files = Arc::new(self.load(&candidates, key).await?);
         self.spawn_build(build_id, files.clone());
+        // A first request is latency-bound: it may use every core.
+        let threads = self.cores;
         let permit = self
             .cpu
             .clone()
-            .acquire_owned()
+            .acquire_many_owned(threads as u32)
             .await
             .expect("never closed");
         let (best, answers) = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let symbolizer = DwarfSymbolizer::new(&files.inputs())?;
-            let answers = symbolizer.symbolize(&addresses)?;
+            let mut answers: Vec<Answer> = vec![Err(Miss::NoSymbols); addresses.len()];
+            symbolizer.symbolize_on(&addresses, threads, |i, answer, frames| {
+                answers[i] = answer.map(|s| (s, frames.iter().map(|f| f.to_owned()).collect()));
+            })?;
             Ok::<_, symtrace_symbolize::Error>((symbolizer.best_source(), answers))
         })
         .await

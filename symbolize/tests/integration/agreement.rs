@@ -140,6 +140,34 @@ fn check(label: &str, reference: &Path, primary: &Path, supplementary: Option<&P
         .collect();
     let index_percent = agreement(&format!("{label}/index"), &addresses, &llvm, &from_index);
 
+    // Several threads give exactly the answers of one.
+    let mut threaded = vec![Vec::new(); addresses.len()];
+    dwarf
+        .symbolize_on(&addresses, 2, |i, answer, frames| {
+            threaded[i] = answer
+                .map(|_| frames.iter().map(|f| f.to_owned()).collect())
+                .unwrap_or_default();
+        })
+        .unwrap();
+    let single: Vec<Vec<Frame>> = answers
+        .iter()
+        .map(|a| a.as_ref().map(|(_, f)| f.clone()).unwrap_or_default())
+        .collect();
+    assert!(
+        threaded == single,
+        "{label}: 2 threads answer differently from 1"
+    );
+    let one_thread = SymbolIndex::new(index::build_with_threads(&inputs, 1).unwrap().0).unwrap();
+    let mut want = Vec::new();
+    for &a in addresses.iter().step_by(7) {
+        let w = one_thread.lookup(a, &mut want);
+        assert_eq!(index.lookup(a, &mut frames), w, "{label} {a:#x}");
+        assert_eq!(
+            frames, want,
+            "{label} {a:#x}: the index depends on the thread count"
+        );
+    }
+
     assert!(
         dwarf_percent >= THRESHOLD,
         "{label}: DWARF path agrees on {dwarf_percent:.3}%"
