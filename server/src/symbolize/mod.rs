@@ -139,13 +139,13 @@ impl SymbolizeService {
         };
         let key = source_key(&candidates);
         if let Some(index) = self.cache.get(build_id.as_str(), &key) {
-            return self.from_index(index, addresses).await;
+            return self.answer_from_index(index, addresses).await;
         }
         if let Some((sha256, _)) = self.store.meta.symbol_index(&key).await? {
             match self.open_stored(&sha256).await {
                 Ok(index) => {
                     let index = self.cache.insert(build_id.as_str(), &key, index);
-                    return self.from_index(index, addresses).await;
+                    return self.answer_from_index(index, addresses).await;
                 }
                 // A damaged or foreign index is rebuilt below.
                 Err(e) => tracing::warn!(%build_id, error = %e, "stored symbol index unusable"),
@@ -180,7 +180,7 @@ impl SymbolizeService {
         })
     }
 
-    async fn from_index(
+    async fn answer_from_index(
         &self,
         index: Arc<cache::CachedIndex>,
         addresses: Vec<u64>,
@@ -190,14 +190,11 @@ impl SymbolizeService {
         // Small batches are cheaper inline than a trip to the pool.
         let small = addresses.len() <= 1024;
         let work = move || {
-            let mut frames = Vec::new();
-            addresses
-                .iter()
-                .map(|&a| {
-                    let source = index.index.lookup(a, &mut frames)?;
-                    Ok((source, frames.iter().map(|f| f.to_owned()).collect()))
-                })
-                .collect::<Vec<Answer>>()
+            let mut answers: Vec<Answer> = vec![Err(Miss::NoSymbols); addresses.len()];
+            index.index.lookup_batch(&addresses, |i, answer, frames| {
+                answers[i] = answer.map(|s| (s, frames.iter().map(|f| f.to_owned()).collect()));
+            });
+            answers
         };
         let answers = if small {
             work()

@@ -79,7 +79,7 @@ fn llvm_frames(binary: &Path, addresses: &[u64]) -> Vec<Vec<(String, u64)>> {
             lines
                 .chunks(2)
                 .map(|p| {
-                    let line = p[1].rsplitn(3, ':').nth(1).and_then(|l| l.parse().ok());
+                    let line = p[1].rsplit(':').nth(1).and_then(|l| l.parse().ok());
                     (p[0].to_owned(), line.unwrap_or(0))
                 })
                 .filter(|f| f.0 != "??")

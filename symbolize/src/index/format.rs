@@ -19,7 +19,7 @@
 //!
 //! Linkage names are kept (the API returns them beside the demangled name)
 //! but front-coded in buckets of [`NAME_BUCKET`]: sorted mangled names share
-//! long prefixes (crate paths, namespaces), which cuts them to about a third.
+//! long prefixes (crate paths, namespaces), which cuts them to about 40%.
 //!
 //! A range runs from its start to the next range's start and names the
 //! innermost frame: a scope (the function and, for inlined code, the call
