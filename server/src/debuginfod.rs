@@ -21,7 +21,7 @@ use symtrace_elf::BuildId;
 use crate::app::SharedState;
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
-use crate::federation::{Forwarding, Wanted};
+use crate::federation::{find_or_fetch, Forwarding, Wanted};
 use crate::serve::{send, StoredFile};
 use crate::store::model::{ArtifactKind, FileQuery, ServedArtifact};
 use crate::zerocopy::PeerAddr;
@@ -68,18 +68,8 @@ async fn find_artifact(
     kind: ArtifactKind,
     from: &Forwarding,
 ) -> ApiResult<Option<Arc<ServedArtifact>>> {
-    if let Some(found) = state.store.best_artifact(build_id, kind).await? {
-        return Ok(Some(found));
-    }
-    if let Some(federation) = &state.federation {
-        if federation
-            .fetch(build_id, Wanted::Artifact(kind), from.clone())
-            .await
-        {
-            return Ok(state.store.best_artifact(build_id, kind).await?);
-        }
-    }
-    Ok(None)
+    let federation = state.federation.as_ref();
+    Ok(find_or_fetch(&state.store, federation, build_id, kind, from).await?)
 }
 
 async fn send_artifact(

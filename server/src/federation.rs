@@ -18,7 +18,7 @@ use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, TryStreamExt};
 use symtrace_elf::BuildId;
 
-use crate::store::model::ArtifactKind;
+use crate::store::model::{ArtifactKind, ServedArtifact};
 use crate::store::spool::spool;
 use crate::store::SymbolStore;
 
@@ -263,6 +263,29 @@ pub fn without_userinfo(url: &str) -> String {
         }
         None => url.to_owned(),
     }
+}
+
+/// The best stored candidate for (build-ID, kind), fetched from the upstream
+/// servers (and stored) on a miss.
+pub async fn find_or_fetch(
+    store: &SymbolStore,
+    federation: Option<&Arc<Federation>>,
+    build_id: &BuildId,
+    kind: ArtifactKind,
+    from: &Forwarding,
+) -> Result<Option<Arc<ServedArtifact>>, sqlx::Error> {
+    if let Some(found) = store.best_artifact(build_id, kind).await? {
+        return Ok(Some(found));
+    }
+    if let Some(federation) = federation {
+        if federation
+            .fetch(build_id, Wanted::Artifact(kind), from.clone())
+            .await
+        {
+            return store.best_artifact(build_id, kind).await;
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use symtrace_elf::BuildId;
 use symtrace_symbolize::{index, DwarfSymbolizer, Frame, Inputs, Miss, Source, SymbolIndex};
 use tokio::sync::Semaphore;
 
-use crate::federation::{Federation, Forwarding, Wanted};
+use crate::federation::{find_or_fetch, Federation, Forwarding};
 use crate::store::model::{now_ms, ArtifactKind, ServedArtifact};
 use crate::store::{StoreError, SymbolStore};
 use cache::IndexCache;
@@ -155,23 +155,16 @@ impl SymbolizeService {
         self.spawn_build(build_id, files.clone());
         // A first request is latency-bound: it may use every core.
         let threads = self.cores;
-        let permit = self
-            .cpu
-            .clone()
-            .acquire_many_owned(threads as u32)
-            .await
-            .expect("never closed");
-        let (best, answers) = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let symbolizer = DwarfSymbolizer::new(&files.inputs())?;
-            let mut answers: Vec<Answer> = vec![Err(Miss::NoSymbols); addresses.len()];
-            symbolizer.symbolize_on(&addresses, threads, |i, answer, frames| {
-                answers[i] = answer.map(|s| (s, frames.iter().map(|f| f.to_owned()).collect()));
-            })?;
-            Ok::<_, symtrace_symbolize::Error>((symbolizer.best_source(), answers))
-        })
-        .await
-        .map_err(|e| SymbolizeError::Task(e.to_string()))??;
+        let (best, answers) = self
+            .on_cpu(threads, move || {
+                let symbolizer = DwarfSymbolizer::new(&files.inputs())?;
+                let mut answers: Vec<Answer> = vec![Err(Miss::NoSymbols); addresses.len()];
+                symbolizer.symbolize_on(&addresses, threads, |i, answer, frames| {
+                    answers[i] = answer.map(|s| (s, frames.iter().map(|f| f.to_owned()).collect()));
+                })?;
+                Ok::<_, symtrace_symbolize::Error>((symbolizer.best_source(), answers))
+            })
+            .await??;
         metrics::counter!("symtrace_symbolize_requests_total", "tier" => "dwarf").increment(1);
         Ok(Outcome::Answered {
             tier: Tier::Dwarf,
@@ -199,18 +192,7 @@ impl SymbolizeService {
         let answers = if small {
             work()
         } else {
-            let permit = self
-                .cpu
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("never closed");
-            tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                work()
-            })
-            .await
-            .map_err(|e| SymbolizeError::Task(e.to_string()))?
+            self.on_cpu(1, work).await?
         };
         Ok(Outcome::Answered {
             tier: Tier::Index,
@@ -258,18 +240,29 @@ impl SymbolizeService {
         kind: ArtifactKind,
         from: &Forwarding,
     ) -> Result<Option<Arc<ServedArtifact>>, SymbolizeError> {
-        if let Some(found) = self.store.best_artifact(build_id, kind).await? {
-            return Ok(Some(found));
-        }
-        if let Some(federation) = &self.federation {
-            if federation
-                .fetch(build_id, Wanted::Artifact(kind), from.clone())
-                .await
-            {
-                return Ok(self.store.best_artifact(build_id, kind).await?);
-            }
-        }
-        Ok(None)
+        let federation = self.federation.as_ref();
+        Ok(find_or_fetch(&self.store, federation, build_id, kind, from).await?)
+    }
+
+    /// Runs CPU-bound work on the blocking pool, holding `cores` of the
+    /// per-core permits.
+    async fn on_cpu<T: Send + 'static>(
+        &self,
+        cores: usize,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, SymbolizeError> {
+        let permit = self
+            .cpu
+            .clone()
+            .acquire_many_owned(cores as u32)
+            .await
+            .expect("never closed");
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work()
+        })
+        .await
+        .map_err(|e| SymbolizeError::Task(e.to_string()))
     }
 
     /// The build-ID of the dwz supplementary file the primary refers to.
@@ -369,20 +362,11 @@ impl SymbolizeService {
     }
 
     async fn build(&self, build_id: &str, files: Arc<Files>) -> Result<(), SymbolizeError> {
-        let permit = self
-            .cpu
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
         let started = std::time::Instant::now();
         let built = files.clone();
-        let bytes = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            index::build(&built.inputs())
-        })
-        .await
-        .map_err(|e| SymbolizeError::Task(e.to_string()))??;
+        let bytes = self
+            .on_cpu(self.cores, move || index::build(&built.inputs()))
+            .await??;
         let size = bytes.len();
         let spooled = self.store.store_derived(bytes).await?;
         self.store
