@@ -262,3 +262,79 @@ fn bad_symbolize_requests_get_clear_errors() {
     let (status, answer) = support::json_of(resp);
     support::assert_error(status, &answer, 400, "invalid symbolize request");
 }
+
+/// A build-ID stored only upstream is fetched, stored and symbolized; a dwz
+/// file's supplementary file is found by its own build-ID.
+#[test]
+fn upstream_files_and_dwz_supplementary_files_are_used() {
+    for tool in ["g++", "dwz", "llvm-symbolizer-19"] {
+        if !have(tool) {
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let extra = HEAVY_CPP.replace("heavy.cpp", "extra.cpp");
+    for (name, define) in [("a", "-DONE"), ("b", "-DTWO")] {
+        run(Command::new("g++")
+            .args(["-O2", "-g", define, "-o"])
+            .arg(dir.path().join(name))
+            .args([HEAVY_CPP, extra.as_str()]));
+    }
+    // The reference: the binary before dwz.
+    let original = dir.path().join("a.orig");
+    std::fs::copy(dir.path().join("a"), &original).unwrap();
+    let addresses = addresses_of(&original);
+    let reference = llvm_frames(&original, &addresses);
+    let build_id = build_id_of(&original);
+    let common = dir.path().join("common.debug");
+    run(Command::new("dwz")
+        .arg("-m")
+        .arg(&common)
+        .arg(dir.path().join("a"))
+        .arg(dir.path().join("b")));
+    let common_id = build_id_of(&common);
+
+    // Upstream has the files; ours has nothing and asks it.
+    let upstream = Server::start(&Backend::local(), &[]);
+    upstream.upload(&build_id, "debuginfo", &original);
+    upstream.upload(&common_id, "debuginfo", &common);
+    let server = Server::start(&Backend::local(), &["--upstream-urls", &upstream.url]);
+    let result = symbolize(&server, &build_id, &addresses);
+    assert_eq!(result["status"], "ok", "{result}");
+    let ours: Vec<_> = result["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(frames_of)
+        .collect();
+    assert_eq!(
+        ours, reference,
+        "answers from the upstream's files differ from llvm-symbolizer"
+    );
+
+    // The dwz'd file, with its supplementary file stored separately.
+    assert_eq!(
+        build_id_of(&dir.path().join("a")),
+        build_id,
+        "dwz keeps the build-ID"
+    );
+    let local = Server::start(&Backend::local(), &[]);
+    local.upload(&build_id, "debuginfo", &dir.path().join("a"));
+    local.upload(&common_id, "debuginfo", &common);
+    for result in [
+        symbolize(&local, &build_id, &addresses),
+        symbolize_from_index(&local, &build_id, &addresses),
+    ] {
+        let ours: Vec<_> = result["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(frames_of)
+            .collect();
+        assert_eq!(
+            ours, reference,
+            "dwz -m ({}): frames differ",
+            result["tier"]
+        );
+    }
+}
