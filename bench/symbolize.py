@@ -11,6 +11,7 @@ inline frames and demangled names:
   llvm-symbolizer-19 --inlines     binutils addr2line -f -i -C
   eu-addr2line -f -i -C (1,000 addresses only: it costs ms per address)
   addr2line crate CLI (cargo install addr2line --features bin)
+  blazecli symbolize elf (cargo install blazecli; addresses as argv)
   ours: dwarf  = first request, no index (straight from DWARF)
         index  = a process opening the prebuilt index and answering
         warm   = lookups/s in a warm process (in-process loop)
@@ -91,7 +92,7 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("--count", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--tools", default="llvm,binutils,eu,crate,dwarf,index,warm")
+    ap.add_argument("--tools", default="llvm,binutils,eu,crate,blazecli,dwarf,index,warm")
     a = ap.parse_args()
     tools = a.tools.split(",")
     tmp = tempfile.mkdtemp(prefix="symbench-")
@@ -137,6 +138,11 @@ def main():
     if "crate" in tools and crate:
         w, _ = median_run([crate, "-f", "-i", "-C", "-e", a.binary], addr_file, a.runs)
         row("addr2line crate CLI -f -i -C", a.count, w)
+    if "blazecli" in tools and shutil.which("blazecli"):
+        # blazecli takes addresses as arguments (the reference's method).
+        script = f'ulimit -s 65536; exec blazecli symbolize elf --path {a.binary} $(cat {addr_file})'
+        w, _ = median_run(["bash", "-c", script], "/dev/null", a.runs)
+        row("blazecli symbolize elf (argv)", a.count, w)
     if "dwarf" in tools:
         cmd = [OURS, "dwarf", a.binary]
         w, _ = median_run(cmd, addr_file, a.runs)

@@ -22,6 +22,10 @@ pub(super) struct View<'a> {
 }
 
 impl<'a> View<'a> {
+    pub fn file(&self, id: u32) -> Option<&'a str> {
+        self.files.get(id as usize).map(|f| self.str(*f))
+    }
+
     fn symbol_source(&self) -> Source {
         if self.symbols_from_dynsym {
             Source::Dynsym
@@ -122,7 +126,7 @@ impl<'a> View<'a> {
                 out.push(FrameRef {
                     function,
                     linkage_name,
-                    file: self.files.get(e.file as usize).map(|f| self.str(*f)),
+                    file: self.file(e.file),
                     line: e.line,
                     column: e.column,
                 });
@@ -163,7 +167,7 @@ impl<'a> View<'a> {
             out.push(FrameRef {
                 function,
                 linkage_name,
-                file: self.files.get(l.file as usize).map(|f| self.str(*f)),
+                file: self.file(l.file),
                 line: l.line,
                 column: l.column,
             });

@@ -304,17 +304,27 @@ impl SymbolIndex {
         let mut order: Vec<(u64, usize)> = addresses.iter().copied().zip(0..).collect();
         order.sort_unstable();
         let view = self.view();
-        let mut frames = Vec::new();
+        let mut frames: Vec<FrameRef<'a>> = Vec::new();
         let mut cursor = None;
         let mut last: Option<(Option<Entry>, Option<usize>)> = None;
         let mut answer = Err(Miss::NoSymbols);
         for (address, i) in order {
             let entry = view.entry_at(address, &mut cursor);
             let key = (entry, view.symbol_index(address));
-            if last != Some(key) {
-                answer = view.frames_at(address, entry, &mut frames);
-                last = Some(key);
+            match (last, entry) {
+                (Some(previous), _) if previous == key => {}
+                // Same function and call chain, another line: only the
+                // innermost frame's position changes.
+                (Some((Some(before), symbol)), Some(now))
+                    if before.scope == now.scope && symbol == key.1 && !frames.is_empty() =>
+                {
+                    frames[0].file = view.file(now.file);
+                    frames[0].line = now.line;
+                    frames[0].column = now.column;
+                }
+                _ => answer = view.frames_at(address, entry, &mut frames),
             }
+            last = Some(key);
             each(i, answer, &frames);
         }
     }
