@@ -338,3 +338,64 @@ fn upstream_files_and_dwz_supplementary_files_are_used() {
         );
     }
 }
+
+/// A stored index goes when the file it was built from goes.
+#[test]
+fn an_index_is_collected_with_its_debug_file() {
+    if !have("g++") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("heavy");
+    run(Command::new("g++")
+        .args(["-O1", "-g", "-o"])
+        .arg(&binary)
+        .arg(HEAVY_CPP));
+    let build_id = build_id_of(&binary);
+    let server = Server::start(
+        &Backend::local(),
+        &["--gc-interval", "1", "--gc-grace", "0"],
+    );
+    let objects = server.data_dir.join("objects");
+    let count = || walkdir(&objects);
+    server.upload(&build_id, "debuginfo", &binary);
+    let addresses = addresses_of(&binary);
+    symbolize_from_index(&server, &build_id, &addresses[..5]);
+    assert_eq!(count(), 2, "the debug file and its index");
+
+    let status = client()
+        .delete(format!("{}/api/v1/debuginfo/{build_id}", server.url))
+        .send()
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "delete: {status}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "not collected:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let result = symbolize(&server, &build_id, &addresses[..1]);
+    assert_eq!(result["status"], "unknown_build_id", "{result}");
+}
+
+/// Regular files below `dir`.
+fn walkdir(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                walkdir(&path)
+            } else {
+                1
+            }
+        })
+        .sum()
+}
