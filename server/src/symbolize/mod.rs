@@ -21,7 +21,7 @@ pub mod api;
 mod cache;
 pub mod cli;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -97,7 +97,8 @@ pub struct SymbolizeService {
     store: Arc<SymbolStore>,
     federation: Option<Arc<Federation>>,
     cache: IndexCache,
-    building: Mutex<HashSet<String>>,
+    /// The files of the indexes being built, by key.
+    building: Mutex<HashMap<String, Arc<Files>>>,
     /// Keys whose build failed, and when: not retried for [`RETRY_FAILED`].
     failed: Mutex<HashMap<String, Instant>>,
     /// One permit per core for CPU-bound work.
@@ -120,7 +121,7 @@ impl SymbolizeService {
             store,
             federation,
             cache: IndexCache::new(cache_bytes),
-            building: Mutex::new(HashSet::new()),
+            building: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             cpu: Arc::new(Semaphore::new(cores)),
             cores,
@@ -151,8 +152,22 @@ impl SymbolizeService {
                 Err(e) => tracing::warn!(%build_id, error = %e, "stored symbol index unusable"),
             }
         }
-        let files = Arc::new(self.load(&candidates, key).await?);
-        self.spawn_build(build_id, files.clone());
+        // Files being indexed are shared with the requests that come
+        // meanwhile (no second download from a remote store).
+        let building = self
+            .building
+            .lock()
+            .expect("building set")
+            .get(&key)
+            .cloned();
+        let files = match building {
+            Some(files) => files,
+            None => {
+                let files = Arc::new(self.load(&candidates, key).await?);
+                self.spawn_build(build_id, files.clone());
+                files
+            }
+        };
         // A first request is latency-bound: it may use every core.
         let threads = self.cores;
         let (best, answers) = self
@@ -331,13 +346,12 @@ impl SymbolizeService {
                 return;
             }
         }
-        if !self
-            .building
-            .lock()
-            .expect("building set")
-            .insert(files.key.clone())
         {
-            return;
+            let mut building = self.building.lock().expect("building set");
+            if building.contains_key(&files.key) {
+                return;
+            }
+            building.insert(files.key.clone(), files.clone());
         }
         let this = self.clone();
         let build_id = build_id.as_str().to_owned();
