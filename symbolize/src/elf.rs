@@ -33,18 +33,6 @@ impl<'data> Inputs<'data> {
     }
 }
 
-/// The supplementary file a DWARF file refers to: its path as written and
-/// its build-ID (lower-case hex).
-pub fn debug_alt_link(data: &[u8]) -> Result<Option<(String, String)>, Error> {
-    let file = object::File::parse(data)?;
-    Ok(file.gnu_debugaltlink()?.map(|(path, id)| {
-        (
-            String::from_utf8_lossy(path).into_owned(),
-            id.iter().map(|b| format!("{b:02x}")).collect(),
-        )
-    }))
-}
-
 pub(crate) type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 
 /// The DWARF sections of one file, decompressed.

@@ -39,7 +39,7 @@ mod types;
 
 pub use demangle::demangle;
 pub use dwarf::DwarfSymbolizer;
-pub use elf::{debug_alt_link, Inputs};
+pub use elf::Inputs;
 pub use error::Error;
 pub use index::SymbolIndex;
 pub use types::{Frame, FrameRef, LinkageName, Miss, Source};
