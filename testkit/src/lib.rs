@@ -593,3 +593,22 @@ pub fn partial_upload(
     stream.flush().unwrap();
     stream
 }
+
+/// Regular files below `dir` (0 when it does not exist): how many objects a
+/// local blob store holds.
+pub fn count_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                count_files(&path)
+            } else {
+                1
+            }
+        })
+        .sum()
+}

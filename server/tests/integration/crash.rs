@@ -2,7 +2,6 @@
 //! the earlier version still served and nothing partial visible; a blob
 //! orphaned by a crash before its commit is collected.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -11,22 +10,6 @@ fn tools() -> bool {
     ["gcc", "objcopy", "strip", "readelf"]
         .iter()
         .all(|t| have(t))
-}
-
-fn count_objects(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            if e.path().is_dir() {
-                count_objects(&e.path())
-            } else {
-                1
-            }
-        })
-        .sum()
 }
 
 #[test]
@@ -86,7 +69,7 @@ fn a_crash_between_blob_and_commit_leaves_an_orphan_that_is_collected() {
     let fx = Fixture::hello("src", "hello.c", &["-g"]);
     fx.publish(&server);
     let objects = server.data_dir.join("objects");
-    let before = count_objects(&objects);
+    let before = count_files(&objects);
     assert_eq!(before, 4, "debuginfo, executable and two sources");
     server.kill9();
 
@@ -106,7 +89,7 @@ fn a_crash_between_blob_and_commit_leaves_an_orphan_that_is_collected() {
     assert_eq!(status, 0, "the server should have died mid-request");
     drop(crashing);
     assert_eq!(
-        count_objects(&objects),
+        count_files(&objects),
         before + 1,
         "the orphan blob should exist after the crash"
     );
@@ -121,7 +104,7 @@ fn a_crash_between_blob_and_commit_leaves_an_orphan_that_is_collected() {
     let served = server.get(&format!("/buildid/{}/debuginfo", fx.build_id));
     assert_eq!(served.bytes().unwrap(), std::fs::read(&fx.debug).unwrap());
     let deadline = Instant::now() + Duration::from_secs(20);
-    while count_objects(&objects) > before {
+    while count_files(&objects) > before {
         assert!(
             Instant::now() < deadline,
             "the orphan was not collected:\n{}",
@@ -137,5 +120,5 @@ fn a_crash_between_blob_and_commit_leaves_an_orphan_that_is_collected() {
             .status(),
         200
     );
-    assert_eq!(count_objects(&objects), before);
+    assert_eq!(count_files(&objects), before);
 }

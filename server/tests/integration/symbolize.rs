@@ -9,12 +9,22 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{self, build_id_of, client, have, run, Backend, Server};
+use crate::support::{self, build_id_of, client, count_files, have, run, Backend, Server};
 
 const HEAVY_CPP: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../symbolize/tests/fixtures/heavy.cpp"
 );
+
+/// The inline-heavy C++ fixture, built with `opt` and `-g` into `dir`.
+fn build_heavy(dir: &Path, opt: &str) -> std::path::PathBuf {
+    let binary = dir.join("heavy");
+    run(Command::new("g++")
+        .args([opt, "-g", "-o"])
+        .arg(&binary)
+        .arg(HEAVY_CPP));
+    binary
+}
 
 fn post(server: &Server, body: &Value) -> (u16, Value) {
     support::json_of(
@@ -114,11 +124,7 @@ fn symbolize_api_from_symbols_to_dwarf_to_stored_index() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let full = dir.path().join("heavy");
-    run(Command::new("g++")
-        .args(["-O2", "-g", "-o"])
-        .arg(&full)
-        .arg(HEAVY_CPP));
+    let full = build_heavy(dir.path(), "-O2");
     let debug = dir.path().join("heavy.debug");
     run(Command::new("objcopy")
         .arg("--only-keep-debug")
@@ -346,18 +352,14 @@ fn an_index_is_collected_with_its_debug_file() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let binary = dir.path().join("heavy");
-    run(Command::new("g++")
-        .args(["-O1", "-g", "-o"])
-        .arg(&binary)
-        .arg(HEAVY_CPP));
+    let binary = build_heavy(dir.path(), "-O1");
     let build_id = build_id_of(&binary);
     let server = Server::start(
         &Backend::local(),
         &["--gc-interval", "1", "--gc-grace", "0"],
     );
     let objects = server.data_dir.join("objects");
-    let count = || walkdir(&objects);
+    let count = || count_files(&objects);
     server.upload(&build_id, "debuginfo", &binary);
     let addresses = addresses_of(&binary);
     symbolize_from_index(&server, &build_id, &addresses[..5]);
@@ -380,22 +382,4 @@ fn an_index_is_collected_with_its_debug_file() {
     }
     let result = symbolize(&server, &build_id, &addresses[..1]);
     assert_eq!(result["status"], "unknown_build_id", "{result}");
-}
-
-/// Regular files below `dir`.
-fn walkdir(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            let path = e.path();
-            if path.is_dir() {
-                walkdir(&path)
-            } else {
-                1
-            }
-        })
-        .sum()
 }
