@@ -272,6 +272,22 @@ impl SymbolStore {
         }
     }
 
+    /// A small byte range of a blob, in memory (a section, a header).
+    pub async fn blob_range(
+        &self,
+        sha256: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes, BlobError> {
+        use futures::TryStreamExt;
+        match self.blobs.get(sha256, Some(range)).await? {
+            blobs::BlobBody::Bytes(bytes) => Ok(bytes),
+            blobs::BlobBody::Stream(stream) => {
+                let parts: Vec<bytes::Bytes> = stream.try_collect().await?;
+                Ok(parts.concat().into())
+            }
+        }
+    }
+
     /// Stores a source file at a path the build-ID's DWARF names. `trusted`
     /// (federated fetches) skips that check and records the name.
     pub async fn ingest_source(

@@ -101,6 +101,8 @@ pub struct SymbolizeService {
     building: Mutex<HashMap<String, Arc<Files>>>,
     /// Keys whose build failed, and when: not retried for [`RETRY_FAILED`].
     failed: Mutex<HashMap<String, Instant>>,
+    /// `.gnu_debugaltlink` build-IDs by the sha256 of the file naming them.
+    alt_links: Mutex<HashMap<String, Option<String>>>,
     /// One permit per core for CPU-bound work.
     cpu: Arc<Semaphore>,
     cores: usize,
@@ -109,6 +111,9 @@ pub struct SymbolizeService {
 /// How long a failed index build is not retried (requests meanwhile are
 /// answered from DWARF).
 const RETRY_FAILED: Duration = Duration::from_secs(600);
+
+/// Remembered `.gnu_debugaltlink` answers (the memo starts over beyond it).
+const MAX_ALT_LINKS: usize = 100_000;
 
 impl SymbolizeService {
     pub fn new(
@@ -123,6 +128,7 @@ impl SymbolizeService {
             cache: IndexCache::new(cache_bytes),
             building: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
+            alt_links: Mutex::new(HashMap::new()),
             cpu: Arc::new(Semaphore::new(cores)),
             cores,
         })
@@ -285,28 +291,25 @@ impl SymbolizeService {
         let Some((offset, size)) = primary.section_range(".gnu_debugaltlink") else {
             return Ok(None);
         };
-        let body = self
-            .store
-            .blobs
-            .get(&primary.artifact.sha256, Some(offset..offset + size))
-            .await?;
-        let bytes = match body {
-            crate::store::blobs::BlobBody::Bytes(b) => b.to_vec(),
-            crate::store::blobs::BlobBody::Stream(s) => {
-                use futures::TryStreamExt;
-                let parts: Vec<Bytes> = s
-                    .try_collect()
-                    .await
-                    .map_err(crate::store::blobs::BlobError::Io)?;
-                parts.concat()
-            }
-        };
+        let sha256 = &primary.artifact.sha256;
+        // Blobs are content-addressed: the answer for a sha256 never changes,
+        // and remembering it saves a (remote) read on every request.
+        if let Some(known) = self.alt_links.lock().expect("alt links").get(sha256) {
+            return Ok(known.clone());
+        }
+        let bytes = self.store.blob_range(sha256, offset..offset + size).await?;
         // A NUL-terminated path, then the build-ID bytes.
-        Ok(bytes
+        let build_id = bytes
             .iter()
             .position(|&b| b == 0)
             .map(|nul| hex::encode(&bytes[nul + 1..]))
-            .filter(|id| !id.is_empty()))
+            .filter(|id| !id.is_empty());
+        let mut known = self.alt_links.lock().expect("alt links");
+        if known.len() >= MAX_ALT_LINKS {
+            known.clear();
+        }
+        known.insert(sha256.clone(), build_id.clone());
+        Ok(build_id)
     }
 
     async fn load(&self, c: &Candidates, key: String) -> Result<Files, SymbolizeError> {
