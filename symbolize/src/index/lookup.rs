@@ -77,10 +77,6 @@ impl<'a> View<'a> {
         (address < end).then_some(i - 1)
     }
 
-    fn symbol_at(&self, address: u64) -> Option<&'a SymbolEntry> {
-        self.symbols.get(self.symbol_index(address)?)
-    }
-
     /// The innermost frame's entry for `address`. `cursor` keeps the block
     /// being decoded: an address at or after the previous one in the same
     /// block continues from where that one stopped.
@@ -113,13 +109,16 @@ impl<'a> View<'a> {
         Some(c.current.1).filter(|e| e.scope != NONE)
     }
 
+    /// Frames for the innermost `entry` and the symbol (by
+    /// [`Self::symbol_index`]) covering the same address.
     pub fn frames_at(
         &self,
-        address: u64,
         entry: Option<Entry>,
+        symbol: Option<usize>,
         out: &mut Vec<FrameRef<'a>>,
     ) -> Result<Source, Miss> {
         out.clear();
+        let symbol: Option<&SymbolEntry> = symbol.and_then(|i| self.symbols.get(i));
         if let Some(e) = entry {
             if let Some(scope) = self.scopes.get(e.scope as usize) {
                 let (function, linkage_name) = self.function(scope.function);
@@ -137,12 +136,12 @@ impl<'a> View<'a> {
             // Like llvm-symbolizer (and perf): the function that was not
             // inlined is named by the symbol table when it has a symbol
             // here, which tells `foo.cold` and `foo.isra.0` from `foo`.
-            if let Some(s) = self.symbol_at(address) {
+            if let Some(s) = symbol {
                 (outermost.function, outermost.linkage_name) = self.function(s.function);
             }
             return Ok(Source::Dwarf);
         }
-        match self.symbol_at(address) {
+        match symbol {
             Some(s) => {
                 let (function, linkage_name) = self.function(s.function);
                 out.push(FrameRef {

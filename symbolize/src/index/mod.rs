@@ -288,7 +288,7 @@ impl SymbolIndex {
     pub fn lookup<'a>(&'a self, address: u64, out: &mut Vec<FrameRef<'a>>) -> Result<Source, Miss> {
         let view = self.view();
         let entry = view.entry_at(address, &mut None);
-        view.frames_at(address, entry, out)
+        view.frames_at(entry, view.symbol_index(address), out)
     }
 
     /// Answers a batch: calls `each(i, answer, frames)` for every
@@ -322,7 +322,7 @@ impl SymbolIndex {
                     frames[0].line = now.line;
                     frames[0].column = now.column;
                 }
-                _ => answer = view.frames_at(address, entry, &mut frames),
+                _ => answer = view.frames_at(entry, key.1, &mut frames),
             }
             last = Some(key);
             each(i, answer, &frames);
