@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 
 use super::blocks::{self, Entry};
 use super::format::{self, Location, Scope, StrRef, SymbolEntry, NONE};
-use super::units::{RefResolver, UnitBuilder};
+use super::units::{all_unit_headers, RefResolver, UnitBuilder};
 use crate::elf::LoadedDwarf;
 use crate::symtab::SymbolTable;
 use crate::{demangle, Error, Inputs, Source};
@@ -64,13 +64,30 @@ pub fn build_with_threads(
     let mut shares: Vec<Share> = Vec::new();
     if has_dwarf {
         let dwarf = loaded.dwarf();
-        let (headers, broken) = unit_headers(&dwarf);
+        // Read once: the workers take their compile units from these, and
+        // resolve references into any unit (partial ones included) by them.
+        let (all, broken) = all_unit_headers(&dwarf);
+        let sup = dwarf
+            .sup()
+            .map(|d| all_unit_headers(d).0)
+            .unwrap_or_default();
         stats.bad_units += usize::from(broken);
-        let parts = split_by_size(&headers, threads.max(1));
+        let compile: Vec<Header<'_>> = all
+            .iter()
+            .filter(|h| {
+                !matches!(
+                    h.type_(),
+                    gimli::UnitType::Partial | gimli::UnitType::Type { .. }
+                )
+            })
+            .copied()
+            .collect();
+        let parts = split_by_size(&compile, threads.max(1));
+        let (dwarf, all, sup) = (&dwarf, &all[..], &sup[..]);
         shares = std::thread::scope(|scope| {
             let workers: Vec<_> = parts
                 .iter()
-                .map(|part| scope.spawn(|| build_share(&dwarf, part)))
+                .map(|part| scope.spawn(move || build_share(dwarf, part, all, sup)))
                 .collect();
             workers
                 .into_iter()
@@ -110,27 +127,6 @@ pub fn build_with_threads(
 
 type Header<'a> = gimli::UnitHeader<crate::elf::Reader<'a>>;
 
-/// The compile units' headers (partial and type units skipped), and whether
-/// a broken header cut the walk short.
-fn unit_headers<'a>(dwarf: &gimli::Dwarf<crate::elf::Reader<'a>>) -> (Vec<Header<'a>>, bool) {
-    let mut out = Vec::new();
-    let mut iter = dwarf.units();
-    loop {
-        match iter.next() {
-            Ok(Some(header)) => {
-                if !matches!(
-                    header.type_(),
-                    gimli::UnitType::Partial | gimli::UnitType::Type { .. }
-                ) {
-                    out.push(header);
-                }
-            }
-            Ok(None) => return (out, false),
-            Err(_) => return (out, true),
-        }
-    }
-}
-
 /// Contiguous runs of units of about equal total size.
 fn split_by_size<'h, 'a>(headers: &'h [Header<'a>], parts: usize) -> Vec<&'h [Header<'a>]> {
     let total: usize = headers.iter().map(|h| h.length_including_self()).sum();
@@ -157,9 +153,16 @@ struct Share {
     bad_units: usize,
 }
 
-fn build_share(dwarf: &gimli::Dwarf<crate::elf::Reader<'_>>, headers: &[Header<'_>]) -> Share {
+/// Builds the units `headers`; `all` and `sup` are every unit header of
+/// the file and of its supplementary file, for references.
+fn build_share<'a>(
+    dwarf: &gimli::Dwarf<crate::elf::Reader<'a>>,
+    headers: &[Header<'a>],
+    all: &[Header<'a>],
+    sup: &[Header<'a>],
+) -> Share {
     let mut share = Share::default();
-    let mut refs = RefResolver::new(dwarf);
+    let mut refs = RefResolver::new(dwarf, all, sup);
     for &header in headers {
         share.units += 1;
         let Ok(unit) = dwarf.unit(header) else {

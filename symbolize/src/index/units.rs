@@ -29,25 +29,39 @@ enum DwarfFile {
 /// across units and into the supplementary file, memoised by target DIE.
 pub(super) struct RefResolver<'d, 'a> {
     dwarf: &'d gimli::Dwarf<Reader<'a>>,
-    headers: [Vec<gimli::UnitHeader<Reader<'a>>>; 2],
+    /// Every unit header of the primary and the supplementary file.
+    headers: [&'d [gimli::UnitHeader<Reader<'a>>]; 2],
     units: HashMap<(DwarfFile, usize), Rc<gimli::Unit<Reader<'a>>>>,
     names: FxHashMap<(DwarfFile, usize), u32>,
 }
 
+/// Every unit header of `dwarf` in order, and whether a broken header cut
+/// the walk short.
+pub(super) fn all_unit_headers<'a>(
+    dwarf: &gimli::Dwarf<Reader<'a>>,
+) -> (Vec<gimli::UnitHeader<Reader<'a>>>, bool) {
+    let mut out = Vec::new();
+    let mut iter = dwarf.units();
+    loop {
+        match iter.next() {
+            Ok(Some(header)) => out.push(header),
+            Ok(None) => return (out, false),
+            Err(_) => return (out, true),
+        }
+    }
+}
+
 impl<'d, 'a> RefResolver<'d, 'a> {
-    pub fn new(dwarf: &'d gimli::Dwarf<Reader<'a>>) -> Self {
-        let headers_of = |d: &gimli::Dwarf<Reader<'a>>| {
-            let mut out = Vec::new();
-            let mut iter = d.units();
-            while let Ok(Some(h)) = iter.next() {
-                out.push(h);
-            }
-            out
-        };
-        let sup = dwarf.sup().map(headers_of).unwrap_or_default();
+    /// `primary` and `sup`: [`all_unit_headers`] of the file and of its
+    /// supplementary file.
+    pub fn new(
+        dwarf: &'d gimli::Dwarf<Reader<'a>>,
+        primary: &'d [gimli::UnitHeader<Reader<'a>>],
+        sup: &'d [gimli::UnitHeader<Reader<'a>>],
+    ) -> Self {
         Self {
             dwarf,
-            headers: [headers_of(dwarf), sup],
+            headers: [primary, sup],
             units: HashMap::new(),
             names: FxHashMap::default(),
         }
