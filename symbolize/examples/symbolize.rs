@@ -23,10 +23,7 @@ fn main() {
     match mode {
         "build" => {
             let data = map(&args[1]);
-            let threads = args
-                .iter()
-                .position(|a| a == "--threads")
-                .and_then(|i| args.get(i + 1)?.parse().ok());
+            let threads = option(&args, "--threads");
             let inputs = Inputs::new(&data);
             let (bytes, stats) = match threads {
                 Some(n) => index::build_with_threads(&inputs, n),
@@ -45,25 +42,12 @@ fn main() {
             let addrs = read_addresses();
             let data = map(&args[1]);
             let symbolizer = DwarfSymbolizer::new(&Inputs::new(&data)).expect("opening");
-            let mut text = Vec::new();
-            let mut spans = vec![0..0; addrs.len()];
-            let threads = args
-                .iter()
-                .position(|a| a == "--threads")
-                .and_then(|i| args.get(i + 1)?.parse().ok())
-                .unwrap_or(1);
+            let threads = option(&args, "--threads").unwrap_or(1);
+            let mut printer = InOrder::new(addrs.len());
             symbolizer
-                .symbolize_on(&addrs, threads, |i, _, frames| {
-                    let start = text.len();
-                    print_frames(&mut text, frames);
-                    spans[i] = start..text.len();
-                })
+                .symbolize_on(&addrs, threads, |i, _, frames| printer.add(i, frames))
                 .expect("symbolizing");
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            for span in spans {
-                out.write_all(&text[span]).unwrap();
-            }
-            out.flush().unwrap();
+            printer.write();
             eprintln!("{} addresses in {:?}", addrs.len(), start.elapsed());
         }
         "index" | "cold" => {
@@ -75,26 +59,12 @@ fn main() {
                 let data = map(&args[1]);
                 SymbolIndex::new(index::build(&Inputs::new(&data)).expect("building")).unwrap()
             };
-            // Answers come in address order; print them in input order.
-            let mut text = Vec::new();
-            let mut spans = vec![0..0; addrs.len()];
-            index.lookup_batch(&addrs, |i, _, frames| {
-                let start = text.len();
-                print_frames(&mut text, frames);
-                spans[i] = start..text.len();
-            });
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            for span in spans {
-                out.write_all(&text[span]).unwrap();
-            }
-            out.flush().unwrap();
+            let mut printer = InOrder::new(addrs.len());
+            index.lookup_batch(&addrs, |i, _, frames| printer.add(i, frames));
+            printer.write();
             let mut frames = Vec::new();
             eprintln!("{} addresses in {:?}", addrs.len(), start.elapsed());
-            let warm: usize = args
-                .iter()
-                .position(|a| a == "--warm")
-                .and_then(|i| args.get(i + 1)?.parse().ok())
-                .unwrap_or(0);
+            let warm: usize = option(&args, "--warm").unwrap_or(0);
             if warm > 0 {
                 let t = Instant::now();
                 let mut count = 0usize;
@@ -127,6 +97,41 @@ fn main() {
             );
             std::process::exit(2);
         }
+    }
+}
+
+/// The number after `name` on the command line.
+fn option(args: &[String], name: &str) -> Option<usize> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1)?.parse().ok()
+}
+
+/// Answers arrive in address order; they are printed in input order.
+struct InOrder {
+    text: Vec<u8>,
+    spans: Vec<std::ops::Range<usize>>,
+}
+
+impl InOrder {
+    fn new(count: usize) -> Self {
+        Self {
+            text: Vec::new(),
+            spans: vec![0..0; count],
+        }
+    }
+
+    fn add(&mut self, i: usize, frames: &[FrameRef<'_>]) {
+        let start = self.text.len();
+        print_frames(&mut self.text, frames);
+        self.spans[i] = start..self.text.len();
+    }
+
+    fn write(self) {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for span in self.spans {
+            out.write_all(&self.text[span]).unwrap();
+        }
+        out.flush().unwrap();
     }
 }
 
