@@ -1,0 +1,55 @@
+//! OpenTelemetry protocol v1.11.0 for symtrace, generated at build time from
+//! the vendored `.proto` files (see `proto/README.md`): the profiles data
+//! model, the collector's `ProfilesService` (tonic client and server), the
+//! process context (OTEP 4719), and OTLP/JSON through pbjson.
+//!
+//! OTLP/JSON differs from the canonical protobuf JSON mapping in one place
+//! that matters here: trace and span IDs are hex, not base64. [`json`]
+//! handles that.
+
+#![allow(clippy::all, missing_docs, rustdoc::all)]
+
+pub mod json;
+
+pub mod opentelemetry {
+    pub mod proto {
+        pub mod common {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.common.v1.rs"));
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.common.v1.serde.rs"));
+            }
+        }
+        pub mod resource {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.resource.v1.rs"));
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.resource.v1.serde.rs"));
+            }
+        }
+        pub mod profiles {
+            pub mod v1development {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.profiles.v1development.rs"));
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.profiles.v1development.serde.rs"));
+            }
+        }
+        pub mod collector {
+            pub mod profiles {
+                pub mod v1development {
+                    include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.collector.profiles.v1development.rs"));
+                    include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.collector.profiles.v1development.serde.rs"));
+                }
+            }
+        }
+        pub mod processcontext {
+            pub mod v1development {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.processcontext.v1development.rs"));
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.processcontext.v1development.serde.rs"));
+            }
+        }
+    }
+}
+
+pub use opentelemetry::proto::collector::profiles::v1development as collector;
+pub use opentelemetry::proto::common::v1 as common;
+pub use opentelemetry::proto::processcontext::v1development as processcontext;
+pub use opentelemetry::proto::profiles::v1development as profiles;
+pub use opentelemetry::proto::resource::v1 as resource;
