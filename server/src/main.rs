@@ -7,6 +7,7 @@ mod debuginfod;
 mod error;
 mod federation;
 mod metrics;
+mod profiles;
 mod serve;
 mod store;
 mod symbolize;

@@ -1,0 +1,399 @@
+//! The stored form of profiles: what a segment holds, independent of how
+//! OTLP laid it out. Every table is deduplicated, and index 0 of the
+//! string, mapping, stack, label-set and link tables is the empty value, so
+//! 0 means "none" wherever an index appears.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+/// How a mapping's build-ID was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum BuildIdKind {
+    #[default]
+    None = 0,
+    /// `process.executable.build_id.gnu`: the ELF note, hex.
+    Gnu = 1,
+    /// `process.executable.build_id.htlhash`: the eBPF profiler's file ID.
+    Htlhash = 2,
+    /// `process.executable.build_id.go`.
+    Go = 3,
+}
+
+impl BuildIdKind {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::None,
+            1 => Self::Gnu,
+            2 => Self::Htlhash,
+            3 => Self::Go,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "",
+            Self::Gnu => "gnu",
+            Self::Htlhash => "htlhash",
+            Self::Go => "go",
+        }
+    }
+}
+
+/// A loaded file: addresses of frames in it are ELF virtual addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Mapping {
+    pub build_id: u32,
+    pub build_id_kind: BuildIdKind,
+    pub file: u32,
+    pub memory_start: u64,
+    pub memory_limit: u64,
+    pub file_offset: u64,
+}
+
+/// One source line of a frame (several when the sender resolved inlining).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Line {
+    pub function: u32,
+    pub system_name: u32,
+    pub file: u32,
+    pub line: i64,
+    pub column: i64,
+}
+
+/// A frame: native ones have a mapping and an address and no lines (they
+/// are symbolized at query time); the sender named the others.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Frame {
+    /// `profile.frame.type` (native, kernel, cpython, go, …), a string index.
+    pub frame_type: u32,
+    pub mapping: u32,
+    pub address: u64,
+    pub lines: Vec<Line>,
+}
+
+/// A trace and span ID pair (`[0; 24]` = none).
+pub type Link = [u8; 24];
+
+/// Everything sharing a service, a profile type and resource attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Series {
+    pub service: u32,
+    pub sample_type: u32,
+    pub sample_unit: u32,
+    pub period_type: u32,
+    pub period_unit: u32,
+    pub period: i64,
+    /// Resource, scope and profile attributes (a label-set index).
+    pub labels: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Samples with the same identity: series, stack, sample labels and link.
+/// `timestamps` and `values` are empty or of the same length as each other
+/// when both are present; a sample without values counts 1 per timestamp.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sample {
+    pub series: u32,
+    pub stack: u32,
+    pub labels: u32,
+    pub link: u32,
+    pub timestamps: Vec<u64>,
+    pub values: Vec<i64>,
+}
+
+impl Sample {
+    /// Number of events: timestamps, else values.
+    pub fn points(&self) -> usize {
+        self.timestamps.len().max(self.values.len())
+    }
+
+    /// Sum of values; a timestamps-only sample counts 1 per timestamp.
+    pub fn total(&self) -> i64 {
+        if self.values.is_empty() {
+            self.timestamps.len() as i64
+        } else {
+            self.values.iter().sum()
+        }
+    }
+}
+
+/// The content of one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentData {
+    pub strings: Vec<String>,
+    pub mappings: Vec<Mapping>,
+    pub frames: Vec<Frame>,
+    /// Frame indexes, leaf first.
+    pub stacks: Vec<Vec<u32>>,
+    /// (key, value) string indexes, sorted by key, keys unique.
+    pub label_sets: Vec<Vec<(u32, u32)>>,
+    pub links: Vec<Link>,
+    pub series: Vec<Series>,
+    pub samples: Vec<Sample>,
+}
+
+impl Default for SegmentData {
+    fn default() -> Self {
+        Self {
+            strings: vec![String::new()],
+            mappings: vec![Mapping::default()],
+            frames: Vec::new(),
+            stacks: vec![Vec::new()],
+            label_sets: vec![Vec::new()],
+            links: vec![[0; 24]],
+            series: Vec::new(),
+            samples: Vec::new(),
+        }
+    }
+}
+
+impl SegmentData {
+    pub fn str(&self, index: u32) -> &str {
+        &self.strings[index as usize]
+    }
+
+    /// Events in the segment (each timestamp counts).
+    pub fn points(&self) -> u64 {
+        self.samples.iter().map(|s| s.points() as u64).sum()
+    }
+}
+
+/// A deduplicating table: value → index.
+struct Table<T> {
+    items: Vec<T>,
+    index: HashMap<T, u32>,
+}
+
+impl<T: Clone + Eq + Hash> Table<T> {
+    fn new(items: Vec<T>) -> Self {
+        let index = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (item.clone(), i as u32))
+            .collect();
+        Self { items, index }
+    }
+
+    fn intern(&mut self, item: T) -> u32 {
+        if let Some(&i) = self.index.get(&item) {
+            return i;
+        }
+        let i = self.items.len() as u32;
+        self.items.push(item.clone());
+        self.index.insert(item, i);
+        i
+    }
+}
+
+/// Builds a [`SegmentData`], deduplicating every table and merging samples
+/// of the same identity.
+pub struct SegmentBuilder {
+    strings: Table<String>,
+    mappings: Table<Mapping>,
+    frames: Table<Frame>,
+    stacks: Table<Vec<u32>>,
+    label_sets: Table<Vec<(u32, u32)>>,
+    links: Table<Link>,
+    series: Vec<Series>,
+    series_index: HashMap<SeriesKey, u32>,
+    samples: Vec<Sample>,
+    /// (series, stack, labels, link, has timestamps) → sample.
+    sample_index: HashMap<(u32, u32, u32, u32, bool), u32>,
+}
+
+type SeriesKey = (u32, u32, u32, u32, u32, i64, u32);
+
+impl Default for SegmentBuilder {
+    fn default() -> Self {
+        let empty = SegmentData::default();
+        Self {
+            strings: Table::new(empty.strings),
+            mappings: Table::new(empty.mappings),
+            frames: Table::new(empty.frames),
+            stacks: Table::new(empty.stacks),
+            label_sets: Table::new(empty.label_sets),
+            links: Table::new(empty.links),
+            series: Vec::new(),
+            series_index: HashMap::new(),
+            samples: Vec::new(),
+            sample_index: HashMap::new(),
+        }
+    }
+}
+
+impl SegmentBuilder {
+    pub fn string(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.strings.index.get(s) {
+            return i;
+        }
+        self.strings.intern(s.to_owned())
+    }
+
+    pub fn mapping(&mut self, mapping: Mapping) -> u32 {
+        self.mappings.intern(mapping)
+    }
+
+    pub fn frame(&mut self, frame: Frame) -> u32 {
+        self.frames.intern(frame)
+    }
+
+    pub fn stack(&mut self, frames: Vec<u32>) -> u32 {
+        self.stacks.intern(frames)
+    }
+
+    /// Interns a label set; `pairs` need not be sorted but keys must be
+    /// unique.
+    pub fn label_set(&mut self, mut pairs: Vec<(u32, u32)>) -> u32 {
+        pairs.sort_unstable();
+        self.label_sets.intern(pairs)
+    }
+
+    pub fn link(&mut self, link: Link) -> u32 {
+        self.links.intern(link)
+    }
+
+    /// The series with these properties, widened to `[start_ns, end_ns)`.
+    pub fn series(&mut self, series: Series) -> u32 {
+        let key = (
+            series.service,
+            series.sample_type,
+            series.sample_unit,
+            series.period_type,
+            series.period_unit,
+            series.period,
+            series.labels,
+        );
+        if let Some(&i) = self.series_index.get(&key) {
+            let existing = &mut self.series[i as usize];
+            existing.start_ns = existing.start_ns.min(series.start_ns);
+            existing.end_ns = existing.end_ns.max(series.end_ns);
+            return i;
+        }
+        let i = self.series.len() as u32;
+        self.series.push(series);
+        self.series_index.insert(key, i);
+        i
+    }
+
+    /// Adds events to the sample of this identity. When one side has values
+    /// and the other only timestamps, the latter's values become 1s.
+    pub fn add_sample(&mut self, sample: Sample) {
+        let key = (
+            sample.series,
+            sample.stack,
+            sample.labels,
+            sample.link,
+            !sample.timestamps.is_empty(),
+        );
+        let Some(&i) = self.sample_index.get(&key) else {
+            self.sample_index.insert(key, self.samples.len() as u32);
+            self.samples.push(sample);
+            return;
+        };
+        // Samples with and without timestamps are kept apart (the key says
+        // which), rather than inventing timestamps.
+        let existing = &mut self.samples[i as usize];
+        match (existing.values.is_empty(), sample.values.is_empty()) {
+            (true, true) => {}
+            (true, false) => {
+                existing.values = vec![1; existing.timestamps.len()];
+                existing.values.extend_from_slice(&sample.values);
+            }
+            (false, true) => existing
+                .values
+                .extend(std::iter::repeat_n(1, sample.timestamps.len())),
+            (false, false) => existing.values.extend_from_slice(&sample.values),
+        }
+        existing.timestamps.extend_from_slice(&sample.timestamps);
+    }
+
+    pub fn finish(self) -> SegmentData {
+        SegmentData {
+            strings: self.strings.items,
+            mappings: self.mappings.items,
+            frames: self.frames.items,
+            stacks: self.stacks.items,
+            label_sets: self.label_sets.items,
+            links: self.links.items,
+            series: self.series,
+            samples: self.samples,
+        }
+    }
+
+    /// Copies `data`'s samples (and what they reference) into this builder.
+    pub fn merge(&mut self, data: &SegmentData) {
+        let strings: Vec<u32> = data.strings.iter().map(|s| self.string(s)).collect();
+        let s = |i: u32| strings[i as usize];
+        let mappings: Vec<u32> = data
+            .mappings
+            .iter()
+            .map(|m| {
+                self.mapping(Mapping {
+                    build_id: s(m.build_id),
+                    file: s(m.file),
+                    ..m.clone()
+                })
+            })
+            .collect();
+        let frames: Vec<u32> = data
+            .frames
+            .iter()
+            .map(|f| {
+                self.frame(Frame {
+                    frame_type: s(f.frame_type),
+                    mapping: mappings[f.mapping as usize],
+                    address: f.address,
+                    lines: f
+                        .lines
+                        .iter()
+                        .map(|l| Line {
+                            function: s(l.function),
+                            system_name: s(l.system_name),
+                            file: s(l.file),
+                            ..l.clone()
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        let stacks: Vec<u32> = data
+            .stacks
+            .iter()
+            .map(|st| self.stack(st.iter().map(|&f| frames[f as usize]).collect()))
+            .collect();
+        let label_sets: Vec<u32> = data
+            .label_sets
+            .iter()
+            .map(|set| self.label_set(set.iter().map(|&(k, v)| (s(k), s(v))).collect()))
+            .collect();
+        let links: Vec<u32> = data.links.iter().map(|l| self.link(*l)).collect();
+        let series: Vec<u32> = data
+            .series
+            .iter()
+            .map(|se| {
+                self.series(Series {
+                    service: s(se.service),
+                    sample_type: s(se.sample_type),
+                    sample_unit: s(se.sample_unit),
+                    period_type: s(se.period_type),
+                    period_unit: s(se.period_unit),
+                    labels: label_sets[se.labels as usize],
+                    ..se.clone()
+                })
+            })
+            .collect();
+        for sample in &data.samples {
+            self.add_sample(Sample {
+                series: series[sample.series as usize],
+                stack: stacks[sample.stack as usize],
+                labels: label_sets[sample.labels as usize],
+                link: links[sample.link as usize],
+                timestamps: sample.timestamps.clone(),
+                values: sample.values.clone(),
+            });
+        }
+    }
+}

@@ -1,0 +1,579 @@
+//! The segment format: one immutable object per export (or per compacted
+//! window), columnar and zstd-compressed. See docs/storage.md.
+//!
+//! ```text
+//! "SYMTSEG1"  u32 LE body length  zstd(body)
+//! body = strings mappings frames stacks label_sets links series samples
+//! ```
+//! Every table is written column by column with LEB128 varints (zigzag for
+//! signed values), so each column's values sit together for zstd. Stacks
+//! are sorted root-first and front-coded (a stack shares its callers with
+//! its neighbours); samples are sorted by identity and their timestamps
+//! ascending, delta-coded from the series start. Decoding checks every
+//! index, so a damaged object is an error, never a panic or a wrong answer.
+
+use super::model::{BuildIdKind, Frame, Line, Link, Mapping, Sample, SegmentData, Series};
+
+const MAGIC: &[u8; 8] = b"SYMTSEG1";
+/// Largest body accepted when decoding (a guard against a damaged length).
+const MAX_BODY: usize = 4 << 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    #[error("not a symtrace segment (bad magic)")]
+    Magic,
+    #[error("segment is damaged: {0}")]
+    Corrupt(&'static str),
+    #[error("segment decompression: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Encodes a segment at a zstd level (3 at ingest, higher when compacting).
+pub fn encode(data: &SegmentData, level: i32) -> Vec<u8> {
+    let body = encode_body(data);
+    let mut out = Vec::with_capacity(body.len() / 4 + 16);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    let compressed = zstd::bulk::compress(&body, level).expect("zstd compression of a buffer");
+    out.extend_from_slice(&compressed);
+    out
+}
+
+/// Decodes a segment.
+pub fn decode(bytes: &[u8]) -> Result<SegmentData, SegmentError> {
+    if bytes.len() < 12 || &bytes[..8] != MAGIC {
+        return Err(SegmentError::Magic);
+    }
+    let len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    if len > MAX_BODY {
+        return Err(SegmentError::Corrupt("body length"));
+    }
+    let body = zstd::bulk::decompress(&bytes[12..], len)?;
+    if body.len() != len {
+        return Err(SegmentError::Corrupt("body length"));
+    }
+    decode_body(&body)
+}
+
+#[derive(Default)]
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn u(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn i(&mut self, v: i64) {
+        self.u(((v << 1) ^ (v >> 63)) as u64);
+    }
+}
+
+struct Dec<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+type R<T> = Result<T, SegmentError>;
+
+impl<'a> Dec<'a> {
+    fn u(&mut self) -> R<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self
+                .buf
+                .get(self.pos)
+                .ok_or(SegmentError::Corrupt("truncated"))?;
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err(SegmentError::Corrupt("varint too long"))
+    }
+    fn i(&mut self) -> R<i64> {
+        let v = self.u()?;
+        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+    fn u32(&mut self) -> R<u32> {
+        u32::try_from(self.u()?).map_err(|_| SegmentError::Corrupt("index too large"))
+    }
+    /// An index below `len`.
+    fn index(&mut self, len: usize) -> R<u32> {
+        let v = self.u32()?;
+        if (v as usize) < len {
+            Ok(v)
+        } else {
+            Err(SegmentError::Corrupt("index out of range"))
+        }
+    }
+    /// A count, bounded by the bytes left (every item takes at least one).
+    fn count(&mut self) -> R<usize> {
+        let n = self.u()? as usize;
+        if n > self.buf.len() - self.pos {
+            return Err(SegmentError::Corrupt("count larger than the segment"));
+        }
+        Ok(n)
+    }
+    fn bytes(&mut self, n: usize) -> R<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(SegmentError::Corrupt("truncated"))?;
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+}
+
+fn encode_body(d: &SegmentData) -> Vec<u8> {
+    let mut e = Enc::default();
+    e.u(d.strings.len() as u64);
+    for s in &d.strings {
+        e.u(s.len() as u64);
+    }
+    for s in &d.strings {
+        e.0.extend_from_slice(s.as_bytes());
+    }
+
+    e.u(d.mappings.len() as u64);
+    for m in &d.mappings {
+        e.u(m.build_id.into());
+    }
+    for m in &d.mappings {
+        e.u(m.build_id_kind as u64);
+    }
+    for m in &d.mappings {
+        e.u(m.file.into());
+    }
+    for m in &d.mappings {
+        e.u(m.memory_start);
+        e.u(m.memory_limit.wrapping_sub(m.memory_start));
+        e.u(m.file_offset);
+    }
+
+    e.u(d.frames.len() as u64);
+    for f in &d.frames {
+        e.u(f.frame_type.into());
+    }
+    for f in &d.frames {
+        e.u(f.mapping.into());
+    }
+    let mut previous = 0u64;
+    for f in &d.frames {
+        e.i(f.address.wrapping_sub(previous) as i64);
+        previous = f.address;
+    }
+    for f in &d.frames {
+        e.u(f.lines.len() as u64);
+    }
+    for l in d.frames.iter().flat_map(|f| &f.lines) {
+        e.u(l.function.into());
+        e.u(l.system_name.into());
+        e.u(l.file.into());
+        e.i(l.line);
+        e.i(l.column);
+    }
+
+    // Stacks root-first in sorted order, each sharing a prefix with the one
+    // before; samples refer to the sorted position.
+    let mut order: Vec<u32> = (0..d.stacks.len() as u32).collect();
+    order.sort_by(|&a, &b| {
+        d.stacks[a as usize]
+            .iter()
+            .rev()
+            .cmp(d.stacks[b as usize].iter().rev())
+    });
+    let mut position = vec![0u32; d.stacks.len()];
+    for (pos, &old) in order.iter().enumerate() {
+        position[old as usize] = pos as u32;
+    }
+    e.u(d.stacks.len() as u64);
+    let mut previous: &[u32] = &[];
+    for &old in &order {
+        let stack = &d.stacks[old as usize];
+        let shared = previous
+            .iter()
+            .rev()
+            .zip(stack.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        e.u(shared as u64);
+        e.u((stack.len() - shared) as u64);
+        for &f in stack[..stack.len() - shared].iter().rev() {
+            e.u(f.into());
+        }
+        previous = stack;
+    }
+
+    e.u(d.label_sets.len() as u64);
+    for set in &d.label_sets {
+        e.u(set.len() as u64);
+        for &(k, v) in set {
+            e.u(k.into());
+            e.u(v.into());
+        }
+    }
+
+    e.u(d.links.len() as u64);
+    for l in &d.links {
+        e.0.extend_from_slice(l);
+    }
+
+    e.u(d.series.len() as u64);
+    for s in &d.series {
+        for v in [s.service, s.sample_type, s.sample_unit, s.period_type, s.period_unit, s.labels] {
+            e.u(v.into());
+        }
+        e.i(s.period);
+        e.u(s.start_ns);
+        e.u(s.end_ns.wrapping_sub(s.start_ns));
+    }
+
+    let mut samples: Vec<(&Sample, u32)> = d
+        .samples
+        .iter()
+        .map(|s| (s, position[s.stack as usize]))
+        .collect();
+    samples.sort_by_key(|(s, stack)| (s.series, *stack, s.labels, s.link));
+    e.u(samples.len() as u64);
+    for (s, _) in &samples {
+        e.u(s.series.into());
+    }
+    for (_, stack) in &samples {
+        e.u((*stack).into());
+    }
+    for (s, _) in &samples {
+        e.u(s.labels.into());
+    }
+    for (s, _) in &samples {
+        e.u(s.link.into());
+    }
+    for (s, _) in &samples {
+        e.u(s.timestamps.len() as u64);
+        e.u(s.values.len() as u64);
+    }
+    let mut pairs: Vec<(u64, i64)> = Vec::new();
+    for (s, _) in &samples {
+        let base = d.series[s.series as usize].start_ns;
+        if s.timestamps.len() == s.values.len() {
+            pairs.clear();
+            pairs.extend(s.timestamps.iter().copied().zip(s.values.iter().copied()));
+            pairs.sort_unstable();
+            let mut previous = base;
+            for &(t, _) in &pairs {
+                e.i(t.wrapping_sub(previous) as i64);
+                previous = t;
+            }
+        } else {
+            let mut sorted = s.timestamps.clone();
+            sorted.sort_unstable();
+            let mut previous = base;
+            for t in sorted {
+                e.i(t.wrapping_sub(previous) as i64);
+                previous = t;
+            }
+        }
+    }
+    for (s, _) in &samples {
+        if s.timestamps.len() == s.values.len() {
+            pairs.clear();
+            pairs.extend(s.timestamps.iter().copied().zip(s.values.iter().copied()));
+            pairs.sort_unstable();
+            for &(_, v) in &pairs {
+                e.i(v);
+            }
+        } else {
+            for &v in &s.values {
+                e.i(v);
+            }
+        }
+    }
+    e.0
+}
+
+fn decode_body(body: &[u8]) -> R<SegmentData> {
+    let mut d = Dec { buf: body, pos: 0 };
+    let n = d.count()?;
+    let lens: Vec<usize> = (0..n).map(|_| d.u().map(|v| v as usize)).collect::<R<_>>()?;
+    let mut strings = Vec::with_capacity(n);
+    for len in lens {
+        let bytes = d.bytes(len)?;
+        let s = std::str::from_utf8(bytes).map_err(|_| SegmentError::Corrupt("string not UTF-8"))?;
+        strings.push(s.to_owned());
+    }
+    let ns = strings.len();
+
+    let n = d.count()?;
+    let mut mappings = vec![Mapping::default(); n];
+    for m in &mut mappings {
+        m.build_id = d.index(ns)?;
+    }
+    for m in &mut mappings {
+        m.build_id_kind = BuildIdKind::from_u8(d.u()? as u8)
+            .ok_or(SegmentError::Corrupt("build-ID kind"))?;
+    }
+    for m in &mut mappings {
+        m.file = d.index(ns)?;
+    }
+    for m in &mut mappings {
+        m.memory_start = d.u()?;
+        m.memory_limit = m.memory_start.wrapping_add(d.u()?);
+        m.file_offset = d.u()?;
+    }
+
+    let n = d.count()?;
+    let mut frames = vec![Frame::default(); n];
+    for f in &mut frames {
+        f.frame_type = d.index(ns)?;
+    }
+    for f in &mut frames {
+        f.mapping = d.index(mappings.len())?;
+    }
+    let mut previous = 0u64;
+    for f in &mut frames {
+        f.address = previous.wrapping_add(d.i()? as u64);
+        previous = f.address;
+    }
+    let line_counts: Vec<usize> = (0..n).map(|_| d.count()).collect::<R<_>>()?;
+    for (f, count) in frames.iter_mut().zip(line_counts) {
+        f.lines = (0..count)
+            .map(|_| {
+                Ok(Line {
+                    function: d.index(ns)?,
+                    system_name: d.index(ns)?,
+                    file: d.index(ns)?,
+                    line: d.i()?,
+                    column: d.i()?,
+                })
+            })
+            .collect::<R<_>>()?;
+    }
+
+    let n = d.count()?;
+    let mut stacks: Vec<Vec<u32>> = Vec::with_capacity(n);
+    let mut previous: Vec<u32> = Vec::new(); // root first
+    for _ in 0..n {
+        let shared = d.u()? as usize;
+        if shared > previous.len() {
+            return Err(SegmentError::Corrupt("stack prefix"));
+        }
+        let rest = d.count()?;
+        previous.truncate(shared);
+        for _ in 0..rest {
+            previous.push(d.index(frames.len())?);
+        }
+        stacks.push(previous.iter().rev().copied().collect());
+    }
+
+    let n = d.count()?;
+    let mut label_sets = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = d.count()?;
+        let set = (0..len)
+            .map(|_| Ok((d.index(ns)?, d.index(ns)?)))
+            .collect::<R<Vec<_>>>()?;
+        label_sets.push(set);
+    }
+
+    let n = d.count()?;
+    let mut links = Vec::with_capacity(n);
+    for _ in 0..n {
+        let link: Link = d.bytes(24)?.try_into().unwrap();
+        links.push(link);
+    }
+
+    let n = d.count()?;
+    let mut series = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut s = Series {
+            service: d.index(ns)?,
+            sample_type: d.index(ns)?,
+            sample_unit: d.index(ns)?,
+            period_type: d.index(ns)?,
+            period_unit: d.index(ns)?,
+            labels: d.index(label_sets.len())?,
+            period: d.i()?,
+            start_ns: d.u()?,
+            ..Default::default()
+        };
+        s.end_ns = s.start_ns.wrapping_add(d.u()?);
+        series.push(s);
+    }
+
+    let n = d.count()?;
+    let mut samples = vec![Sample::default(); n];
+    for s in &mut samples {
+        s.series = d.index(series.len())?;
+    }
+    for s in &mut samples {
+        s.stack = d.index(stacks.len())?;
+    }
+    for s in &mut samples {
+        s.labels = d.index(label_sets.len())?;
+    }
+    for s in &mut samples {
+        s.link = d.index(links.len())?;
+    }
+    let mut shapes = Vec::with_capacity(n);
+    for _ in 0..n {
+        shapes.push((d.count()?, d.count()?));
+    }
+    for (s, &(nt, _)) in samples.iter_mut().zip(&shapes) {
+        let mut previous = series[s.series as usize].start_ns;
+        s.timestamps = (0..nt)
+            .map(|_| {
+                previous = previous.wrapping_add(d.i()? as u64);
+                Ok(previous)
+            })
+            .collect::<R<_>>()?;
+    }
+    for (s, &(_, nv)) in samples.iter_mut().zip(&shapes) {
+        s.values = (0..nv).map(|_| d.i()).collect::<R<_>>()?;
+    }
+    if d.pos != body.len() {
+        return Err(SegmentError::Corrupt("trailing bytes"));
+    }
+    Ok(SegmentData {
+        strings,
+        mappings,
+        frames,
+        stacks,
+        label_sets,
+        links,
+        series,
+        samples,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profiles::model::SegmentBuilder;
+
+    fn sample_data() -> SegmentData {
+        let mut b = SegmentBuilder::default();
+        let native = b.string("native");
+        let kernel = b.string("kernel");
+        let build_id = b.string("0123abcd");
+        let file = b.string("/usr/bin/app");
+        let m = b.mapping(Mapping {
+            build_id,
+            build_id_kind: BuildIdKind::Gnu,
+            file,
+            memory_start: 0x1000,
+            memory_limit: 0x9000,
+            file_offset: 0,
+        });
+        let f1 = b.frame(Frame { frame_type: native, mapping: m, address: 0x1234, lines: vec![] });
+        let f2 = b.frame(Frame { frame_type: native, mapping: m, address: 0x1100, lines: vec![] });
+        let name = b.string("do_syscall_64");
+        let f3 = b.frame(Frame {
+            frame_type: kernel,
+            mapping: 0,
+            address: 0,
+            lines: vec![Line { function: name, line: -1, ..Default::default() }],
+        });
+        let s1 = b.stack(vec![f3, f1, f2]);
+        let s2 = b.stack(vec![f1, f2]);
+        let service = b.string("app");
+        let (samples, count, cpu, ns) = (b.string("samples"), b.string("count"), b.string("cpu"), b.string("nanoseconds"));
+        let (k, v) = (b.string("thread.name"), b.string("worker"));
+        let labels = b.label_set(vec![(k, v)]);
+        let series = b.series(Series {
+            service,
+            sample_type: samples,
+            sample_unit: count,
+            period_type: cpu,
+            period_unit: ns,
+            period: 50_000_000,
+            labels: 0,
+            start_ns: 1_000,
+            end_ns: 2_000_000,
+        });
+        let mut link = [0u8; 24];
+        link[0] = 7;
+        let link = b.link(link);
+        b.add_sample(Sample { series, stack: s1, labels, link, timestamps: vec![1_500, 1_200], values: vec![] });
+        b.add_sample(Sample { series, stack: s2, labels: 0, link: 0, timestamps: vec![900], values: vec![-3] });
+        b.add_sample(Sample { series, stack: s2, labels: 0, link: 0, timestamps: vec![], values: vec![5] });
+        b.add_sample(Sample { series, stack: s1, labels, link, timestamps: vec![1_300], values: vec![] });
+        b.finish()
+    }
+
+    /// Samples as comparable facts: (series service, stack as frame addresses
+    /// and names, labels, link, sorted (timestamp, value) events).
+    fn facts(d: &SegmentData) -> Vec<String> {
+        let mut out: Vec<String> = d
+            .samples
+            .iter()
+            .map(|s| {
+                let stack: Vec<String> = d.stacks[s.stack as usize]
+                    .iter()
+                    .map(|&f| {
+                        let f = &d.frames[f as usize];
+                        let names: Vec<&str> = f.lines.iter().map(|l| d.str(l.function)).collect();
+                        format!("{}:{:#x}:{}:{:?}", d.str(f.frame_type), f.address, d.str(d.mappings[f.mapping as usize].build_id), names)
+                    })
+                    .collect();
+                let labels: Vec<(&str, &str)> = d.label_sets[s.labels as usize]
+                    .iter()
+                    .map(|&(k, v)| (d.str(k), d.str(v)))
+                    .collect();
+                let mut events: Vec<(u64, i64)> = if s.values.is_empty() {
+                    s.timestamps.iter().map(|&t| (t, 1)).collect()
+                } else if s.timestamps.is_empty() {
+                    s.values.iter().map(|&v| (0, v)).collect()
+                } else {
+                    s.timestamps.iter().copied().zip(s.values.iter().copied()).collect()
+                };
+                events.sort_unstable();
+                format!("{} {stack:?} {labels:?} {:?} {events:?}", d.str(d.series[s.series as usize].service), d.links[s.link as usize])
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn round_trip_keeps_every_fact() {
+        let data = sample_data();
+        assert_eq!(data.samples.len(), 3, "same identity with timestamps merges");
+        let bytes = encode(&data, 3);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(facts(&back), facts(&data));
+        assert_eq!(back.points(), data.points());
+        assert_eq!(back.series, data.series);
+    }
+
+    #[test]
+    fn damage_is_an_error() {
+        let bytes = encode(&sample_data(), 3);
+        assert!(matches!(decode(b"not a segment"), Err(SegmentError::Magic)));
+        assert!(decode(&bytes[..bytes.len() - 3]).is_err());
+        let mut body = encode_body(&sample_data());
+        for cut in 0..body.len() {
+            assert!(decode_body(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        body[0] = 0xff;
+        assert!(decode_body(&body).is_err());
+    }
+
+    #[test]
+    fn merging_segments_sums_samples() {
+        let data = sample_data();
+        let mut b = SegmentBuilder::default();
+        b.merge(&data);
+        b.merge(&data);
+        let merged = b.finish();
+        assert_eq!(merged.points(), 2 * data.points());
+        assert_eq!(merged.samples.len(), data.samples.len());
+        let total: i64 = merged.samples.iter().map(|s| s.total()).sum();
+        let once: i64 = data.samples.iter().map(|s| s.total()).sum();
+        assert_eq!(total, 2 * once);
+    }
+}
