@@ -27,6 +27,7 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     pub upload_slots: Semaphore,
     pub symbolizer: Arc<crate::symbolize::SymbolizeService>,
+    pub profiles: Arc<crate::profiles::store::ProfileStore>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -36,6 +37,8 @@ pub fn router(state: SharedState) -> Router {
         .merge(crate::debuginfod::routes())
         .merge(crate::upload::routes())
         .merge(crate::symbolize::api::routes())
+        .merge(crate::ingest::http::routes())
+        .merge(crate::profiles::api::routes())
         .route("/", get(home))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))

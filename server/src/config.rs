@@ -12,8 +12,10 @@ use clap::Parser;
 ///
 /// Serves /buildid/ID/{debuginfo,executable,source/PATH,section/NAME} to
 /// debuginfod clients (gdb, perf, debuginfod-find), accepts uploads on
-/// /api/v1/debuginfo, federates misses to upstream debuginfod servers, and
-/// turns addresses into functions, files and lines on /api/v1/symbolize.
+/// /api/v1/debuginfo, federates misses to upstream debuginfod servers,
+/// turns addresses into functions, files and lines on /api/v1/symbolize,
+/// and stores OpenTelemetry profiles sent over OTLP (gRPC on GRPC_ADDR,
+/// HTTP on /v1development/profiles).
 #[derive(Parser, Clone)]
 #[command(name = "symtrace-server", version, about, long_about)]
 pub struct Config {
@@ -136,6 +138,54 @@ pub struct Config {
         default_value_t = 100_000
     )]
     pub max_symbolize_addresses: usize,
+
+    /// Address of the OTLP gRPC listener (ProfilesService/Export).
+    #[arg(long, env = "SYMTRACE_GRPC_ADDR", default_value = "127.0.0.1:4317")]
+    pub grpc_addr: SocketAddr,
+
+    /// Largest OTLP export accepted, in bytes, after gzip is undone (413 /
+    /// RESOURCE_EXHAUSTED beyond it).
+    #[arg(long, env = "SYMTRACE_MAX_EXPORT_BYTES", default_value_t = 64 << 20)]
+    pub max_export_bytes: usize,
+
+    /// Most distinct values of one label name per segment and service that
+    /// the label index records; beyond it the name is indexed as having
+    /// many values (the samples keep every value).
+    #[arg(long, env = "SYMTRACE_MAX_LABEL_VALUES", default_value_t = 100)]
+    pub max_label_values: usize,
+
+    /// Seconds of profile data one compacted segment covers; ingested
+    /// segments are merged per tenant and window once the window has ended.
+    #[arg(
+        long = "compaction-window",
+        env = "SYMTRACE_COMPACTION_WINDOW",
+        default_value_t = 3600
+    )]
+    pub compaction_window_secs: u64,
+
+    /// Seconds between compaction passes (0 disables compaction).
+    #[arg(
+        long = "compaction-interval",
+        env = "SYMTRACE_COMPACTION_INTERVAL",
+        default_value_t = 60
+    )]
+    pub compaction_interval_secs: u64,
+
+    /// Seconds after a window's end before it is compacted (late exports).
+    #[arg(
+        long = "compaction-delay",
+        env = "SYMTRACE_COMPACTION_DELAY",
+        default_value_t = 300
+    )]
+    pub compaction_delay_secs: u64,
+
+    /// Hours profiles are kept (0 keeps them forever).
+    #[arg(
+        long = "profile-retention",
+        env = "SYMTRACE_PROFILE_RETENTION",
+        default_value_t = 720
+    )]
+    pub profile_retention_hours: u64,
 
     /// Log format: text or json. Verbosity comes from RUST_LOG (default info).
     #[arg(long, env = "SYMTRACE_LOG_FORMAT", default_value = "text")]

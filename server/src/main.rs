@@ -6,11 +6,13 @@ mod config;
 mod debuginfod;
 mod error;
 mod federation;
+mod ingest;
 mod metrics;
 mod profiles;
 mod serve;
 mod store;
 mod symbolize;
+mod tenant;
 mod upload;
 mod zerocopy;
 
@@ -25,6 +27,7 @@ use crate::app::AppState;
 use crate::auth::Auth;
 use crate::config::{Command, Config, LogFormat};
 use crate::federation::Federation;
+use crate::profiles::store::ProfileStore;
 use crate::store::blobs::ObjectBlobStore;
 use crate::store::meta::SqlMetadata;
 use crate::store::SymbolStore;
@@ -122,16 +125,30 @@ async fn run(config: Config) -> anyhow::Result<()> {
             federation.clone(),
             config.symbol_cache_bytes,
         ),
+        profiles: Arc::new(ProfileStore::new(store.clone(), config.max_label_values)),
         store,
         auth,
         federation,
     });
+    profiles::compact::spawn(state.profiles.clone(), &config);
     zerocopy::raise_fd_limit();
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding {}", config.http_addr))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "symtrace-server listening on http://{addr}");
+    let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
+        .await
+        .with_context(|| format!("binding {}", config.grpc_addr))?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    tracing::info!(%grpc_addr, "OTLP gRPC listening on {grpc_addr}");
+    let grpc = tonic::transport::Server::builder()
+        .add_service(ingest::grpc::ProfilesGrpc::new(state.clone()))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            shutdown_signal(),
+        );
+    let grpc = tokio::spawn(grpc);
     let listener = zerocopy::SendfileListener::new(listener);
     axum::serve(
         listener,
@@ -139,6 +156,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     )
     .with_graceful_shutdown(shutdown_signal())
     .await?;
+    grpc.await?.context("OTLP gRPC server")?;
     tracing::info!("shut down");
     Ok(())
 }

@@ -232,6 +232,10 @@ impl SegmentBuilder {
         self.strings.intern(s.to_owned())
     }
 
+    pub fn str(&self, index: u32) -> &str {
+        &self.strings.items[index as usize]
+    }
+
     pub fn mapping(&mut self, mapping: Mapping) -> u32 {
         self.mappings.intern(mapping)
     }

@@ -22,7 +22,7 @@ pub type MetaResult<T> = Result<T, sqlx::Error>;
 
 /// The narrow interface the rest of the server uses for metadata.
 #[async_trait]
-pub trait MetadataStore: Send + Sync + 'static {
+pub trait MetadataStore: ProfileMetadata + Send + Sync + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// Cheap liveness query for `/readyz`.
@@ -122,6 +122,9 @@ macro_rules! on_pool {
         }
     };
 }
+
+mod profiles;
+pub use profiles::ProfileMetadata;
 
 const ARTIFACT_COLUMNS: &str = "build_id, kind, sha256, size, quality, has_dwarf, has_symtab, \
      has_dynsym, architecture, file_name, origin, created_at";
@@ -242,7 +245,8 @@ impl MetadataStore for SqlMetadata {
                      ON CONFLICT (sha256) DO UPDATE SET orphaned_at = NULL";
         let referenced = "SELECT 1 WHERE EXISTS (SELECT 1 FROM artifacts WHERE sha256 = $1) \
                           OR EXISTS (SELECT 1 FROM sources WHERE sha256 = $1) \
-                          OR EXISTS (SELECT 1 FROM symbol_indexes WHERE sha256 = $1)";
+                          OR EXISTS (SELECT 1 FROM symbol_indexes WHERE sha256 = $1) \
+                          OR EXISTS (SELECT 1 FROM profile_segments WHERE sha256 = $1)";
         on_pool!(self, p => {
             sqlx::query(claim).bind(sha256).bind(size).bind(now).execute(p).await?;
             sqlx::query(referenced).bind(sha256).fetch_optional(p).await.map(|r| r.is_some())
@@ -502,7 +506,8 @@ impl MetadataStore for SqlMetadata {
         let sql = "UPDATE blobs SET orphaned_at = $1 WHERE orphaned_at IS NULL \
                    AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256) \
                    AND NOT EXISTS (SELECT 1 FROM sources s WHERE s.sha256 = blobs.sha256) \
-                   AND NOT EXISTS (SELECT 1 FROM symbol_indexes i WHERE i.sha256 = blobs.sha256)";
+                   AND NOT EXISTS (SELECT 1 FROM symbol_indexes i WHERE i.sha256 = blobs.sha256) \
+                   AND NOT EXISTS (SELECT 1 FROM profile_segments g WHERE g.sha256 = blobs.sha256)";
         on_pool!(self, p => sqlx::query(sql).bind(now).execute(p).await.map(|r| r.rows_affected()))
     }
 
@@ -548,6 +553,8 @@ impl MetadataStore for SqlMetadata {
                    AND orphaned_at < $2 \
                    AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256) \
                    AND NOT EXISTS (SELECT 1 FROM sources s WHERE s.sha256 = blobs.sha256) \
+                   AND NOT EXISTS (SELECT 1 FROM symbol_indexes i WHERE i.sha256 = blobs.sha256) \
+                   AND NOT EXISTS (SELECT 1 FROM profile_segments g WHERE g.sha256 = blobs.sha256) \
                    RETURNING sha256";
         on_pool!(self, p => {
             let mut tx = p.begin().await?;

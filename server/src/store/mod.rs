@@ -333,7 +333,7 @@ impl SymbolStore {
 /// Test hook: `SYMTRACE_CRASH_AT=<name>` aborts the process at that point,
 /// the way a power cut or an OOM kill would. The crash-safety tests use it to
 /// stop between the blob write and the metadata commit.
-fn crash_point(name: &str) {
+pub(crate) fn crash_point(name: &str) {
     static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     if AT
         .get_or_init(|| std::env::var("SYMTRACE_CRASH_AT").ok())

@@ -135,3 +135,54 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// A profile segment to record (see migrations/*/0003_profiles.sql).
+#[derive(Debug, Clone)]
+pub struct NewSegment {
+    pub tenant: String,
+    pub sha256: String,
+    pub size: i64,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub points: i64,
+    pub level: i32,
+    pub created_at: i64,
+    pub series: Vec<SeriesRow>,
+    /// (service, label name, value); value "" = too many values to index.
+    pub labels: Vec<(String, String, String)>,
+    /// Lowercase hex.
+    pub trace_ids: Vec<String>,
+}
+
+/// One (service, profile type) of a segment.
+#[derive(Debug, Clone)]
+pub struct SeriesRow {
+    pub service: String,
+    pub profile_type: String,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub points: i64,
+    pub total: i64,
+}
+
+/// A stored segment.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SegmentRef {
+    pub tenant: String,
+    pub sha256: String,
+    pub size: i64,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub points: i64,
+    pub level: i32,
+}
+
+/// Which segments a query reads: time range `[from_ns, to_ns)`.
+#[derive(Debug, Clone, Default)]
+pub struct SeriesQuery {
+    pub tenant: String,
+    pub service: Option<String>,
+    pub profile_type: Option<String>,
+    pub from_ns: i64,
+    pub to_ns: i64,
+}

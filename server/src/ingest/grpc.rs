@@ -1,0 +1,154 @@
+//! gRPC `opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`.
+//!
+//! Served by hand rather than through the generated server so that the
+//! request is decoded by [`super::decode_protobuf`]: a malformed or v1.9
+//! payload becomes INVALID_ARGUMENT with a message naming the problem
+//! (the generated codec reports INTERNAL), and an oversized one becomes
+//! RESOURCE_EXHAUSTED as OTLP specifies. gzip is accepted and answered.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+
+use bytes::Buf;
+use symtrace_proto::collector::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{BoxFuture, CompressionEncoding, EnabledCompressionEncodings, StdError};
+use tonic::server::{NamedService, UnaryService};
+use tonic::{Code, Status};
+
+use super::IngestError;
+use crate::app::SharedState;
+use crate::auth::Scope;
+
+const PATH: &str = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
+
+#[derive(Clone)]
+pub struct ProfilesGrpc {
+    state: SharedState,
+}
+
+impl ProfilesGrpc {
+    pub fn new(state: SharedState) -> Self {
+        Self { state }
+    }
+}
+
+impl NamedService for ProfilesGrpc {
+    const NAME: &'static str = "opentelemetry.proto.collector.profiles.v1development.ProfilesService";
+}
+
+impl<B> tower::Service<http::Request<B>> for ProfilesGrpc
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let state = self.state.clone();
+        if request.uri().path() != PATH {
+            return Box::pin(async move {
+                Ok(Status::unimplemented(format!("no method {}", request.uri().path())).into_http())
+            });
+        }
+        Box::pin(async move {
+            let mut gzip = EnabledCompressionEncodings::default();
+            gzip.enable(CompressionEncoding::Gzip);
+            let limit = state.config.max_export_bytes;
+            let mut grpc = tonic::server::Grpc::new(ExportCodec)
+                .apply_compression_config(gzip, gzip)
+                .apply_max_message_size_config(Some(limit), None);
+            let mut response = grpc.unary(Export(state), request).await;
+            // tonic reports an oversized message as OUT_OF_RANGE; OTLP says
+            // RESOURCE_EXHAUSTED.
+            let headers = response.headers_mut();
+            if headers.get("grpc-status").is_some_and(|v| v == "11") {
+                headers.insert("grpc-status", (Code::ResourceExhausted as i32).into());
+            }
+            Ok(response)
+        })
+    }
+}
+
+struct Export(SharedState);
+
+impl UnaryService<ExportProfilesServiceRequest> for Export {
+    type Response = ExportProfilesServiceResponse;
+    type Future = BoxFuture<tonic::Response<Self::Response>, Status>;
+
+    fn call(&mut self, request: tonic::Request<ExportProfilesServiceRequest>) -> Self::Future {
+        let state = self.0.clone();
+        Box::pin(async move {
+            let headers = request.metadata().clone().into_headers();
+            let peer = request
+                .remote_addr()
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+            state
+                .auth
+                .check(&headers, peer, Scope::Upload)
+                .map_err(|e| Status::unauthenticated(e.message))?;
+            let tenant = crate::tenant::from_headers(&headers).map_err(Status::invalid_argument)?;
+            match super::export(&state.profiles, &tenant, request.into_inner()).await {
+                Ok(response) => Ok(tonic::Response::new(response)),
+                Err(IngestError::Invalid(message)) => Err(Status::invalid_argument(message)),
+                Err(e @ IngestError::Store(_)) => {
+                    tracing::error!(error = %e, "profile export not stored");
+                    Err(Status::unavailable(e.to_string()))
+                }
+            }
+        })
+    }
+}
+
+/// Decodes requests with [`super::decode_protobuf`], encodes responses with
+/// prost.
+#[derive(Clone, Copy, Default)]
+struct ExportCodec;
+
+impl Codec for ExportCodec {
+    type Encode = ExportProfilesServiceResponse;
+    type Decode = ExportProfilesServiceRequest;
+    type Encoder = ResponseEncoder;
+    type Decoder = RequestDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ResponseEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RequestDecoder
+    }
+}
+
+struct ResponseEncoder;
+
+impl Encoder for ResponseEncoder {
+    type Item = ExportProfilesServiceResponse;
+    type Error = Status;
+
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        prost::Message::encode(&item, dst).map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+struct RequestDecoder;
+
+impl Decoder for RequestDecoder {
+    type Item = ExportProfilesServiceRequest;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        match super::decode_protobuf(&bytes) {
+            Ok(request) => Ok(Some(request)),
+            Err(e) => Err(Status::invalid_argument(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! `POST /v1development/profiles`: OTLP/HTTP, protobuf or JSON, gzip or
+//! not. Answers in the request's content type; errors are a
+//! `google.rpc.Status` in that content type, as OTLP/HTTP specifies.
+
+use std::io::Read;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+
+use super::IngestError;
+use crate::app::SharedState;
+use crate::auth::Scope;
+use crate::zerocopy::PeerAddr;
+
+pub fn routes() -> Router<SharedState> {
+    Router::new().route("/v1development/profiles", post(export))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Protobuf,
+    Json,
+}
+
+impl Format {
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::Protobuf => "application/x-protobuf",
+            Format::Json => "application/json",
+        }
+    }
+}
+
+/// `google.rpc.Status`, the body of OTLP/HTTP error responses.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+fn failure(format: Format, status: StatusCode, grpc_code: tonic::Code, message: String) -> Response {
+    let body = match format {
+        Format::Protobuf => prost::Message::encode_to_vec(&RpcStatus {
+            code: grpc_code as i32,
+            message,
+        }),
+        Format::Json => serde_json::to_vec(&serde_json::json!({
+            "code": grpc_code as i32,
+            "message": message,
+        }))
+        .expect("json"),
+    };
+    (status, [(header::CONTENT_TYPE, format.content_type())], body).into_response()
+}
+
+async fn export(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = content_type.split(';').next().unwrap_or("").trim();
+    let format = match mime {
+        "application/x-protobuf" | "application/protobuf" => Format::Protobuf,
+        "application/json" => Format::Json,
+        _ => {
+            return failure(
+                Format::Json,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                tonic::Code::InvalidArgument,
+                format!(
+                    "Content-Type {content_type:?} is not accepted: send application/x-protobuf or application/json"
+                ),
+            )
+        }
+    };
+    if let Err(e) = state.auth.check(&headers, peer, Scope::Upload) {
+        return failure(format, e.status, tonic::Code::Unauthenticated, e.message);
+    }
+    let tenant = match crate::tenant::from_headers(&headers) {
+        Ok(t) => t,
+        Err(e) => return failure(format, StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, e),
+    };
+    let limit = state.config.max_export_bytes;
+    let too_large = |what: &str| {
+        failure(
+            format,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            tonic::Code::ResourceExhausted,
+            format!("{what} is larger than the limit of {limit} bytes (SYMTRACE_MAX_EXPORT_BYTES)"),
+        )
+    };
+    let raw = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(e) => {
+            use std::error::Error;
+            let over = e.source().is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit");
+            if over {
+                return too_large("the request body");
+            }
+            return failure(
+                format,
+                StatusCode::BAD_REQUEST,
+                tonic::Code::InvalidArgument,
+                format!("reading the request body failed: {e}"),
+            );
+        }
+    };
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity")
+        .trim()
+        .to_ascii_lowercase();
+    let body: Bytes = match encoding.as_str() {
+        "identity" | "" => raw,
+        "gzip" => match gunzip(&raw, limit) {
+            Ok(Some(b)) => b.into(),
+            Ok(None) => return too_large("the decompressed request"),
+            Err(e) => {
+                return failure(
+                    format,
+                    StatusCode::BAD_REQUEST,
+                    tonic::Code::InvalidArgument,
+                    format!("the gzip body is damaged: {e}"),
+                )
+            }
+        },
+        other => {
+            return failure(
+                format,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                tonic::Code::InvalidArgument,
+                format!("Content-Encoding {other:?} is not supported (use gzip or none)"),
+            )
+        }
+    };
+    let request = match format {
+        Format::Protobuf => super::decode_protobuf(&body),
+        Format::Json => symtrace_proto::json::decode_export_request(&body)
+            .map_err(|e| IngestError::Invalid(format!("malformed OTLP/JSON request: {e}"))),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            return failure(format, StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, e.to_string())
+        }
+    };
+    match super::export(&state.profiles, &tenant, request).await {
+        Ok(response) => {
+            let body = match format {
+                Format::Protobuf => prost::Message::encode_to_vec(&response),
+                Format::Json => symtrace_proto::json::encode_export_response(&response),
+            };
+            (StatusCode::OK, [(header::CONTENT_TYPE, format.content_type())], body).into_response()
+        }
+        Err(IngestError::Invalid(message)) => {
+            failure(format, StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, message)
+        }
+        Err(e @ IngestError::Store(_)) => {
+            tracing::error!(error = %e, "profile export not stored");
+            let mut response = failure(
+                format,
+                StatusCode::SERVICE_UNAVAILABLE,
+                tonic::Code::Unavailable,
+                e.to_string(),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            response
+        }
+    }
+}
+
+/// Inflates at most `limit` bytes; `None` when the content is larger.
+pub fn gunzip(data: &[u8], limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut out = Vec::with_capacity(data.len().saturating_mul(3).min(limit));
+    let mut decoder = flate2::read::MultiGzDecoder::new(data).take(limit as u64 + 1);
+    decoder.read_to_end(&mut out)?;
+    Ok((out.len() <= limit).then_some(out))
+}

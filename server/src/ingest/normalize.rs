@@ -1,0 +1,511 @@
+//! OTLP profiles → the stored model. Every profile is checked against the
+//! proto's rules before anything of it is kept, so a bad profile is
+//! rejected whole and the good ones of the same request are stored.
+
+use std::collections::HashSet;
+
+use symtrace_proto::collector::ExportProfilesServiceRequest;
+use symtrace_proto::common::{any_value::Value, AnyValue, KeyValue};
+use symtrace_proto::profiles::{KeyValueAndUnit, Profile, ProfilesDictionary};
+
+use crate::profiles::model::{
+    BuildIdKind, Frame, Line, Link, Mapping, Sample, SegmentBuilder, SegmentData, Series,
+};
+
+/// What came of a request.
+pub struct Normalized {
+    pub data: SegmentData,
+    pub accepted: usize,
+    pub rejected: usize,
+    /// One line per rejected profile (the first few), naming what was wrong.
+    pub errors: Vec<String>,
+}
+
+/// The request as a whole is unusable (its dictionary breaks the rules).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RequestError(pub String);
+
+/// Rejection messages kept per request; the count is always exact.
+const MAX_MESSAGES: usize = 5;
+
+pub fn normalize(
+    request: &ExportProfilesServiceRequest,
+    now_ns: u64,
+) -> Result<Normalized, RequestError> {
+    let empty = ProfilesDictionary::default();
+    let dict = request.dictionary.as_ref().unwrap_or(&empty);
+    check_zero_values(dict)?;
+    let mut n = Normalizer {
+        dict,
+        b: SegmentBuilder::default(),
+        locations: vec![u32::MAX; dict.location_table.len()],
+        stacks: vec![u32::MAX; dict.stack_table.len()],
+        attributes: vec![None; dict.attribute_table.len()],
+    };
+    let mut out = Normalized {
+        data: SegmentData::default(),
+        accepted: 0,
+        rejected: 0,
+        errors: Vec::new(),
+    };
+    let reject = |out: &mut Normalized, count: usize, message: String| {
+        out.rejected += count;
+        if out.errors.len() < MAX_MESSAGES {
+            out.errors.push(message);
+        }
+    };
+    for (r, resource_profiles) in request.resource_profiles.iter().enumerate() {
+        let attributes = resource_profiles
+            .resource
+            .as_ref()
+            .map(|r| r.attributes.as_slice())
+            .unwrap_or_default();
+        let resource = match n.resource_labels(attributes) {
+            Ok(labels) => labels,
+            Err(e) => {
+                let count = resource_profiles
+                    .scope_profiles
+                    .iter()
+                    .map(|s| s.profiles.len())
+                    .sum();
+                reject(&mut out, count, format!("resource {r}: {e}"));
+                continue;
+            }
+        };
+        for (s, scope) in resource_profiles.scope_profiles.iter().enumerate() {
+            for (p, profile) in scope.profiles.iter().enumerate() {
+                match n.check_profile(profile) {
+                    Ok(()) => {
+                        n.add_profile(profile, &resource, now_ns);
+                        out.accepted += 1;
+                    }
+                    Err(e) => reject(
+                        &mut out,
+                        1,
+                        format!("resource {r}, scope {s}, profile {p}: {e}"),
+                    ),
+                }
+            }
+        }
+    }
+    out.data = n.b.finish();
+    Ok(out)
+}
+
+/// Index 0 of every table must hold the zero value (0 means "unset").
+fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
+    let bad = |table: &str| {
+        Err(RequestError(format!(
+            "dictionary.{table}[0] must be the zero value (index 0 means unset); \
+             this sender does not follow OTLP profiles v1.10+"
+        )))
+    };
+    if d.string_table.first().is_some_and(|s| !s.is_empty()) {
+        return bad("string_table");
+    }
+    if d.mapping_table.first().is_some_and(|m| *m != Default::default()) {
+        return bad("mapping_table");
+    }
+    if d.location_table.first().is_some_and(|l| *l != Default::default()) {
+        return bad("location_table");
+    }
+    if d.function_table.first().is_some_and(|f| *f != Default::default()) {
+        return bad("function_table");
+    }
+    if d.stack_table.first().is_some_and(|s| *s != Default::default()) {
+        return bad("stack_table");
+    }
+    if d.attribute_table.first().is_some_and(|a| *a != Default::default()) {
+        return bad("attribute_table");
+    }
+    if d
+        .link_table
+        .first()
+        .is_some_and(|l| l.trace_id.iter().chain(&l.span_id).any(|&b| b != 0))
+    {
+        return bad("link_table");
+    }
+    Ok(())
+}
+
+struct Normalizer<'a> {
+    dict: &'a ProfilesDictionary,
+    b: SegmentBuilder,
+    /// Dictionary index → builder index (u32::MAX = not yet converted).
+    locations: Vec<u32>,
+    stacks: Vec<u32>,
+    attributes: Vec<Option<(u32, u32)>>,
+}
+
+type Check = Result<(), String>;
+
+fn index(i: i32, len: usize, what: &str) -> Result<usize, String> {
+    usize::try_from(i)
+        .ok()
+        .filter(|&i| i < len)
+        .ok_or_else(|| format!("{what} {i} is out of range (the table has {len} entries)"))
+}
+
+impl<'a> Normalizer<'a> {
+    fn string(&self, i: i32, what: &str) -> Result<&'a str, String> {
+        let strings = &self.dict.string_table;
+        index(i, strings.len().max(1), what).map(|i| strings.get(i).map_or("", |s| s.as_str()))
+    }
+
+    fn render(&self, value: Option<&AnyValue>) -> Result<String, String> {
+        Ok(match value.and_then(|v| v.value.as_ref()) {
+            None => String::new(),
+            Some(Value::StringValue(s)) => s.clone(),
+            Some(Value::StringValueStrindex(i)) => {
+                self.string(*i, "string_value_strindex")?.to_owned()
+            }
+            Some(Value::BoolValue(b)) => b.to_string(),
+            Some(Value::IntValue(i)) => i.to_string(),
+            Some(Value::DoubleValue(d)) => d.to_string(),
+            Some(Value::BytesValue(b)) => hex::encode(b),
+            Some(Value::ArrayValue(a)) => {
+                let items = a
+                    .values
+                    .iter()
+                    .map(|v| self.render(Some(v)).map(serde_json::Value::String))
+                    .collect::<Result<Vec<_>, _>>()?;
+                serde_json::Value::Array(items).to_string()
+            }
+            Some(Value::KvlistValue(kv)) => {
+                let mut map = serde_json::Map::new();
+                for item in &kv.values {
+                    let (k, v) = self.key_value(item)?;
+                    map.insert(k.to_owned(), serde_json::Value::String(v));
+                }
+                serde_json::Value::Object(map).to_string()
+            }
+        })
+    }
+
+    /// A `KeyValue` (resource, scope): `key`, or `key_strindex` (v1.10).
+    fn key_value(&self, kv: &'a KeyValue) -> Result<(&'a str, String), String> {
+        let key = if kv.key.is_empty() && kv.key_strindex != 0 {
+            self.string(kv.key_strindex, "key_strindex")?
+        } else {
+            kv.key.as_str()
+        };
+        Ok((key, self.render(kv.value.as_ref())?))
+    }
+
+    fn resource_labels(&mut self, attributes: &'a [KeyValue]) -> Result<Vec<(u32, u32)>, String> {
+        let mut seen = HashSet::new();
+        let mut labels = Vec::new();
+        for kv in attributes {
+            let (key, value) = self.key_value(kv)?;
+            if key.is_empty() {
+                return Err("an attribute has an empty key".into());
+            }
+            if seen.insert(key) && !value.is_empty() {
+                labels.push((self.b.string(key), self.b.string(&value)));
+            }
+        }
+        Ok(labels)
+    }
+
+    fn check_attributes(&self, indices: &[i32], what: &str) -> Check {
+        let table = &self.dict.attribute_table;
+        let mut keys = HashSet::new();
+        for &i in indices {
+            let attribute = &table[index(i, table.len(), &format!("{what} attribute index"))?];
+            let key = self.string(attribute.key_strindex, "attribute key_strindex")?;
+            self.string(attribute.unit_strindex, "attribute unit_strindex")?;
+            self.render(attribute.value.as_ref())?;
+            if !keys.insert(attribute.key_strindex) {
+                return Err(format!("{what} attributes repeat the key {key:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_value_type(&self, vt: &symtrace_proto::profiles::ValueType, what: &str) -> Check {
+        self.string(vt.type_strindex, &format!("{what}.type_strindex"))?;
+        self.string(vt.unit_strindex, &format!("{what}.unit_strindex"))?;
+        Ok(())
+    }
+
+    fn check_location(&self, i: usize) -> Check {
+        let d = self.dict;
+        let location = &d.location_table[i];
+        let mapping = index(location.mapping_index, d.mapping_table.len().max(1), "mapping_index")?;
+        if let Some(m) = d.mapping_table.get(mapping) {
+            self.string(m.filename_strindex, "mapping filename_strindex")?;
+            self.check_attributes(&m.attribute_indices, "mapping")?;
+        }
+        for line in &location.lines {
+            let f = index(line.function_index, d.function_table.len(), "function_index")?;
+            let f = &d.function_table[f];
+            self.string(f.name_strindex, "function name_strindex")?;
+            self.string(f.system_name_strindex, "function system_name_strindex")?;
+            self.string(f.filename_strindex, "function filename_strindex")?;
+        }
+        self.check_attributes(&location.attribute_indices, "location")
+    }
+
+    fn check_profile(&self, profile: &Profile) -> Check {
+        let d = self.dict;
+        let sample_type = profile
+            .sample_type
+            .as_ref()
+            .ok_or("sample_type is missing")?;
+        self.check_value_type(sample_type, "sample_type")?;
+        if let Some(period_type) = &profile.period_type {
+            self.check_value_type(period_type, "period_type")?;
+        }
+        self.check_attributes(&profile.attribute_indices, "profile")?;
+        let mut checked_stacks = HashSet::new();
+        for (i, sample) in profile.samples.iter().enumerate() {
+            let fail = |e: String| format!("sample {i}: {e}");
+            let stack = index(sample.stack_index, d.stack_table.len().max(1), "stack_index")
+                .map_err(fail)?;
+            if self.stacks.get(stack).is_none_or(|&s| s == u32::MAX)
+                && checked_stacks.insert(stack)
+            {
+                for &l in d.stack_table.get(stack).map_or(&[][..], |s| &s.location_indices) {
+                    let l = index(l, d.location_table.len(), "location index").map_err(fail)?;
+                    if self.locations[l] == u32::MAX {
+                        self.check_location(l).map_err(fail)?;
+                    }
+                }
+            }
+            self.check_attributes(&sample.attribute_indices, "sample")
+                .map_err(fail)?;
+            let link = index(sample.link_index, d.link_table.len().max(1), "link_index")
+                .map_err(fail)?;
+            if let Some(link) = d.link_table.get(link) {
+                if !matches!(link.trace_id.len(), 0 | 16) || !matches!(link.span_id.len(), 0 | 8) {
+                    return Err(fail(format!(
+                        "link_table[{link_index}] has a {t}-byte trace_id and a {s}-byte span_id (want 16 and 8)",
+                        link_index = sample.link_index,
+                        t = link.trace_id.len(),
+                        s = link.span_id.len()
+                    )));
+                }
+            }
+            let (nv, nt) = (sample.values.len(), sample.timestamps_unix_nano.len());
+            if nv == 0 && nt == 0 {
+                return Err(fail(
+                    "has neither values nor timestamps (a v1.9 sender's values land here: \
+                     OTLP v1.10 renumbered Sample; upgrade the sender to proto >= 1.10)"
+                        .into(),
+                ));
+            }
+            if nv != 0 && nt != 0 && nv != nt {
+                return Err(fail(format!(
+                    "has {nv} values and {nt} timestamps (they must be equally many)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn attribute(&mut self, i: i32) -> (u32, u32) {
+        let i = i as usize;
+        if let Some(pair) = self.attributes[i] {
+            return pair;
+        }
+        let attribute: &KeyValueAndUnit = &self.dict.attribute_table[i];
+        let key = self.string(attribute.key_strindex, "").unwrap_or_default();
+        let value = self.render(attribute.value.as_ref()).unwrap_or_default();
+        let pair = (self.b.string(key), self.b.string(&value));
+        self.attributes[i] = Some(pair);
+        pair
+    }
+
+    fn attribute_value(&self, indices: &[i32], key: &str) -> Option<String> {
+        indices.iter().find_map(|&i| {
+            let a = &self.dict.attribute_table[i as usize];
+            (self.string(a.key_strindex, "").ok()? == key)
+                .then(|| self.render(a.value.as_ref()).ok())
+                .flatten()
+        })
+    }
+
+    fn location(&mut self, i: usize) -> u32 {
+        if self.locations[i] != u32::MAX {
+            return self.locations[i];
+        }
+        let d = self.dict;
+        let location = &d.location_table[i];
+        let mapping = match d.mapping_table.get(location.mapping_index as usize) {
+            Some(m) if location.mapping_index > 0 => {
+                let mut build_id = (0, BuildIdKind::None);
+                for (key, kind) in [
+                    ("process.executable.build_id.gnu", BuildIdKind::Gnu),
+                    ("process.executable.build_id.htlhash", BuildIdKind::Htlhash),
+                    ("process.executable.build_id.go", BuildIdKind::Go),
+                ] {
+                    if let Some(v) = self.attribute_value(&m.attribute_indices, key) {
+                        if !v.is_empty() {
+                            let v = if kind == BuildIdKind::Gnu { v.to_ascii_lowercase() } else { v };
+                            build_id = (self.b.string(&v), kind);
+                            break;
+                        }
+                    }
+                }
+                let file = self.string(m.filename_strindex, "").unwrap_or_default();
+                let file = self.b.string(file);
+                self.b.mapping(Mapping {
+                    build_id: build_id.0,
+                    build_id_kind: build_id.1,
+                    file,
+                    memory_start: m.memory_start,
+                    memory_limit: m.memory_limit,
+                    file_offset: m.file_offset,
+                })
+            }
+            _ => 0,
+        };
+        let frame_type = self
+            .attribute_value(&location.attribute_indices, "profile.frame.type")
+            .unwrap_or_default();
+        let frame_type = self.b.string(&frame_type);
+        let lines = location
+            .lines
+            .iter()
+            .map(|line| {
+                let f = &d.function_table[line.function_index as usize];
+                let s = |i: i32| self.string(i, "").unwrap_or_default();
+                let (name, system, file) = (s(f.name_strindex), s(f.system_name_strindex), s(f.filename_strindex));
+                Line {
+                    function: self.b.string(name),
+                    system_name: self.b.string(system),
+                    file: self.b.string(file),
+                    line: line.line,
+                    column: line.column,
+                }
+            })
+            .collect();
+        let frame = self.b.frame(Frame {
+            frame_type,
+            mapping,
+            address: location.address,
+            lines,
+        });
+        self.locations[i] = frame;
+        frame
+    }
+
+    fn stack(&mut self, i: usize) -> u32 {
+        if i == 0 {
+            return 0;
+        }
+        if self.stacks[i] != u32::MAX {
+            return self.stacks[i];
+        }
+        let frames = self.dict.stack_table[i]
+            .location_indices
+            .iter()
+            .map(|&l| self.location(l as usize))
+            .collect();
+        let stack = self.b.stack(frames);
+        self.stacks[i] = stack;
+        stack
+    }
+
+    fn add_profile(&mut self, profile: &Profile, resource: &[(u32, u32)], now_ns: u64) {
+        let d = self.dict;
+        let s = |i: i32| self.string(i, "").unwrap_or_default();
+        let sample_type = profile.sample_type.clone().unwrap_or_default();
+        let period_type = profile.period_type.clone().unwrap_or_default();
+        let (st, su) = (s(sample_type.type_strindex), s(sample_type.unit_strindex));
+        let (pt, pu) = (s(period_type.type_strindex), s(period_type.unit_strindex));
+
+        let mut labels = resource.to_vec();
+        for &a in &profile.attribute_indices {
+            let pair = self.attribute(a);
+            if !labels.iter().any(|(k, _)| *k == pair.0) && pair.1 != 0 {
+                labels.push(pair);
+            }
+        }
+        let service = service_name(&self.b, &labels);
+        let service = self.b.string(&service);
+        let labels = self.b.label_set(labels);
+
+        let (mut start, mut end) = if profile.time_unix_nano != 0 {
+            let start = profile.time_unix_nano;
+            (start, start.saturating_add(profile.duration_nano))
+        } else {
+            (u64::MAX, 0)
+        };
+        for sample in &profile.samples {
+            for &t in &sample.timestamps_unix_nano {
+                start = start.min(t);
+                end = end.max(t.saturating_add(1));
+            }
+        }
+        if start == u64::MAX {
+            (start, end) = (now_ns, now_ns);
+        }
+        let series = Series {
+            service,
+            sample_type: self.b.string(st),
+            sample_unit: self.b.string(su),
+            period_type: self.b.string(pt),
+            period_unit: self.b.string(pu),
+            period: profile.period,
+            labels,
+            start_ns: start,
+            end_ns: end,
+        };
+        let series = self.b.series(series);
+
+        for sample in &profile.samples {
+            let stack = self.stack(sample.stack_index as usize);
+            let mut pairs = Vec::with_capacity(sample.attribute_indices.len());
+            for &a in &sample.attribute_indices {
+                let pair = self.attribute(a);
+                if pair.1 != 0 {
+                    pairs.push(pair);
+                }
+            }
+            let labels = self.b.label_set(pairs);
+            let link = match d.link_table.get(sample.link_index as usize) {
+                Some(l) if sample.link_index > 0 && !l.trace_id.iter().chain(&l.span_id).all(|&b| b == 0) => {
+                    let mut link: Link = [0; 24];
+                    link[..l.trace_id.len()].copy_from_slice(&l.trace_id);
+                    link[16..16 + l.span_id.len()].copy_from_slice(&l.span_id);
+                    self.b.link(link)
+                }
+                _ => 0,
+            };
+            self.b.add_sample(Sample {
+                series,
+                stack,
+                labels,
+                link,
+                timestamps: sample.timestamps_unix_nano.clone(),
+                values: sample.values.clone(),
+            });
+        }
+    }
+}
+
+/// `service.name`, else the executable's name, else `unknown_service`
+/// (the OpenTelemetry default).
+fn service_name(b: &SegmentBuilder, labels: &[(u32, u32)]) -> String {
+    let get = |key: &str| {
+        labels
+            .iter()
+            .find(|&&(k, _)| b.str(k) == key)
+            .map(|&(_, v)| b.str(v))
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(name) = get("service.name") {
+        return name.to_owned();
+    }
+    if let Some(name) = get("process.executable.name") {
+        return name.to_owned();
+    }
+    if let Some(path) = get("process.executable.path") {
+        if let Some(name) = path.rsplit('/').next().filter(|n| !n.is_empty()) {
+            return name.to_owned();
+        }
+    }
+    "unknown_service".to_owned()
+}

@@ -1,0 +1,188 @@
+//! `GET /api/v1/profiles/samples`: the stored samples of a selection, raw
+//! (frames as stored: native ones unsymbolized), for export, debugging and
+//! tests. Flamegraphs come from the query API.
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::model::{BuildIdKind, SegmentData};
+use super::store::profile_type;
+use crate::app::SharedState;
+use crate::auth::Scope;
+use crate::error::ApiError;
+use crate::store::model::{SegmentRef, SeriesQuery};
+use crate::zerocopy::PeerAddr;
+
+pub fn routes() -> Router<SharedState> {
+    Router::new().route("/api/v1/profiles/samples", get(samples))
+}
+
+/// Most samples one answer holds.
+const MAX_SAMPLES: usize = 100_000;
+
+#[derive(Debug, Deserialize)]
+struct SamplesQuery {
+    service: Option<String>,
+    #[serde(rename = "type")]
+    profile_type: Option<String>,
+    /// Unix nanoseconds, inclusive.
+    from: Option<i64>,
+    /// Unix nanoseconds, exclusive.
+    to: Option<i64>,
+    /// 32 hex digits: only samples linked to this trace.
+    trace_id: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn samples(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Query(q): Query<SamplesQuery>,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.check(&headers, peer, Scope::Read)?;
+    let tenant = crate::tenant::from_headers(&headers).map_err(ApiError::bad_request)?;
+    let from = q.from.unwrap_or(0);
+    let to = q.to.unwrap_or(i64::MAX);
+    if from >= to {
+        return Err(ApiError::bad_request(format!(
+            "from ({from}) must be before to ({to})"
+        )));
+    }
+    let limit = q.limit.unwrap_or(MAX_SAMPLES).min(MAX_SAMPLES);
+    let trace = match &q.trace_id {
+        Some(t) => {
+            let bytes = hex::decode(t)
+                .ok()
+                .filter(|b| b.len() == 16)
+                .ok_or_else(|| ApiError::bad_request(format!("trace_id {t:?} is not 32 hex digits")))?;
+            Some(bytes)
+        }
+        None => None,
+    };
+    let segments: Vec<SegmentRef> = match &trace {
+        Some(t) => state
+            .store
+            .meta
+            .trace_segments(&tenant, &hex::encode(t))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?,
+        None => state
+            .profiles
+            .find(&SeriesQuery {
+                tenant: tenant.clone(),
+                service: q.service.clone(),
+                profile_type: q.profile_type.clone(),
+                from_ns: from,
+                to_ns: to,
+            })
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?,
+    };
+    let mut out = Vec::new();
+    let mut truncated = false;
+    'segments: for segment in &segments {
+        let data = state
+            .profiles
+            .read(&segment.sha256)
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        for sample in &data.samples {
+            let series = &data.series[sample.series as usize];
+            if q.service.as_deref().is_some_and(|s| s != data.str(series.service))
+                || q.profile_type.as_deref().is_some_and(|t| t != profile_type(&data, series))
+                || trace.as_deref().is_some_and(|t| {
+                    sample.link == 0 || data.links[sample.link as usize][..16] != *t
+                })
+            {
+                continue;
+            }
+            let keep: Vec<usize> = if sample.timestamps.is_empty() {
+                let inside = (series.start_ns as i64) < to && series.end_ns as i64 >= from;
+                if !inside {
+                    continue;
+                }
+                (0..sample.values.len()).collect()
+            } else {
+                (0..sample.timestamps.len())
+                    .filter(|&i| (from..to).contains(&(sample.timestamps[i] as i64)))
+                    .collect()
+            };
+            if keep.is_empty() {
+                continue;
+            }
+            if out.len() == limit {
+                truncated = true;
+                break 'segments;
+            }
+            out.push(sample_json(&data, sample, &keep));
+        }
+    }
+    Ok(Json(json!({
+        "tenant": tenant,
+        "segments": segments.len(),
+        "samples": out,
+        "truncated": truncated,
+    })))
+}
+
+fn labels(data: &SegmentData, set: u32) -> Value {
+    data.label_sets[set as usize]
+        .iter()
+        .map(|&(k, v)| (data.str(k).to_owned(), Value::String(data.str(v).to_owned())))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn sample_json(data: &SegmentData, sample: &super::model::Sample, keep: &[usize]) -> Value {
+    let series = &data.series[sample.series as usize];
+    let stack: Vec<Value> = data.stacks[sample.stack as usize]
+        .iter()
+        .map(|&f| {
+            let frame = &data.frames[f as usize];
+            let mapping = &data.mappings[frame.mapping as usize];
+            let mut v = json!({
+                "type": data.str(frame.frame_type),
+                "address": format!("{:#x}", frame.address),
+                "lines": frame.lines.iter().map(|l| json!({
+                    "function": data.str(l.function),
+                    "system_name": data.str(l.system_name),
+                    "file": data.str(l.file),
+                    "line": l.line,
+                    "column": l.column,
+                })).collect::<Vec<_>>(),
+            });
+            if frame.mapping != 0 {
+                v["mapping"] = json!({
+                    "build_id": data.str(mapping.build_id),
+                    "build_id_kind": BuildIdKind::as_str(mapping.build_id_kind),
+                    "file": data.str(mapping.file),
+                    "memory_start": format!("{:#x}", mapping.memory_start),
+                    "memory_limit": format!("{:#x}", mapping.memory_limit),
+                    "file_offset": format!("{:#x}", mapping.file_offset),
+                });
+            }
+            v
+        })
+        .collect();
+    let link = &data.links[sample.link as usize];
+    let mut v = json!({
+        "service": data.str(series.service),
+        "profile_type": profile_type(data, series),
+        "period": series.period,
+        "resource": labels(data, series.labels),
+        "labels": labels(data, sample.labels),
+        "stack": stack,
+        "timestamps": keep.iter().filter_map(|&i| sample.timestamps.get(i).map(|t| t.to_string())).collect::<Vec<_>>(),
+        "values": keep.iter().filter_map(|&i| sample.values.get(i)).collect::<Vec<_>>(),
+    });
+    if sample.link != 0 {
+        v["trace_id"] = hex::encode(&link[..16]).into();
+        v["span_id"] = hex::encode(&link[16..]).into();
+    }
+    v
+}

@@ -1,0 +1,194 @@
+//! Writing and reading segments: the object first (durably), then the
+//! index rows in one transaction. A crash in between leaves an orphan
+//! object, never a row without its object; the collector removes it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::model::SegmentData;
+use super::segment;
+use crate::store::model::{now_ms, NewSegment, SegmentRef, SeriesQuery, SeriesRow};
+use crate::store::{StoreError, SymbolStore};
+
+/// zstd level of segments written at ingest (fast) and by the compactor.
+pub const INGEST_LEVEL: i32 = 3;
+pub const COMPACT_LEVEL: i32 = 12;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileStoreError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database: {0}")]
+    Meta(#[from] sqlx::Error),
+    #[error("blob store: {0}")]
+    Blob(#[from] crate::store::blobs::BlobError),
+    #[error("segment {sha256}: {source}")]
+    Segment {
+        sha256: String,
+        source: segment::SegmentError,
+    },
+}
+
+/// Profiles on top of the symbol store's blobs and database.
+pub struct ProfileStore {
+    pub store: Arc<SymbolStore>,
+    /// Most distinct values of one label name per (segment, service) that
+    /// go into the label index; beyond that the name is indexed as "many".
+    pub max_label_values: usize,
+}
+
+/// What a write stored.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub sha256: String,
+    pub size: u64,
+    pub points: u64,
+    /// False when the tenant already had this exact segment (a retry).
+    pub new: bool,
+}
+
+impl ProfileStore {
+    pub fn new(store: Arc<SymbolStore>, max_label_values: usize) -> Self {
+        Self {
+            store,
+            max_label_values,
+        }
+    }
+
+    /// Encodes `data` (on the blocking pool) and stores it as one segment.
+    pub async fn write(
+        &self,
+        tenant: &str,
+        data: SegmentData,
+        level: i32,
+    ) -> Result<Written, ProfileStoreError> {
+        let row = self.put(tenant, data, level).await?;
+        crate::store::crash_point("segment-before-commit");
+        let new = self.store.meta.commit_segment(&row).await?;
+        Ok(Written {
+            sha256: row.sha256,
+            size: row.size as u64,
+            points: row.points as u64,
+            new,
+        })
+    }
+
+    /// Encodes and durably stores a segment's object; the returned row is
+    /// not yet committed (an uncommitted object is an orphan).
+    pub async fn put(
+        &self,
+        tenant: &str,
+        data: SegmentData,
+        level: i32,
+    ) -> Result<NewSegment, ProfileStoreError> {
+        let max = self.max_label_values;
+        let tenant = tenant.to_owned();
+        let (bytes, mut row) = tokio::task::spawn_blocking(move || {
+            let zstd_level = if level == 0 { INGEST_LEVEL } else { COMPACT_LEVEL };
+            let bytes = segment::encode(&data, zstd_level);
+            let row = index_row(&data, &tenant, level, max);
+            (bytes, row)
+        })
+        .await
+        .expect("segment encoding does not panic");
+        row.size = bytes.len() as i64;
+        let spooled = self.store.store_derived(bytes).await?;
+        row.sha256 = spooled.sha256.clone();
+        Ok(row)
+    }
+
+    /// Reads and decodes one segment.
+    pub async fn read(&self, sha256: &str) -> Result<SegmentData, ProfileStoreError> {
+        let bytes = self.store.blob_bytes(sha256).await?;
+        let sha = sha256.to_owned();
+        tokio::task::spawn_blocking(move || segment::decode(&bytes))
+            .await
+            .expect("segment decoding does not panic")
+            .map_err(|source| ProfileStoreError::Segment { sha256: sha, source })
+    }
+
+    /// Segments of a query.
+    pub async fn find(&self, query: &SeriesQuery) -> Result<Vec<SegmentRef>, ProfileStoreError> {
+        Ok(self.store.meta.segments(query).await?)
+    }
+}
+
+/// `sample_type:unit:period_type:unit`, e.g. `samples:count:cpu:nanoseconds`.
+pub fn profile_type(data: &SegmentData, series: &super::model::Series) -> String {
+    format!(
+        "{}:{}:{}:{}",
+        data.str(series.sample_type),
+        data.str(series.sample_unit),
+        data.str(series.period_type),
+        data.str(series.period_unit)
+    )
+}
+
+/// The index rows describing a segment (sha256 and size filled in later).
+fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usize) -> NewSegment {
+    let mut series: BTreeMap<(String, String), SeriesRow> = BTreeMap::new();
+    let mut keys = Vec::with_capacity(data.series.len());
+    for s in &data.series {
+        let key = (data.str(s.service).to_owned(), profile_type(data, s));
+        let row = series.entry(key.clone()).or_insert_with(|| SeriesRow {
+            service: key.0.clone(),
+            profile_type: key.1.clone(),
+            start_ns: s.start_ns as i64,
+            end_ns: s.end_ns as i64,
+            points: 0,
+            total: 0,
+        });
+        row.start_ns = row.start_ns.min(s.start_ns as i64);
+        row.end_ns = row.end_ns.max(s.end_ns as i64);
+        keys.push(key);
+    }
+    // Label values per (service, name), from series and sample labels.
+    let mut labels: HashMap<(u32, u32), BTreeSet<u32>> = HashMap::new();
+    for s in &data.series {
+        for &(k, v) in &data.label_sets[s.labels as usize] {
+            labels.entry((s.service, k)).or_default().insert(v);
+        }
+    }
+    let mut used_sets: HashMap<(u32, u32), ()> = HashMap::new();
+    let mut trace_ids = BTreeSet::new();
+    for sample in &data.samples {
+        let row = series.get_mut(&keys[sample.series as usize]).expect("series row");
+        row.points += sample.points() as i64;
+        row.total += sample.total();
+        let service = data.series[sample.series as usize].service;
+        if used_sets.insert((service, sample.labels), ()).is_none() {
+            for &(k, v) in &data.label_sets[sample.labels as usize] {
+                labels.entry((service, k)).or_default().insert(v);
+            }
+        }
+        if sample.link != 0 {
+            trace_ids.insert(&data.links[sample.link as usize][..16]);
+        }
+    }
+    let mut label_rows = Vec::new();
+    for ((service, name), values) in labels {
+        let (service, name) = (data.str(service).to_owned(), data.str(name).to_owned());
+        if values.len() > max_label_values {
+            label_rows.push((service, name, String::new()));
+        } else {
+            for v in values {
+                label_rows.push((service.clone(), name.clone(), data.str(v).to_owned()));
+            }
+        }
+    }
+    label_rows.sort();
+    let series: Vec<SeriesRow> = series.into_values().collect();
+    NewSegment {
+        tenant: tenant.to_owned(),
+        sha256: String::new(),
+        size: 0,
+        start_ns: series.iter().map(|s| s.start_ns).min().unwrap_or(0),
+        end_ns: series.iter().map(|s| s.end_ns).max().unwrap_or(0),
+        points: series.iter().map(|s| s.points).sum(),
+        level,
+        created_at: now_ms(),
+        series,
+        labels: label_rows,
+        trace_ids: trace_ids.into_iter().map(hex::encode).collect(),
+    }
+}
