@@ -2,7 +2,8 @@
 # Installs and starts what the test suite needs, on a fresh Debian 12 machine
 # as root: the debuginfod clients (elfutils' debuginfod-find, gdb), binutils
 # gcc, clang and dwz for fixtures, llvm-symbolizer-19 as the symbolizer
-# reference, PostgreSQL 15, and s3s-fs as the S3-compatible server.
+# reference, PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
+# venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client.
 # Idempotent: what is installed or running already is left alone.
 #
 # Prints the environment the tests read (source it: `. <(scripts/test-services.sh)`
@@ -37,6 +38,15 @@ if ! command -v s3s-fs >/dev/null 2>&1; then
 fi
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# The independent OTLP client: PyPI's opentelemetry-proto (>= 1.43 is the
+# v1.10+ wire layout) and grpcio, in a venv of their own.
+PY_VENV=${SYMTRACE_TEST_PYTHON_VENV:-/opt/symtrace-python}
+if ! "$PY_VENV/bin/python" -c 'import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc' >/dev/null 2>&1; then
+  log "installing opentelemetry-proto and grpcio into $PY_VENV"
+  python3 -m venv "$PY_VENV" >&2
+  "$PY_VENV/bin/pip" install -q 'opentelemetry-proto>=1.43,<2' 'grpcio>=1.60' >&2
+fi
+
 # PostgreSQL: the Debian cluster, started without systemd; root gets a superuser role.
 PG_VERSION=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
 if [ -z "$PG_VERSION" ]; then log "no PostgreSQL cluster found"; exit 1; fi
@@ -66,4 +76,5 @@ export SYMTRACE_TEST_S3_ENDPOINT='http://127.0.0.1:$S3_PORT'
 export SYMTRACE_TEST_S3_BUCKET='$S3_BUCKET'
 export SYMTRACE_TEST_S3_ACCESS_KEY=AK
 export SYMTRACE_TEST_S3_SECRET_KEY=SK
+export SYMTRACE_TEST_PYTHON='$PY_VENV/bin/python'
 ENV

@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""An independent OTLP profiles client for symtrace's tests.
+
+Built only on PyPI's opentelemetry-proto (>= 1.43, the v1.10+ wire layout)
+and grpcio: nothing here comes from symtrace's own code. It builds profiles
+shaped like the OpenTelemetry eBPF profiler's (native frames unsymbolized,
+with mappings carrying GNU build-IDs and htlhash file IDs; kernel and
+interpreter frames named; `samples/count` with a `cpu/nanoseconds` period;
+timestamps-only samples with thread attributes; trace links), and
+
+  roundtrip  sends them over gRPC (gzip), OTLP/HTTP protobuf (gzip) and
+             OTLP/JSON, one tenant each, then reads every tenant back from
+             /api/v1/profiles/samples and checks it holds exactly what was
+             sent, event for event;
+  loop       exports small profiles until killed, printing the ID of each
+             export the server acknowledged (the durability test).
+"""
+
+import argparse
+import base64
+import gzip
+import json
+import random
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter, defaultdict
+
+import grpc
+from google.protobuf import json_format
+from opentelemetry.proto.collector.profiles.v1development import (
+    profiles_service_pb2 as svc,
+    profiles_service_pb2_grpc as svc_grpc,
+)
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
+
+
+class Dictionary:
+    """The request-wide tables, with index 0 the zero value of each."""
+
+    def __init__(self):
+        self.d = pb.ProfilesDictionary()
+        self.strings = {}
+        self.string("")
+        self.d.mapping_table.add()
+        self.d.location_table.add()
+        self.d.function_table.add()
+        self.d.link_table.add(trace_id=bytes(16), span_id=bytes(8))
+        self.d.attribute_table.add()
+        self.d.stack_table.add()
+        self.attrs = {}
+
+    def string(self, s):
+        if s not in self.strings:
+            self.strings[s] = len(self.d.string_table)
+            self.d.string_table.append(s)
+        return self.strings[s]
+
+    def attr(self, key, value):
+        k = (key, value)
+        if k not in self.attrs:
+            a = self.d.attribute_table.add(key_strindex=self.string(key))
+            if isinstance(value, int):
+                a.value.int_value = value
+            else:
+                a.value.string_value = value
+            self.attrs[k] = len(self.d.attribute_table) - 1
+        return self.attrs[k]
+
+
+def build(seed, now_ns, processes=3, stacks_per_process=40, samples_per_process=150):
+    """Returns (request, expected) where expected maps an identity to a
+    Counter of (timestamp, value) events."""
+    rnd = random.Random(seed)
+    dic = Dictionary()
+    request = svc.ExportProfilesServiceRequest()
+    expected = defaultdict(Counter)
+    kernel_names = ["do_syscall_64", "entry_SYSCALL_64", "__x64_sys_read", "vfs_read", "schedule"]
+    py_names = [("handle_request", "app/server.py"), ("render", "app/views.py")]
+    for p in range(processes):
+        service = f"svc-{seed}-{p}"
+        rp = request.resource_profiles.add()
+        # v1.10 string references for one resource attribute.
+        kv = rp.resource.attributes.add(key_strindex=dic.string("host.name"))
+        kv.value.string_value_strindex = dic.string(f"host-{p}")
+        rp.resource.attributes.add(key="service.name").value.string_value = service
+        rp.resource.attributes.add(key="process.pid").value.int_value = 1000 + p
+        sp = rp.scope_profiles.add()
+        sp.scope.name = "otlp_client.py"
+        prof = sp.profiles.add()
+        prof.sample_type.type_strindex = dic.string("samples")
+        prof.sample_type.unit_strindex = dic.string("count")
+        prof.period_type.type_strindex = dic.string("cpu")
+        prof.period_type.unit_strindex = dic.string("nanoseconds")
+        prof.period = 52_631_578  # 19 Hz
+        prof.time_unix_nano = now_ns - 10_000_000_000
+        prof.duration_nano = 10_000_000_000
+
+        # Two mappings: the executable (GNU build-ID) and a library (htlhash only).
+        exe_build_id = f"{rnd.getrandbits(160):040x}"
+        mappings = []
+        for name, attr in [(f"/usr/bin/{service}", ("process.executable.build_id.gnu", exe_build_id)),
+                           ("/usr/lib/libfoo.so", ("process.executable.build_id.htlhash", f"{rnd.getrandbits(128):032x}"))]:
+            m = dic.d.mapping_table.add(memory_start=0x1000, memory_limit=0x400000, file_offset=0,
+                                        filename_strindex=dic.string(name))
+            m.attribute_indices.append(dic.attr(*attr))
+            mappings.append((len(dic.d.mapping_table) - 1, attr[1]))
+
+        def native():
+            mi, build_id = rnd.choice(mappings)
+            addr = rnd.randrange(0x1000, 0x400000)
+            loc = dic.d.location_table.add(mapping_index=mi, address=addr)
+            loc.attribute_indices.append(dic.attr("profile.frame.type", "native"))
+            return len(dic.d.location_table) - 1, f"native {build_id} {addr:#x}"
+
+        def named(kind, name, filename, line):
+            f = dic.d.function_table.add(name_strindex=dic.string(name), system_name_strindex=dic.string(name),
+                                         filename_strindex=dic.string(filename))
+            loc = dic.d.location_table.add()
+            loc.lines.add(function_index=len(dic.d.function_table) - 1, line=line)
+            loc.attribute_indices.append(dic.attr("profile.frame.type", kind))
+            return len(dic.d.location_table) - 1, f"{kind} {name}@{filename}:{line}"
+
+        stacks = []
+        for _ in range(stacks_per_process):
+            frames = [native() for _ in range(rnd.randint(3, 25))]
+            if rnd.random() < 0.3:
+                frames = [named("kernel", n, "", 0) for n in rnd.sample(kernel_names, 2)] + frames
+            if rnd.random() < 0.2:
+                frames = [named("cpython", n, f, rnd.randint(1, 300)) for n, f in py_names] + frames
+            st = dic.d.stack_table.add()
+            st.location_indices.extend(i for i, _ in frames)
+            stacks.append((len(dic.d.stack_table) - 1, tuple(desc for _, desc in frames)))
+
+        for _ in range(samples_per_process):
+            stack_index, stack_desc = rnd.choice(stacks)
+            s = prof.samples.add(stack_index=stack_index)
+            tid = rnd.randint(1, 4)
+            s.attribute_indices.extend([dic.attr("thread.name", f"worker-{tid}"), dic.attr("thread.id", 2000 + tid)])
+            link = ("", "")
+            if rnd.random() < 0.2:
+                trace_id, span_id = rnd.randbytes(16), rnd.randbytes(8)
+                dic.d.link_table.add(trace_id=trace_id, span_id=span_id)
+                s.link_index = len(dic.d.link_table) - 1
+                link = (trace_id.hex(), span_id.hex())
+            k = rnd.randint(1, 5)
+            stamps = sorted(prof.time_unix_nano + rnd.randrange(10_000_000_000) for _ in range(k))
+            s.timestamps_unix_nano.extend(stamps)
+            labels = (("thread.id", str(2000 + tid)), ("thread.name", f"worker-{tid}"))
+            key = (service, "samples:count:cpu:nanoseconds", labels, stack_desc, link)
+            for t in stamps:
+                expected[key][(t, 1)] += 1
+
+        # An off-CPU profile of the same process: values with timestamps.
+        off = sp.profiles.add()
+        off.sample_type.type_strindex = dic.string("off_cpu")
+        off.sample_type.unit_strindex = dic.string("nanoseconds")
+        off.time_unix_nano = now_ns - 10_000_000_000
+        off.duration_nano = 10_000_000_000
+        for _ in range(20):
+            stack_index, stack_desc = rnd.choice(stacks)
+            s = off.samples.add(stack_index=stack_index)
+            t = off.time_unix_nano + rnd.randrange(10_000_000_000)
+            v = rnd.randint(1000, 10_000_000)
+            s.timestamps_unix_nano.append(t)
+            s.values.append(v)
+            expected[(service, "off_cpu:nanoseconds::", (), stack_desc, ("", ""))][(t, v)] += 1
+    request.dictionary.CopyFrom(dic.d)
+    return request, expected
+
+
+def canonical_from_server(dump):
+    got = defaultdict(Counter)
+    for s in dump["samples"]:
+        frames = []
+        for f in s["stack"]:
+            if f["lines"]:
+                frames.append(f"{f['type']} " + ";".join(f"{l['function']}@{l['file']}:{l['line']}" for l in f["lines"]))
+            else:
+                frames.append(f"{f['type']} {f['mapping']['build_id']} {f['address']}")
+        labels = tuple(sorted(s["labels"].items()))
+        key = (s["service"], s["profile_type"], labels, tuple(frames), (s.get("trace_id", ""), s.get("span_id", "")))
+        values = s["values"] or [1] * len(s["timestamps"])
+        for t, v in zip(s["timestamps"], values):
+            got[key][(int(t), v)] += 1
+    return got
+
+
+def to_otlp_json(request):
+    """OTLP/JSON: protobuf JSON, except trace and span IDs are hex."""
+    doc = json.loads(json_format.MessageToJson(request))
+    for link in doc.get("dictionary", {}).get("linkTable", []):
+        for k in ("traceId", "spanId"):
+            if k in link:
+                link[k] = base64.b64decode(link[k]).hex()
+    return json.dumps(doc).encode()
+
+
+def http_post(url, body, content_type, tenant, gzip_it):
+    headers = {"Content-Type": content_type, "X-Scope-OrgID": tenant}
+    if gzip_it:
+        body = gzip.compress(body)
+        headers["Content-Encoding"] = "gzip"
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, r.headers.get("Content-Type"), r.read()
+
+
+def send(transport, request, args, tenant):
+    if transport == "grpc":
+        with grpc.insecure_channel(args.grpc) as channel:
+            stub = svc_grpc.ProfilesServiceStub(channel)
+            response = stub.Export(request, metadata=[("x-scope-orgid", tenant)],
+                                   compression=grpc.Compression.Gzip, timeout=30)
+        return response.partial_success.rejected_profiles, response.partial_success.error_message
+    url = args.http.rstrip("/") + "/v1development/profiles"
+    if transport == "http-protobuf":
+        status, ctype, body = http_post(url, request.SerializeToString(), "application/x-protobuf", tenant, True)
+        assert status == 200 and ctype == "application/x-protobuf", (status, ctype)
+        response = svc.ExportProfilesServiceResponse.FromString(body)
+        return response.partial_success.rejected_profiles, response.partial_success.error_message
+    status, ctype, body = http_post(url, to_otlp_json(request), "application/json", tenant, False)
+    assert status == 200 and ctype == "application/json", (status, ctype)
+    response = json_format.Parse(body, svc.ExportProfilesServiceResponse())
+    return response.partial_success.rejected_profiles, response.partial_success.error_message
+
+
+def dump(args, tenant):
+    req = urllib.request.Request(args.http.rstrip("/") + "/api/v1/profiles/samples",
+                                 headers={"X-Scope-OrgID": tenant})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def roundtrip(args):
+    now = time.time_ns()
+    failures = 0
+    for i, transport in enumerate(["grpc", "http-protobuf", "http-json"]):
+        tenant = f"{args.tenant_prefix}{transport}"
+        request, expected = build(seed=100 + i, now_ns=now)
+        rejected, message = send(transport, request, args, tenant)
+        if rejected:
+            print(f"{transport}: server rejected {rejected}: {message}")
+            failures += 1
+            continue
+        got = canonical_from_server(dump(args, tenant))
+        events = sum(sum(c.values()) for c in expected.values())
+        if got != expected:
+            failures += 1
+            missing = [k for k in expected if got.get(k) != expected[k]]
+            extra = [k for k in got if k not in expected]
+            print(f"{transport}: MISMATCH: {len(missing)} identities differ, {len(extra)} unexpected")
+            for k in (missing + extra)[:3]:
+                print("  sent", dict(expected.get(k, {})), "\n  got ", dict(got.get(k, {})), "\n  key ", k)
+        else:
+            print(f"{transport}: ok: {len(expected)} sample identities, {events} events, tenant {tenant}")
+    return 1 if failures else 0
+
+
+def loop(args):
+    """Exports until killed; prints `acked <export-id> <events>` per
+    acknowledged export, flushing each line."""
+    n = 0
+    while True:
+        n += 1
+        request, expected = build(seed=10_000 + n, now_ns=time.time_ns(), processes=1,
+                                  stacks_per_process=5, samples_per_process=10)
+        # The export ID travels as a resource attribute of every profile.
+        for rp in request.resource_profiles:
+            rp.resource.attributes.add(key="export.id").value.string_value = str(n)
+        events = sum(sum(c.values()) for c in expected.values())
+        try:
+            rejected, _ = send(args.transport, request, args, args.tenant_prefix + "loop")
+        except Exception as e:  # server down: not acknowledged
+            print(f"failed {n} {type(e).__name__}", flush=True)
+            time.sleep(0.05)
+            continue
+        if rejected == 0:
+            print(f"acked {n} {events}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["roundtrip", "loop"])
+    ap.add_argument("--grpc", default="127.0.0.1:4317")
+    ap.add_argument("--http", default="http://127.0.0.1:8002")
+    ap.add_argument("--transport", default="grpc", choices=["grpc", "http-protobuf", "http-json"])
+    ap.add_argument("--tenant-prefix", default="")
+    args = ap.parse_args()
+    sys.exit(roundtrip(args) if args.mode == "roundtrip" else loop(args))
+
+
+if __name__ == "__main__":
+    main()
