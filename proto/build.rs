@@ -10,7 +10,10 @@ const PROTOS: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    println!("cargo:rerun-if-changed={}", root.join("opentelemetry").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("opentelemetry").display()
+    );
     let files = protox::compile(PROTOS, [&root])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptor_path = out.join("otlp_descriptor.bin");

@@ -12,7 +12,9 @@ use serde_json::Value;
 use crate::collector::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 
 /// Parses an OTLP/JSON `ExportProfilesServiceRequest`.
-pub fn decode_export_request(body: &[u8]) -> Result<ExportProfilesServiceRequest, serde_json::Error> {
+pub fn decode_export_request(
+    body: &[u8],
+) -> Result<ExportProfilesServiceRequest, serde_json::Error> {
     let mut value: Value = serde_json::from_slice(body)?;
     hex_ids_to_base64(&mut value);
     serde_json::from_value(value)
@@ -38,7 +40,11 @@ fn id_fields(value: &mut Value, mut fix: impl FnMut(&mut Value)) {
         .get_mut("dictionary")
         .and_then(|d| d.get_mut("linkTable"))
         .and_then(|l| l.as_array_mut());
-    for link in links.into_iter().flatten().filter_map(|l| l.as_object_mut()) {
+    for link in links
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_object_mut())
+    {
         for key in ["traceId", "trace_id", "spanId", "span_id"] {
             if let Some(id) = link.get_mut(key) {
                 fix(id);
@@ -108,7 +114,10 @@ mod tests {
         };
         let json = encode_export_request(&request);
         let text = String::from_utf8(json.clone()).unwrap();
-        assert!(text.contains("\"traceId\":\"0102030405060708090a0b0c0d0e0f10\""), "{text}");
+        assert!(
+            text.contains("\"traceId\":\"0102030405060708090a0b0c0d0e0f10\""),
+            "{text}"
+        );
         assert!(text.contains("\"spanId\":\"0102030405060708\""), "{text}");
         assert_eq!(decode_export_request(&json).unwrap(), request);
     }
@@ -125,7 +134,10 @@ mod tests {
         assert_eq!(profile.period, 50_000_000);
         assert_eq!(profile.samples[0].values, vec![7]);
         let link = &request.dictionary.unwrap().link_table[1];
-        assert_eq!(hex::encode(&link.trace_id), "5b8efff798038103d269b633813fc60c");
+        assert_eq!(
+            hex::encode(&link.trace_id),
+            "5b8efff798038103d269b633813fc60c"
+        );
         assert_eq!(hex::encode(&link.span_id), "eee19b7ec3c1b174");
     }
 }

@@ -15,34 +15,64 @@ pub mod opentelemetry {
     pub mod proto {
         pub mod common {
             pub mod v1 {
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.common.v1.rs"));
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.common.v1.serde.rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.common.v1.rs"
+                ));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.common.v1.serde.rs"
+                ));
             }
         }
         pub mod resource {
             pub mod v1 {
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.resource.v1.rs"));
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.resource.v1.serde.rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.resource.v1.rs"
+                ));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.resource.v1.serde.rs"
+                ));
             }
         }
         pub mod profiles {
             pub mod v1development {
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.profiles.v1development.rs"));
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.profiles.v1development.serde.rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.profiles.v1development.rs"
+                ));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.profiles.v1development.serde.rs"
+                ));
             }
         }
         pub mod collector {
             pub mod profiles {
                 pub mod v1development {
-                    include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.collector.profiles.v1development.rs"));
-                    include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.collector.profiles.v1development.serde.rs"));
+                    include!(concat!(
+                        env!("OUT_DIR"),
+                        "/opentelemetry.proto.collector.profiles.v1development.rs"
+                    ));
+                    include!(concat!(
+                        env!("OUT_DIR"),
+                        "/opentelemetry.proto.collector.profiles.v1development.serde.rs"
+                    ));
                 }
             }
         }
         pub mod processcontext {
             pub mod v1development {
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.processcontext.v1development.rs"));
-                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.processcontext.v1development.serde.rs"));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.processcontext.v1development.rs"
+                ));
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.processcontext.v1development.serde.rs"
+                ));
             }
         }
     }

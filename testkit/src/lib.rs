@@ -143,6 +143,8 @@ impl Backend {
 pub struct Server {
     child: Option<Child>,
     pub url: String,
+    /// host:port of the OTLP gRPC listener.
+    pub grpc_addr: String,
     pub data_dir: PathBuf,
     log: PathBuf,
     backend: Backend,
@@ -158,6 +160,7 @@ impl Server {
         let mut server = Self {
             child: None,
             url: String::new(),
+            grpc_addr: String::new(),
             log: tmp.path().join("server.log"),
             data_dir,
             backend: backend.clone(),
@@ -176,6 +179,7 @@ impl Server {
         let mut server = Self {
             child: None,
             url: String::new(),
+            grpc_addr: String::new(),
             log: tmp.path().join("server.log"),
             data_dir: other.data_dir.clone(),
             backend: other.backend.clone(),
@@ -205,6 +209,14 @@ impl Server {
         let mut cmd = Command::new(server_bin());
         if !self.args.iter().any(|a| a == "--http-addr") {
             cmd.arg("--http-addr").arg(&addr);
+        }
+        if !self.args.iter().any(|a| a == "--grpc-addr") {
+            let grpc = if self.grpc_addr.is_empty() {
+                "127.0.0.1:0"
+            } else {
+                &self.grpc_addr
+            };
+            cmd.arg("--grpc-addr").arg(grpc);
         }
         cmd.arg("--data-dir").arg(&self.data_dir);
         if let Some(db) = &self.backend.database_url {
@@ -236,6 +248,11 @@ impl Server {
             if let Some(pos) = text[start_len.min(text.len())..].find("listening on http://") {
                 let rest = &text[start_len + pos + "listening on ".len()..];
                 self.url = rest.split_whitespace().next().unwrap().to_owned();
+                let since = &text[start_len.min(text.len())..];
+                if let Some(pos) = since.find("OTLP gRPC listening on ") {
+                    let rest = &since[pos + "OTLP gRPC listening on ".len()..];
+                    self.grpc_addr = rest.split_whitespace().next().unwrap().to_owned();
+                }
                 break;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
@@ -611,4 +628,26 @@ pub fn count_files(dir: &Path) -> usize {
             }
         })
         .sum()
+}
+
+/// The Python with PyPI's opentelemetry-proto and grpcio (the independent
+/// OTLP client), from SYMTRACE_TEST_PYTHON. Missing under `CI=true` is a
+/// failure.
+pub fn python() -> Option<PathBuf> {
+    let found = std::env::var_os("SYMTRACE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .filter(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            !in_ci(),
+            "SYMTRACE_TEST_PYTHON is required in CI (scripts/test-services.sh sets it)"
+        );
+        eprintln!("SKIP: no SYMTRACE_TEST_PYTHON (run scripts/test.sh)");
+    }
+    found
+}
+
+/// The independent OTLP client script.
+pub fn otlp_client_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/tests/python/otlp_client.py")
 }

@@ -35,7 +35,8 @@ impl ProfilesGrpc {
 }
 
 impl NamedService for ProfilesGrpc {
-    const NAME: &'static str = "opentelemetry.proto.collector.profiles.v1development.ProfilesService";
+    const NAME: &'static str =
+        "opentelemetry.proto.collector.profiles.v1development.ProfilesService";
 }
 
 impl<B> tower::Service<http::Request<B>> for ProfilesGrpc
@@ -55,7 +56,10 @@ where
         let state = self.state.clone();
         if request.uri().path() != PATH {
             return Box::pin(async move {
-                Ok(Status::unimplemented(format!("no method {}", request.uri().path())).into_http())
+                Ok(
+                    Status::unimplemented(format!("no method {}", request.uri().path()))
+                        .into_http(),
+                )
             });
         }
         Box::pin(async move {

@@ -44,7 +44,12 @@ struct RpcStatus {
     message: String,
 }
 
-fn failure(format: Format, status: StatusCode, grpc_code: tonic::Code, message: String) -> Response {
+fn failure(
+    format: Format,
+    status: StatusCode,
+    grpc_code: tonic::Code,
+    message: String,
+) -> Response {
     let body = match format {
         Format::Protobuf => prost::Message::encode_to_vec(&RpcStatus {
             code: grpc_code as i32,
@@ -56,7 +61,12 @@ fn failure(format: Format, status: StatusCode, grpc_code: tonic::Code, message: 
         }))
         .expect("json"),
     };
-    (status, [(header::CONTENT_TYPE, format.content_type())], body).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, format.content_type())],
+        body,
+    )
+        .into_response()
 }
 
 async fn export(
@@ -89,7 +99,14 @@ async fn export(
     }
     let tenant = match crate::tenant::from_headers(&headers) {
         Ok(t) => t,
-        Err(e) => return failure(format, StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, e),
+        Err(e) => {
+            return failure(
+                format,
+                StatusCode::BAD_REQUEST,
+                tonic::Code::InvalidArgument,
+                e,
+            )
+        }
     };
     let limit = state.config.max_export_bytes;
     let too_large = |what: &str| {
@@ -104,7 +121,9 @@ async fn export(
         Ok(b) => b,
         Err(e) => {
             use std::error::Error;
-            let over = e.source().is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+            let over = e
+                .source()
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
                 || e.to_string().contains("length limit");
             if over {
                 return too_large("the request body");
@@ -154,7 +173,12 @@ async fn export(
     let request = match request {
         Ok(r) => r,
         Err(e) => {
-            return failure(format, StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, e.to_string())
+            return failure(
+                format,
+                StatusCode::BAD_REQUEST,
+                tonic::Code::InvalidArgument,
+                e.to_string(),
+            )
         }
     };
     match super::export(&state.profiles, &tenant, request).await {
@@ -163,11 +187,19 @@ async fn export(
                 Format::Protobuf => prost::Message::encode_to_vec(&response),
                 Format::Json => symtrace_proto::json::encode_export_response(&response),
             };
-            (StatusCode::OK, [(header::CONTENT_TYPE, format.content_type())], body).into_response()
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, format.content_type())],
+                body,
+            )
+                .into_response()
         }
-        Err(IngestError::Invalid(message)) => {
-            failure(format, StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, message)
-        }
+        Err(IngestError::Invalid(message)) => failure(
+            format,
+            StatusCode::BAD_REQUEST,
+            tonic::Code::InvalidArgument,
+            message,
+        ),
         Err(e @ IngestError::Store(_)) => {
             tracing::error!(error = %e, "profile export not stored");
             let mut response = failure(

@@ -35,7 +35,9 @@ pub fn decode_protobuf(body: &[u8]) -> Result<ExportProfilesServiceRequest, Inge
         } else {
             ""
         };
-        IngestError::Invalid(format!("malformed ExportProfilesServiceRequest: {text}{hint}"))
+        IngestError::Invalid(format!(
+            "malformed ExportProfilesServiceRequest: {text}{hint}"
+        ))
     })
 }
 

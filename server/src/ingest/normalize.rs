@@ -104,23 +104,37 @@ fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
     if d.string_table.first().is_some_and(|s| !s.is_empty()) {
         return bad("string_table");
     }
-    if d.mapping_table.first().is_some_and(|m| *m != Default::default()) {
+    if d.mapping_table
+        .first()
+        .is_some_and(|m| *m != Default::default())
+    {
         return bad("mapping_table");
     }
-    if d.location_table.first().is_some_and(|l| *l != Default::default()) {
+    if d.location_table
+        .first()
+        .is_some_and(|l| *l != Default::default())
+    {
         return bad("location_table");
     }
-    if d.function_table.first().is_some_and(|f| *f != Default::default()) {
+    if d.function_table
+        .first()
+        .is_some_and(|f| *f != Default::default())
+    {
         return bad("function_table");
     }
-    if d.stack_table.first().is_some_and(|s| *s != Default::default()) {
+    if d.stack_table
+        .first()
+        .is_some_and(|s| *s != Default::default())
+    {
         return bad("stack_table");
     }
-    if d.attribute_table.first().is_some_and(|a| *a != Default::default()) {
+    if d.attribute_table
+        .first()
+        .is_some_and(|a| *a != Default::default())
+    {
         return bad("attribute_table");
     }
-    if d
-        .link_table
+    if d.link_table
         .first()
         .is_some_and(|l| l.trace_id.iter().chain(&l.span_id).any(|&b| b != 0))
     {
@@ -232,13 +246,21 @@ impl<'a> Normalizer<'a> {
     fn check_location(&self, i: usize) -> Check {
         let d = self.dict;
         let location = &d.location_table[i];
-        let mapping = index(location.mapping_index, d.mapping_table.len().max(1), "mapping_index")?;
+        let mapping = index(
+            location.mapping_index,
+            d.mapping_table.len().max(1),
+            "mapping_index",
+        )?;
         if let Some(m) = d.mapping_table.get(mapping) {
             self.string(m.filename_strindex, "mapping filename_strindex")?;
             self.check_attributes(&m.attribute_indices, "mapping")?;
         }
         for line in &location.lines {
-            let f = index(line.function_index, d.function_table.len(), "function_index")?;
+            let f = index(
+                line.function_index,
+                d.function_table.len(),
+                "function_index",
+            )?;
             let f = &d.function_table[f];
             self.string(f.name_strindex, "function name_strindex")?;
             self.string(f.system_name_strindex, "function system_name_strindex")?;
@@ -261,12 +283,19 @@ impl<'a> Normalizer<'a> {
         let mut checked_stacks = HashSet::new();
         for (i, sample) in profile.samples.iter().enumerate() {
             let fail = |e: String| format!("sample {i}: {e}");
-            let stack = index(sample.stack_index, d.stack_table.len().max(1), "stack_index")
-                .map_err(fail)?;
-            if self.stacks.get(stack).is_none_or(|&s| s == u32::MAX)
-                && checked_stacks.insert(stack)
+            let stack = index(
+                sample.stack_index,
+                d.stack_table.len().max(1),
+                "stack_index",
+            )
+            .map_err(fail)?;
+            if self.stacks.get(stack).is_none_or(|&s| s == u32::MAX) && checked_stacks.insert(stack)
             {
-                for &l in d.stack_table.get(stack).map_or(&[][..], |s| &s.location_indices) {
+                for &l in d
+                    .stack_table
+                    .get(stack)
+                    .map_or(&[][..], |s| &s.location_indices)
+                {
                     let l = index(l, d.location_table.len(), "location index").map_err(fail)?;
                     if self.locations[l] == u32::MAX {
                         self.check_location(l).map_err(fail)?;
@@ -275,8 +304,8 @@ impl<'a> Normalizer<'a> {
             }
             self.check_attributes(&sample.attribute_indices, "sample")
                 .map_err(fail)?;
-            let link = index(sample.link_index, d.link_table.len().max(1), "link_index")
-                .map_err(fail)?;
+            let link =
+                index(sample.link_index, d.link_table.len().max(1), "link_index").map_err(fail)?;
             if let Some(link) = d.link_table.get(link) {
                 if !matches!(link.trace_id.len(), 0 | 16) || !matches!(link.span_id.len(), 0 | 8) {
                     return Err(fail(format!(
@@ -342,7 +371,11 @@ impl<'a> Normalizer<'a> {
                 ] {
                     if let Some(v) = self.attribute_value(&m.attribute_indices, key) {
                         if !v.is_empty() {
-                            let v = if kind == BuildIdKind::Gnu { v.to_ascii_lowercase() } else { v };
+                            let v = if kind == BuildIdKind::Gnu {
+                                v.to_ascii_lowercase()
+                            } else {
+                                v
+                            };
                             build_id = (self.b.string(&v), kind);
                             break;
                         }
@@ -371,7 +404,11 @@ impl<'a> Normalizer<'a> {
             .map(|line| {
                 let f = &d.function_table[line.function_index as usize];
                 let s = |i: i32| self.string(i, "").unwrap_or_default();
-                let (name, system, file) = (s(f.name_strindex), s(f.system_name_strindex), s(f.filename_strindex));
+                let (name, system, file) = (
+                    s(f.name_strindex),
+                    s(f.system_name_strindex),
+                    s(f.filename_strindex),
+                );
                 Line {
                     function: self.b.string(name),
                     system_name: self.b.string(system),
@@ -411,8 +448,8 @@ impl<'a> Normalizer<'a> {
     fn add_profile(&mut self, profile: &Profile, resource: &[(u32, u32)], now_ns: u64) {
         let d = self.dict;
         let s = |i: i32| self.string(i, "").unwrap_or_default();
-        let sample_type = profile.sample_type.clone().unwrap_or_default();
-        let period_type = profile.period_type.clone().unwrap_or_default();
+        let sample_type = profile.sample_type.unwrap_or_default();
+        let period_type = profile.period_type.unwrap_or_default();
         let (st, su) = (s(sample_type.type_strindex), s(sample_type.unit_strindex));
         let (pt, pu) = (s(period_type.type_strindex), s(period_type.unit_strindex));
 
@@ -466,7 +503,10 @@ impl<'a> Normalizer<'a> {
             }
             let labels = self.b.label_set(pairs);
             let link = match d.link_table.get(sample.link_index as usize) {
-                Some(l) if sample.link_index > 0 && !l.trace_id.iter().chain(&l.span_id).all(|&b| b == 0) => {
+                Some(l)
+                    if sample.link_index > 0
+                        && !l.trace_id.iter().chain(&l.span_id).all(|&b| b == 0) =>
+                {
                     let mut link: Link = [0; 24];
                     link[..l.trace_id.len()].copy_from_slice(&l.trace_id);
                     link[16..16 + l.span_id.len()].copy_from_slice(&l.span_id);

@@ -59,7 +59,9 @@ async fn samples(
             let bytes = hex::decode(t)
                 .ok()
                 .filter(|b| b.len() == 16)
-                .ok_or_else(|| ApiError::bad_request(format!("trace_id {t:?} is not 32 hex digits")))?;
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("trace_id {t:?} is not 32 hex digits"))
+                })?;
             Some(bytes)
         }
         None => None,
@@ -93,8 +95,12 @@ async fn samples(
             .map_err(|e| ApiError::internal(e.to_string()))?;
         for sample in &data.samples {
             let series = &data.series[sample.series as usize];
-            if q.service.as_deref().is_some_and(|s| s != data.str(series.service))
-                || q.profile_type.as_deref().is_some_and(|t| t != profile_type(&data, series))
+            if q.service
+                .as_deref()
+                .is_some_and(|s| s != data.str(series.service))
+                || q.profile_type
+                    .as_deref()
+                    .is_some_and(|t| t != profile_type(&data, series))
                 || trace.as_deref().is_some_and(|t| {
                     sample.link == 0 || data.links[sample.link as usize][..16] != *t
                 })
@@ -124,7 +130,14 @@ async fn samples(
     }
     Ok(Json(json!({
         "tenant": tenant,
-        "segments": segments.len(),
+        "segments": segments.iter().map(|s| json!({
+            "sha256": s.sha256,
+            "level": s.level,
+            "start_ns": s.start_ns,
+            "end_ns": s.end_ns,
+            "points": s.points,
+            "size": s.size,
+        })).collect::<Vec<_>>(),
         "samples": out,
         "truncated": truncated,
     })))
@@ -133,7 +146,12 @@ async fn samples(
 fn labels(data: &SegmentData, set: u32) -> Value {
     data.label_sets[set as usize]
         .iter()
-        .map(|&(k, v)| (data.str(k).to_owned(), Value::String(data.str(v).to_owned())))
+        .map(|&(k, v)| {
+            (
+                data.str(k).to_owned(),
+                Value::String(data.str(v).to_owned()),
+            )
+        })
         .collect::<serde_json::Map<_, _>>()
         .into()
 }

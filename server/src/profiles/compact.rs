@@ -66,7 +66,10 @@ pub async fn run_once(
 ) -> Result<Report, ProfileStoreError> {
     let meta = &profiles.store.meta;
     let mut report = Report::default();
-    if !meta.acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS).await? {
+    if !meta
+        .acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS)
+        .await?
+    {
         report.skipped = true;
         return Ok(report);
     }
@@ -81,11 +84,17 @@ pub async fn run_once(
     let mut groups: BTreeMap<(String, i64), Vec<SegmentRef>> = BTreeMap::new();
     for s in segments {
         let window = s.start_ns.div_euclid(settings.window_ns);
-        groups.entry((s.tenant.clone(), window)).or_default().push(s);
+        groups
+            .entry((s.tenant.clone(), window))
+            .or_default()
+            .push(s);
     }
     for ((tenant, _), group) in groups {
         for job in split_by_size(group) {
-            if !meta.acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS).await? {
+            if !meta
+                .acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS)
+                .await?
+            {
                 report.skipped = true;
                 return Ok(report);
             }

@@ -156,6 +156,7 @@ impl SegmentData {
     }
 
     /// Events in the segment (each timestamp counts).
+    #[cfg(test)]
     pub fn points(&self) -> u64 {
         self.samples.iter().map(|s| s.points() as u64).sum()
     }

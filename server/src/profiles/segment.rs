@@ -226,7 +226,14 @@ fn encode_body(d: &SegmentData) -> Vec<u8> {
 
     e.u(d.series.len() as u64);
     for s in &d.series {
-        for v in [s.service, s.sample_type, s.sample_unit, s.period_type, s.period_unit, s.labels] {
+        for v in [
+            s.service,
+            s.sample_type,
+            s.sample_unit,
+            s.period_type,
+            s.period_unit,
+            s.labels,
+        ] {
             e.u(v.into());
         }
         e.i(s.period);
@@ -299,11 +306,14 @@ fn encode_body(d: &SegmentData) -> Vec<u8> {
 fn decode_body(body: &[u8]) -> R<SegmentData> {
     let mut d = Dec { buf: body, pos: 0 };
     let n = d.count()?;
-    let lens: Vec<usize> = (0..n).map(|_| d.u().map(|v| v as usize)).collect::<R<_>>()?;
+    let lens: Vec<usize> = (0..n)
+        .map(|_| d.u().map(|v| v as usize))
+        .collect::<R<_>>()?;
     let mut strings = Vec::with_capacity(n);
     for len in lens {
         let bytes = d.bytes(len)?;
-        let s = std::str::from_utf8(bytes).map_err(|_| SegmentError::Corrupt("string not UTF-8"))?;
+        let s =
+            std::str::from_utf8(bytes).map_err(|_| SegmentError::Corrupt("string not UTF-8"))?;
         strings.push(s.to_owned());
     }
     let ns = strings.len();
@@ -314,8 +324,8 @@ fn decode_body(body: &[u8]) -> R<SegmentData> {
         m.build_id = d.index(ns)?;
     }
     for m in &mut mappings {
-        m.build_id_kind = BuildIdKind::from_u8(d.u()? as u8)
-            .ok_or(SegmentError::Corrupt("build-ID kind"))?;
+        m.build_id_kind =
+            BuildIdKind::from_u8(d.u()? as u8).ok_or(SegmentError::Corrupt("build-ID kind"))?;
     }
     for m in &mut mappings {
         m.file = d.index(ns)?;
@@ -469,19 +479,38 @@ mod tests {
             memory_limit: 0x9000,
             file_offset: 0,
         });
-        let f1 = b.frame(Frame { frame_type: native, mapping: m, address: 0x1234, lines: vec![] });
-        let f2 = b.frame(Frame { frame_type: native, mapping: m, address: 0x1100, lines: vec![] });
+        let f1 = b.frame(Frame {
+            frame_type: native,
+            mapping: m,
+            address: 0x1234,
+            lines: vec![],
+        });
+        let f2 = b.frame(Frame {
+            frame_type: native,
+            mapping: m,
+            address: 0x1100,
+            lines: vec![],
+        });
         let name = b.string("do_syscall_64");
         let f3 = b.frame(Frame {
             frame_type: kernel,
             mapping: 0,
             address: 0,
-            lines: vec![Line { function: name, line: -1, ..Default::default() }],
+            lines: vec![Line {
+                function: name,
+                line: -1,
+                ..Default::default()
+            }],
         });
         let s1 = b.stack(vec![f3, f1, f2]);
         let s2 = b.stack(vec![f1, f2]);
         let service = b.string("app");
-        let (samples, count, cpu, ns) = (b.string("samples"), b.string("count"), b.string("cpu"), b.string("nanoseconds"));
+        let (samples, count, cpu, ns) = (
+            b.string("samples"),
+            b.string("count"),
+            b.string("cpu"),
+            b.string("nanoseconds"),
+        );
         let (k, v) = (b.string("thread.name"), b.string("worker"));
         let labels = b.label_set(vec![(k, v)]);
         let series = b.series(Series {
@@ -498,10 +527,38 @@ mod tests {
         let mut link = [0u8; 24];
         link[0] = 7;
         let link = b.link(link);
-        b.add_sample(Sample { series, stack: s1, labels, link, timestamps: vec![1_500, 1_200], values: vec![] });
-        b.add_sample(Sample { series, stack: s2, labels: 0, link: 0, timestamps: vec![900], values: vec![-3] });
-        b.add_sample(Sample { series, stack: s2, labels: 0, link: 0, timestamps: vec![], values: vec![5] });
-        b.add_sample(Sample { series, stack: s1, labels, link, timestamps: vec![1_300], values: vec![] });
+        b.add_sample(Sample {
+            series,
+            stack: s1,
+            labels,
+            link,
+            timestamps: vec![1_500, 1_200],
+            values: vec![],
+        });
+        b.add_sample(Sample {
+            series,
+            stack: s2,
+            labels: 0,
+            link: 0,
+            timestamps: vec![900],
+            values: vec![-3],
+        });
+        b.add_sample(Sample {
+            series,
+            stack: s2,
+            labels: 0,
+            link: 0,
+            timestamps: vec![],
+            values: vec![5],
+        });
+        b.add_sample(Sample {
+            series,
+            stack: s1,
+            labels,
+            link,
+            timestamps: vec![1_300],
+            values: vec![],
+        });
         b.finish()
     }
 
@@ -517,7 +574,13 @@ mod tests {
                     .map(|&f| {
                         let f = &d.frames[f as usize];
                         let names: Vec<&str> = f.lines.iter().map(|l| d.str(l.function)).collect();
-                        format!("{}:{:#x}:{}:{:?}", d.str(f.frame_type), f.address, d.str(d.mappings[f.mapping as usize].build_id), names)
+                        format!(
+                            "{}:{:#x}:{}:{:?}",
+                            d.str(f.frame_type),
+                            f.address,
+                            d.str(d.mappings[f.mapping as usize].build_id),
+                            names
+                        )
                     })
                     .collect();
                 let labels: Vec<(&str, &str)> = d.label_sets[s.labels as usize]
@@ -529,10 +592,18 @@ mod tests {
                 } else if s.timestamps.is_empty() {
                     s.values.iter().map(|&v| (0, v)).collect()
                 } else {
-                    s.timestamps.iter().copied().zip(s.values.iter().copied()).collect()
+                    s.timestamps
+                        .iter()
+                        .copied()
+                        .zip(s.values.iter().copied())
+                        .collect()
                 };
                 events.sort_unstable();
-                format!("{} {stack:?} {labels:?} {:?} {events:?}", d.str(d.series[s.series as usize].service), d.links[s.link as usize])
+                format!(
+                    "{} {stack:?} {labels:?} {:?} {events:?}",
+                    d.str(d.series[s.series as usize].service),
+                    d.links[s.link as usize]
+                )
             })
             .collect();
         out.sort();
@@ -542,7 +613,11 @@ mod tests {
     #[test]
     fn round_trip_keeps_every_fact() {
         let data = sample_data();
-        assert_eq!(data.samples.len(), 3, "same identity with timestamps merges");
+        assert_eq!(
+            data.samples.len(),
+            3,
+            "same identity with timestamps merges"
+        );
         let bytes = encode(&data, 3);
         let back = decode(&bytes).unwrap();
         assert_eq!(facts(&back), facts(&data));

@@ -84,7 +84,11 @@ impl ProfileStore {
         let max = self.max_label_values;
         let tenant = tenant.to_owned();
         let (bytes, mut row) = tokio::task::spawn_blocking(move || {
-            let zstd_level = if level == 0 { INGEST_LEVEL } else { COMPACT_LEVEL };
+            let zstd_level = if level == 0 {
+                INGEST_LEVEL
+            } else {
+                COMPACT_LEVEL
+            };
             let bytes = segment::encode(&data, zstd_level);
             let row = index_row(&data, &tenant, level, max);
             (bytes, row)
@@ -104,7 +108,10 @@ impl ProfileStore {
         tokio::task::spawn_blocking(move || segment::decode(&bytes))
             .await
             .expect("segment decoding does not panic")
-            .map_err(|source| ProfileStoreError::Segment { sha256: sha, source })
+            .map_err(|source| ProfileStoreError::Segment {
+                sha256: sha,
+                source,
+            })
     }
 
     /// Segments of a query.
@@ -152,7 +159,9 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
     let mut used_sets: HashMap<(u32, u32), ()> = HashMap::new();
     let mut trace_ids = BTreeSet::new();
     for sample in &data.samples {
-        let row = series.get_mut(&keys[sample.series as usize]).expect("series row");
+        let row = series
+            .get_mut(&keys[sample.series as usize])
+            .expect("series row");
         row.points += sample.points() as i64;
         row.total += sample.total();
         let service = data.series[sample.series as usize].service;

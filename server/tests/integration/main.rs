@@ -10,6 +10,8 @@ mod conformance;
 mod crash;
 mod federation;
 mod gdb;
+mod profiles;
+mod profiles_bad_input;
 mod quality;
 mod replicas;
 mod symbolize;

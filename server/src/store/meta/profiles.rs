@@ -22,8 +22,13 @@ pub trait ProfileMetadata {
     async fn trace_segments(&self, tenant: &str, trace_id: &str) -> MetaResult<Vec<SegmentRef>>;
     /// Takes or renews a named lease until `now + ttl_ms`; false if another
     /// holder has it.
-    async fn acquire_lease(&self, name: &str, holder: &str, now: i64, ttl_ms: i64)
-        -> MetaResult<bool>;
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> MetaResult<bool>;
     /// Level-0 segments that started before `before_ns`, oldest first.
     async fn uncompacted(&self, before_ns: i64, limit: i64) -> MetaResult<Vec<SegmentRef>>;
     /// Replaces `inputs` by `outputs` in one transaction; false (and nothing
@@ -93,10 +98,13 @@ macro_rules! insert_segment {
                 q.build().execute(&mut *$tx).await?;
             }
             for chunk in s.trace_ids.chunks(ROWS_PER_INSERT) {
-                let mut q =
-                    sqlx::QueryBuilder::new("INSERT INTO profile_traces (tenant, trace_id, sha256) ");
+                let mut q = sqlx::QueryBuilder::new(
+                    "INSERT INTO profile_traces (tenant, trace_id, sha256) ",
+                );
                 q.push_values(chunk, |mut b, trace_id| {
-                    b.push_bind(&s.tenant).push_bind(trace_id).push_bind(&s.sha256);
+                    b.push_bind(&s.tenant)
+                        .push_bind(trace_id)
+                        .push_bind(&s.sha256);
                 });
                 q.build().execute(&mut *$tx).await?;
             }
