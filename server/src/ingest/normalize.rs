@@ -2,7 +2,10 @@
 //! proto's rules before anything of it is kept, so a bad profile is
 //! rejected whole and the good ones of the same request are stored.
 
+use std::cell::Cell;
 use std::collections::HashSet;
+
+use rustc_hash::FxHashMap;
 
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::common::{any_value::Value, AnyValue, KeyValue};
@@ -42,6 +45,10 @@ pub fn normalize(
         locations: vec![u32::MAX; dict.location_table.len()],
         stacks: vec![u32::MAX; dict.stack_table.len()],
         attributes: vec![None; dict.attribute_table.len()],
+        valid_attributes: vec![Cell::new(false); dict.attribute_table.len()],
+        valid_stacks: vec![Cell::new(false); dict.stack_table.len()],
+        valid_locations: vec![Cell::new(false); dict.location_table.len()],
+        label_sets: FxHashMap::default(),
     };
     let mut out = Normalized {
         data: SegmentData::default(),
@@ -150,6 +157,13 @@ struct Normalizer<'a> {
     locations: Vec<u32>,
     stacks: Vec<u32>,
     attributes: Vec<Option<(u32, u32)>>,
+    /// Table entries already checked (a table entry is valid or not
+    /// whichever profile uses it).
+    valid_attributes: Vec<Cell<bool>>,
+    valid_stacks: Vec<Cell<bool>>,
+    valid_locations: Vec<Cell<bool>>,
+    /// Sample attribute lists → label sets.
+    label_sets: FxHashMap<Vec<i32>, u32>,
 }
 
 type Check = Result<(), String>;
@@ -222,15 +236,48 @@ impl<'a> Normalizer<'a> {
         Ok(labels)
     }
 
-    fn check_attributes(&self, indices: &[i32], what: &str) -> Check {
+    /// String references inside a value, without rendering it.
+    fn check_value(&self, value: Option<&AnyValue>) -> Check {
+        match value.and_then(|v| v.value.as_ref()) {
+            Some(Value::StringValueStrindex(i)) => {
+                self.string(*i, "string_value_strindex").map(|_| ())
+            }
+            Some(Value::ArrayValue(a)) => {
+                a.values.iter().try_for_each(|v| self.check_value(Some(v)))
+            }
+            Some(Value::KvlistValue(kv)) => kv.values.iter().try_for_each(|kv| {
+                if kv.key.is_empty() && kv.key_strindex != 0 {
+                    self.string(kv.key_strindex, "key_strindex")?;
+                }
+                self.check_value(kv.value.as_ref())
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_attributes(&self, indices: &[i32], what: &'static str) -> Check {
         let table = &self.dict.attribute_table;
-        let mut keys = HashSet::new();
-        for &i in indices {
-            let attribute = &table[index(i, table.len(), &format!("{what} attribute index"))?];
-            let key = self.string(attribute.key_strindex, "attribute key_strindex")?;
-            self.string(attribute.unit_strindex, "attribute unit_strindex")?;
-            self.render(attribute.value.as_ref())?;
-            if !keys.insert(attribute.key_strindex) {
+        for (n, &i) in indices.iter().enumerate() {
+            let Some(slot) = usize::try_from(i).ok().filter(|&i| i < table.len()) else {
+                return Err(format!(
+                    "{what} attribute index {i} is out of range (the table has {} entries)",
+                    table.len()
+                ));
+            };
+            let attribute = &table[slot];
+            if !self.valid_attributes[slot].get() {
+                self.string(attribute.key_strindex, "attribute key_strindex")?;
+                self.string(attribute.unit_strindex, "attribute unit_strindex")?;
+                self.check_value(attribute.value.as_ref())?;
+                self.valid_attributes[slot].set(true);
+            }
+            // Lists are short: a quadratic scan beats a set.
+            let key = attribute.key_strindex;
+            if indices[..n]
+                .iter()
+                .any(|&j| table[j as usize].key_strindex == key)
+            {
+                let key = self.string(key, "")?;
                 return Err(format!("{what} attributes repeat the key {key:?}"));
             }
         }
@@ -280,7 +327,6 @@ impl<'a> Normalizer<'a> {
             self.check_value_type(period_type, "period_type")?;
         }
         self.check_attributes(&profile.attribute_indices, "profile")?;
-        let mut checked_stacks = HashSet::new();
         for (i, sample) in profile.samples.iter().enumerate() {
             let fail = |e: String| format!("sample {i}: {e}");
             let stack = index(
@@ -289,18 +335,19 @@ impl<'a> Normalizer<'a> {
                 "stack_index",
             )
             .map_err(fail)?;
-            if self.stacks.get(stack).is_none_or(|&s| s == u32::MAX) && checked_stacks.insert(stack)
-            {
+            if self.valid_stacks.get(stack).is_some_and(|v| !v.get()) {
                 for &l in d
                     .stack_table
                     .get(stack)
                     .map_or(&[][..], |s| &s.location_indices)
                 {
                     let l = index(l, d.location_table.len(), "location index").map_err(fail)?;
-                    if self.locations[l] == u32::MAX {
+                    if !self.valid_locations[l].get() {
                         self.check_location(l).map_err(fail)?;
+                        self.valid_locations[l].set(true);
                     }
                 }
+                self.valid_stacks[stack].set(true);
             }
             self.check_attributes(&sample.attribute_indices, "sample")
                 .map_err(fail)?;
@@ -494,14 +541,22 @@ impl<'a> Normalizer<'a> {
 
         for sample in &profile.samples {
             let stack = self.stack(sample.stack_index as usize);
-            let mut pairs = Vec::with_capacity(sample.attribute_indices.len());
-            for &a in &sample.attribute_indices {
-                let pair = self.attribute(a);
-                if pair.1 != 0 {
-                    pairs.push(pair);
+            let labels = match self.label_sets.get(&sample.attribute_indices[..]) {
+                Some(&labels) => labels,
+                None => {
+                    let mut pairs = Vec::with_capacity(sample.attribute_indices.len());
+                    for &a in &sample.attribute_indices {
+                        let pair = self.attribute(a);
+                        if pair.1 != 0 {
+                            pairs.push(pair);
+                        }
+                    }
+                    let labels = self.b.label_set(pairs);
+                    self.label_sets
+                        .insert(sample.attribute_indices.clone(), labels);
+                    labels
                 }
-            }
-            let labels = self.b.label_set(pairs);
+            };
             let link = match d.link_table.get(sample.link_index as usize) {
                 Some(l)
                     if sample.link_index > 0

@@ -70,7 +70,7 @@ async fn samples(
         Some(t) => state
             .store
             .meta
-            .trace_segments(&tenant, &hex::encode(t))
+            .trace_segments(&tenant, t)
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?,
         None => state

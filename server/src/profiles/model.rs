@@ -3,7 +3,7 @@
 //! string, mapping, stack, label-set and link tables is the empty value, so
 //! 0 means "none" wherever an index appears.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::hash::Hash;
 
 /// How a mapping's build-ID was given.
@@ -218,9 +218,9 @@ impl Default for SegmentBuilder {
             label_sets: Table::new(empty.label_sets),
             links: Table::new(empty.links),
             series: Vec::new(),
-            series_index: HashMap::new(),
+            series_index: HashMap::default(),
             samples: Vec::new(),
-            sample_index: HashMap::new(),
+            sample_index: HashMap::default(),
         }
     }
 }

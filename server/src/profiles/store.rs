@@ -144,6 +144,7 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
             end_ns: s.end_ns as i64,
             points: 0,
             total: 0,
+            labels: String::new(),
         });
         row.start_ns = row.start_ns.min(s.start_ns as i64);
         row.end_ns = row.end_ns.max(s.end_ns as i64);
@@ -174,19 +175,29 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
             trace_ids.insert(&data.links[sample.link as usize][..16]);
         }
     }
-    let mut label_rows = Vec::new();
+    // Label values per (service, type): from (service, name) sets.
+    let mut by_service: HashMap<&str, serde_json::Map<String, serde_json::Value>> = HashMap::new();
     for ((service, name), values) in labels {
-        let (service, name) = (data.str(service).to_owned(), data.str(name).to_owned());
-        if values.len() > max_label_values {
-            label_rows.push((service, name, String::new()));
+        let values = if values.len() > max_label_values {
+            serde_json::Value::Null
         } else {
-            for v in values {
-                label_rows.push((service.clone(), name.clone(), data.str(v).to_owned()));
-            }
-        }
+            values
+                .into_iter()
+                .map(|v| serde_json::Value::from(data.str(v)))
+                .collect()
+        };
+        by_service
+            .entry(data.str(service))
+            .or_default()
+            .insert(data.str(name).to_owned(), values);
     }
-    label_rows.sort();
-    let series: Vec<SeriesRow> = series.into_values().collect();
+    let mut series: Vec<SeriesRow> = series.into_values().collect();
+    for row in &mut series {
+        row.labels = by_service
+            .get(row.service.as_str())
+            .map(|m| serde_json::Value::Object(m.clone()).to_string())
+            .unwrap_or_else(|| "{}".to_owned());
+    }
     NewSegment {
         tenant: tenant.to_owned(),
         sha256: String::new(),
@@ -197,7 +208,9 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
         level,
         created_at: now_ms(),
         series,
-        labels: label_rows,
-        trace_ids: trace_ids.into_iter().map(hex::encode).collect(),
+        trace_ids: trace_ids
+            .into_iter()
+            .map(|t| t.try_into().expect("16 bytes"))
+            .collect(),
     }
 }

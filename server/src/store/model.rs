@@ -148,10 +148,8 @@ pub struct NewSegment {
     pub level: i32,
     pub created_at: i64,
     pub series: Vec<SeriesRow>,
-    /// (service, label name, value); value "" = too many values to index.
-    pub labels: Vec<(String, String, String)>,
-    /// Lowercase hex.
-    pub trace_ids: Vec<String>,
+    /// Linked trace IDs, sorted.
+    pub trace_ids: Vec<[u8; 16]>,
 }
 
 /// One (service, profile type) of a segment.
@@ -163,6 +161,8 @@ pub struct SeriesRow {
     pub end_ns: i64,
     pub points: i64,
     pub total: i64,
+    /// JSON: label name → its values, or null when there were too many.
+    pub labels: String,
 }
 
 /// A stored segment.

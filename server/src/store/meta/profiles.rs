@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::{MetaResult, Pool, SqlMetadata};
 use crate::store::model::{NewSegment, SegmentRef, SeriesQuery};
 
-/// Rows per multi-row INSERT (5 binds each; far below both databases'
+/// Rows per multi-row INSERT (at most 9 binds each; below both databases'
 /// parameter limits).
 const ROWS_PER_INSERT: usize = 1000;
 
@@ -19,7 +19,7 @@ pub trait ProfileMetadata {
     /// Segments with series matching the query, oldest first.
     async fn segments(&self, query: &SeriesQuery) -> MetaResult<Vec<SegmentRef>>;
     /// Segments holding samples linked to a trace.
-    async fn trace_segments(&self, tenant: &str, trace_id: &str) -> MetaResult<Vec<SegmentRef>>;
+    async fn trace_segments(&self, tenant: &str, trace_id: &[u8]) -> MetaResult<Vec<SegmentRef>>;
     /// Takes or renews a named lease until `now + ttl_ms`; false if another
     /// holder has it.
     async fn acquire_lease(
@@ -44,15 +44,17 @@ pub trait ProfileMetadata {
     async fn expire_segments(&self, cutoff_ns: i64) -> MetaResult<u64>;
 }
 
-const SEGMENT_COLUMNS: &str = "tenant, sha256, size, start_ns, end_ns, points, level";
+const SEGMENT_COLUMNS: &str = "g.tenant, g.sha256, g.size, g.start_ns, g.end_ns, g.points, g.level";
 
+/// Inserts a segment with its series and trace rows; evaluates to false if
+/// the tenant already has it.
 macro_rules! insert_segment {
     ($tx:expr, $s:expr) => {{
         let s = $s;
-        let inserted = sqlx::query(
+        let id: Option<i64> = sqlx::query_scalar(
             "INSERT INTO profile_segments \
-             (tenant, sha256, size, start_ns, end_ns, points, level, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+             (tenant, sha256, size, start_ns, end_ns, points, level, created_at, trace_ids) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING id",
         )
         .bind(&s.tenant)
         .bind(&s.sha256)
@@ -62,54 +64,43 @@ macro_rules! insert_segment {
         .bind(s.points)
         .bind(s.level)
         .bind(s.created_at)
-        .execute(&mut *$tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if inserted {
+        .bind((s.level == 0).then(|| s.trace_ids.concat()))
+        .fetch_optional(&mut *$tx)
+        .await?;
+        if let Some(id) = id {
             for chunk in s.series.chunks(ROWS_PER_INSERT) {
                 let mut q = sqlx::QueryBuilder::new(
-                    "INSERT INTO profile_series \
-                     (tenant, sha256, service, profile_type, start_ns, end_ns, points, total) ",
+                    "INSERT INTO profile_series (segment_id, tenant, service, profile_type, \
+                     start_ns, end_ns, points, total, labels) ",
                 );
                 q.push_values(chunk, |mut b, r| {
-                    b.push_bind(&s.tenant)
-                        .push_bind(&s.sha256)
+                    b.push_bind(id)
+                        .push_bind(&s.tenant)
                         .push_bind(&r.service)
                         .push_bind(&r.profile_type)
                         .push_bind(r.start_ns)
                         .push_bind(r.end_ns)
                         .push_bind(r.points)
-                        .push_bind(r.total);
+                        .push_bind(r.total)
+                        .push_bind(&r.labels);
                 });
                 q.build().execute(&mut *$tx).await?;
             }
-            for chunk in s.labels.chunks(ROWS_PER_INSERT) {
-                let mut q = sqlx::QueryBuilder::new(
-                    "INSERT INTO profile_labels (tenant, sha256, service, name, value) ",
-                );
-                q.push_values(chunk, |mut b, (service, name, value)| {
-                    b.push_bind(&s.tenant)
-                        .push_bind(&s.sha256)
-                        .push_bind(service)
-                        .push_bind(name)
-                        .push_bind(value);
-                });
-                q.build().execute(&mut *$tx).await?;
-            }
-            for chunk in s.trace_ids.chunks(ROWS_PER_INSERT) {
-                let mut q = sqlx::QueryBuilder::new(
-                    "INSERT INTO profile_traces (tenant, trace_id, sha256) ",
-                );
+            let rows = if s.level == 0 {
+                &[][..]
+            } else {
+                &s.trace_ids[..]
+            };
+            for chunk in rows.chunks(ROWS_PER_INSERT) {
+                let mut q =
+                    sqlx::QueryBuilder::new("INSERT INTO profile_traces (trace_id, segment_id) ");
                 q.push_values(chunk, |mut b, trace_id| {
-                    b.push_bind(&s.tenant)
-                        .push_bind(trace_id)
-                        .push_bind(&s.sha256);
+                    b.push_bind(&trace_id[..]).push_bind(id);
                 });
                 q.build().execute(&mut *$tx).await?;
             }
         }
-        inserted
+        id.is_some()
     }};
 }
 
@@ -128,7 +119,7 @@ impl ProfileMetadata for SqlMetadata {
         let sql = format!(
             "SELECT {SEGMENT_COLUMNS} FROM profile_segments g WHERE g.tenant = $1 \
              AND g.start_ns < $2 AND g.end_ns >= $3 AND EXISTS (SELECT 1 FROM profile_series s \
-             WHERE s.tenant = g.tenant AND s.sha256 = g.sha256 \
+             WHERE s.segment_id = g.id \
              AND ($4 = '' OR s.service = $4) AND ($5 = '' OR s.profile_type = $5) \
              AND s.start_ns < $2 AND s.end_ns >= $3) ORDER BY g.start_ns, g.sha256"
         );
@@ -142,15 +133,25 @@ impl ProfileMetadata for SqlMetadata {
             .await)
     }
 
-    async fn trace_segments(&self, tenant: &str, trace_id: &str) -> MetaResult<Vec<SegmentRef>> {
+    async fn trace_segments(&self, tenant: &str, trace_id: &[u8]) -> MetaResult<Vec<SegmentRef>> {
+        // Compacted segments through the index; uncompacted ones (the last
+        // window or two) by searching their ID lists in the database. A
+        // match at an unaligned offset only costs reading a segment that
+        // turns out to hold no sample of the trace.
+        let contains = match self.pool {
+            Pool::Sqlite(_) => "instr(g.trace_ids, $1) > 0",
+            Pool::Postgres(_) => "position($1 in g.trace_ids) > 0",
+        };
         let sql = format!(
-            "SELECT {SEGMENT_COLUMNS} FROM profile_segments g WHERE g.tenant = $1 AND EXISTS \
-             (SELECT 1 FROM profile_traces t WHERE t.tenant = $1 AND t.trace_id = $2 \
-             AND t.sha256 = g.sha256) ORDER BY g.start_ns, g.sha256"
+            "SELECT {SEGMENT_COLUMNS} FROM profile_segments g JOIN profile_traces t \
+             ON t.segment_id = g.id WHERE t.trace_id = $1 AND g.tenant = $2 \
+             UNION SELECT {SEGMENT_COLUMNS} FROM profile_segments g \
+             WHERE g.tenant = $2 AND g.level = 0 AND {contains} \
+             ORDER BY 4, 2"
         );
         on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
-            .bind(tenant)
             .bind(trace_id)
+            .bind(tenant)
             .fetch_all(p)
             .await)
     }
@@ -178,8 +179,9 @@ impl ProfileMetadata for SqlMetadata {
 
     async fn uncompacted(&self, before_ns: i64, limit: i64) -> MetaResult<Vec<SegmentRef>> {
         let sql = format!(
-            "SELECT {SEGMENT_COLUMNS} FROM profile_segments WHERE level = 0 AND start_ns < $1 \
-             ORDER BY tenant, start_ns, sha256 LIMIT $2"
+            "SELECT {SEGMENT_COLUMNS} FROM profile_segments g \
+             WHERE g.level = 0 AND g.start_ns < $1 \
+             ORDER BY g.tenant, g.start_ns, g.sha256 LIMIT $2"
         );
         on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
             .bind(before_ns)
@@ -210,7 +212,11 @@ impl ProfileMetadata for SqlMetadata {
                 }
             }
             for segment in outputs {
-                insert_segment!(tx, segment);
+                if !insert_segment!(tx, segment) {
+                    // The output exists already: keep everything as it was.
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
             }
             tx.commit().await?;
             Ok(true)
