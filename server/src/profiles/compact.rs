@@ -58,21 +58,35 @@ pub struct Report {
     pub lost_races: usize,
 }
 
-/// One compaction and retention pass.
+/// One compaction and retention pass, under the lease (given up at the
+/// end, so any replica may run the next pass).
 pub async fn run_once(
     profiles: &ProfileStore,
     holder: &str,
     settings: &Settings,
 ) -> Result<Report, ProfileStoreError> {
     let meta = &profiles.store.meta;
-    let mut report = Report::default();
     if !meta
         .acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS)
         .await?
     {
-        report.skipped = true;
-        return Ok(report);
+        return Ok(Report {
+            skipped: true,
+            ..Report::default()
+        });
     }
+    let result = pass(profiles, holder, settings).await;
+    meta.release_lease(LEASE, holder).await?;
+    result
+}
+
+async fn pass(
+    profiles: &ProfileStore,
+    holder: &str,
+    settings: &Settings,
+) -> Result<Report, ProfileStoreError> {
+    let meta = &profiles.store.meta;
+    let mut report = Report::default();
     let now_ns = now_ms().saturating_mul(1_000_000);
     if let Some(retention) = settings.retention_ns {
         report.expired = meta.expire_segments(now_ns - retention).await?;

@@ -227,8 +227,8 @@ def send(transport, request, args, tenant):
     return response.partial_success.rejected_profiles, response.partial_success.error_message
 
 
-def dump(args, tenant):
-    req = urllib.request.Request(args.http.rstrip("/") + "/api/v1/profiles/samples",
+def dump(args, tenant, query=""):
+    req = urllib.request.Request(args.http.rstrip("/") + "/api/v1/profiles/samples" + query,
                                  headers={"X-Scope-OrgID": tenant})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
@@ -254,8 +254,17 @@ def roundtrip(args):
             print(f"{transport}: MISMATCH: {len(missing)} identities differ, {len(extra)} unexpected")
             for k in (missing + extra)[:3]:
                 print("  sent", dict(expected.get(k, {})), "\n  got ", dict(got.get(k, {})), "\n  key ", k)
-        else:
-            print(f"{transport}: ok: {len(expected)} sample identities, {events} events, tenant {tenant}")
+            continue
+        # A trace's samples, found through the trace index.
+        traces = sorted({k[4][0] for k in expected if k[4][0]})
+        for trace_id in traces[:5]:
+            want = {k: v for k, v in expected.items() if k[4][0] == trace_id}
+            got = canonical_from_server(dump(args, tenant, f"?trace_id={trace_id}"))
+            if got != want:
+                failures += 1
+                print(f"{transport}: trace {trace_id}: sent {len(want)} identities, got {len(got)}")
+        print(f"{transport}: ok: {len(expected)} sample identities, {events} events, "
+              f"{len(traces)} traces, tenant {tenant}")
     return 1 if failures else 0
 
 

@@ -29,6 +29,8 @@ pub trait ProfileMetadata {
         now: i64,
         ttl_ms: i64,
     ) -> MetaResult<bool>;
+    /// Gives a lease up (if `holder` still has it).
+    async fn release_lease(&self, name: &str, holder: &str) -> MetaResult<()>;
     /// Level-0 segments that started before `before_ns`, oldest first.
     async fn uncompacted(&self, before_ns: i64, limit: i64) -> MetaResult<Vec<SegmentRef>>;
     /// Replaces `inputs` by `outputs` in one transaction; false (and nothing
@@ -175,6 +177,11 @@ impl ProfileMetadata for SqlMetadata {
             .execute(p)
             .await
             .map(|r| r.rows_affected() == 1))
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> MetaResult<()> {
+        let sql = "UPDATE leases SET expires_at = 0 WHERE name = $1 AND holder = $2";
+        on_pool!(self, p => sqlx::query(sql).bind(name).bind(holder).execute(p).await.map(|_| ()))
     }
 
     async fn uncompacted(&self, before_ns: i64, limit: i64) -> MetaResult<Vec<SegmentRef>> {
