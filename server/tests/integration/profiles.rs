@@ -259,3 +259,30 @@ fn compaction_by_two_servers_at_once_preserves_every_sample() {
     let log = a.log_text() + &b.log_text();
     assert!(log.contains("compaction"), "{log}");
 }
+
+#[test]
+fn crash_between_segment_and_index_acknowledges_nothing_and_leaves_an_orphan() {
+    let Some(python) = python() else { return };
+    let base = Server::start(
+        &Backend::local(),
+        &["--gc-interval", "1", "--gc-grace", "0"],
+    );
+    let blobs = base.data_dir.join("objects/blobs");
+    let crashing = Server::start_on(&base, &[("SYMTRACE_CRASH_AT", "segment-before-commit")]);
+    let out = client_cmd(&python, &crashing, &["roundtrip"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the export was acknowledged");
+    assert!(count_files(&blobs) >= 1, "the segment object was written");
+    // Nothing is visible, and the collector removes the orphan.
+    assert_eq!(events(&dump(&base, "grpc")), 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count_files(&blobs) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "orphan not collected:\n{}",
+            base.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
