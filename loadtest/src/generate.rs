@@ -5,7 +5,9 @@
 //! native frames (mappings with build-IDs), 80% extending a prefix of an
 //! earlier stack, 25% ending in 2–8 named kernel frames; timestamps-only
 //! samples with thread attributes, k timestamps with P(k) ∝ k⁻², 20% with
-//! a trace link.
+//! a trace link. The stacks of a process are the same in every export
+//! (drawn Zipf-distributed, 1.3 samples per stack); the anchor's generator
+//! drew new ones each time, which no fleet does.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -75,6 +77,10 @@ fn kv(key: &str, value: any_value::Value) -> KeyValue {
 
 /// One export; `seed` picks the content, `now_ns` the window's end.
 pub fn export(shape: Shape, seed: u64, now_ns: u64) -> ExportProfilesServiceRequest {
+    // The fleet (files, frames, each process's stacks) is the same in every
+    // export, as it is in production; which stacks are sampled, when, on
+    // which thread and in which trace differs per export (`seed`).
+    let mut pool = StdRng::seed_from_u64(0x5eed_f1ee7);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut d = ProfilesDictionary {
         string_table: vec![String::new()],
@@ -121,7 +127,7 @@ pub fn export(shape: Shape, seed: u64, now_ns: u64) -> ExportProfilesServiceRequ
     // The pool: 120 mappings, 5,000 native locations, 30 kernel frames.
     for m in 0..120 {
         let file = string(&mut d, &format!("/usr/lib/lib{m}.so"));
-        let build_id = format!("{:040x}", rng.random::<u128>() ^ (m as u128) << 100);
+        let build_id = format!("{:040x}", pool.random::<u128>() ^ (m as u128) << 100);
         let a = attribute(&mut d, k_gnu, any_value::Value::StringValue(build_id));
         d.mapping_table.push(Mapping {
             memory_start: 0x1000,
@@ -134,8 +140,8 @@ pub fn export(shape: Shape, seed: u64, now_ns: u64) -> ExportProfilesServiceRequ
     let natives: Vec<i32> = (0..5000)
         .map(|_| {
             d.location_table.push(Location {
-                mapping_index: rng.random_range(1..=120),
-                address: rng.random_range(0x1000..0x100_0000),
+                mapping_index: pool.random_range(1..=120),
+                address: pool.random_range(0x1000..0x100_0000),
                 attribute_indices: vec![native],
                 ..Default::default()
             });
@@ -177,10 +183,8 @@ pub fn export(shape: Shape, seed: u64, now_ns: u64) -> ExportProfilesServiceRequ
         unit_strindex: string(&mut d, "nanoseconds"),
     };
     for p in 0..shape.processes {
-        let mut stacks: Vec<Vec<i32>> = Vec::new();
-        let n_stacks = rng.random_range(shape.stacks.0..=shape.stacks.1);
-        let mut samples = Vec::new();
-        let threads: Vec<(i32, i32)> = (0..rng.random_range(1..=16))
+        let n_stacks = pool.random_range(shape.stacks.0..=shape.stacks.1);
+        let threads: Vec<(i32, i32)> = (0..pool.random_range(1..=16))
             .map(|t| {
                 let name = attribute(
                     &mut d,
@@ -195,70 +199,75 @@ pub fn export(shape: Shape, seed: u64, now_ns: u64) -> ExportProfilesServiceRequ
                 (name, id)
             })
             .collect();
-        let mut tick = start + rng.random_range(0..52_631_578);
+        let mut stacks: Vec<Vec<i32>> = Vec::new();
+        let mut pool_stacks = Vec::with_capacity(n_stacks);
         for _ in 0..n_stacks {
-            let depth = rng.random_range(10..=60);
-            let mut frames: Vec<i32> = if !stacks.is_empty() && rng.random_bool(0.8) {
+            let depth = pool.random_range(10..=60);
+            let mut frames: Vec<i32> = if !stacks.is_empty() && pool.random_bool(0.8) {
                 // Extend a prefix (from the root) of an earlier stack.
-                let earlier = &stacks[rng.random_range(0..stacks.len())];
-                let keep = rng.random_range(1..=earlier.len());
+                let earlier = &stacks[pool.random_range(0..stacks.len())];
+                let keep = pool.random_range(1..=earlier.len());
                 earlier[earlier.len() - keep..].to_vec()
             } else {
                 Vec::new()
             };
             while frames.len() < depth {
-                frames.insert(0, natives[zipf.sample(&mut rng)]);
+                frames.insert(0, natives[zipf.sample(&mut pool)]);
             }
-            if rng.random_bool(0.25) {
-                for _ in 0..rng.random_range(2..=8) {
-                    frames.insert(0, kernels[rng.random_range(0..kernels.len())]);
+            if pool.random_bool(0.25) {
+                for _ in 0..pool.random_range(2..=8) {
+                    frames.insert(0, kernels[pool.random_range(0..kernels.len())]);
                 }
             }
             d.stack_table.push(Stack {
                 location_indices: frames.clone(),
             });
-            let stack_index = d.stack_table.len() as i32 - 1;
+            pool_stacks.push(d.stack_table.len() as i32 - 1);
             stacks.push(frames);
-            let copies = if rng.random_bool(0.3) { 2 } else { 1 };
-            for _ in 0..copies {
-                let (name, id) = threads[rng.random_range(0..threads.len())];
-                let mut u = rng.random::<f64>() * k_total;
-                let k = k_weights
-                    .iter()
-                    .position(|w| {
-                        u -= w;
-                        u <= 0.0
-                    })
-                    .unwrap_or(0)
-                    + 1;
-                let mut timestamps: Vec<u64> = (0..k)
-                    .map(|_| {
-                        if shape.periodic {
-                            tick += 52_631_578 + rng.random_range(0..2_000);
-                            start + (tick - start) % window
-                        } else {
-                            start + rng.random_range(0..window)
-                        }
-                    })
-                    .collect();
-                timestamps.sort_unstable();
-                let link_index = if rng.random_bool(0.2) {
-                    d.link_table.push(Link {
-                        trace_id: rng.random::<[u8; 16]>().to_vec(),
-                        span_id: rng.random::<[u8; 8]>().to_vec(),
-                    });
-                    d.link_table.len() as i32 - 1
-                } else {
-                    0
-                };
-                samples.push(Sample {
-                    stack_index,
-                    attribute_indices: vec![name, id],
-                    link_index,
-                    values: vec![],
-                    timestamps_unix_nano: timestamps,
+        }
+        // Samples: 1.3 per stack of the pool, hot stacks more often (Zipf).
+        let hot = Zipf::new(n_stacks);
+        let mut samples = Vec::new();
+        let mut tick = start + rng.random_range(0..52_631_578);
+        for _ in 0..n_stacks * 13 / 10 {
+            let stack_index = pool_stacks[hot.sample(&mut rng)];
+            let (name, id) = threads[rng.random_range(0..threads.len())];
+            let mut u = rng.random::<f64>() * k_total;
+            let k = k_weights
+                .iter()
+                .position(|w| {
+                    u -= w;
+                    u <= 0.0
+                })
+                .unwrap_or(0)
+                + 1;
+            let mut timestamps: Vec<u64> = (0..k)
+                .map(|_| {
+                    if shape.periodic {
+                        tick += 52_631_578 + rng.random_range(0..2_000);
+                        start + (tick - start) % window
+                    } else {
+                        start + rng.random_range(0..window)
+                    }
+                })
+                .collect();
+            timestamps.sort_unstable();
+            let link_index = if rng.random_bool(0.2) {
+                d.link_table.push(Link {
+                    trace_id: rng.random::<[u8; 16]>().to_vec(),
+                    span_id: rng.random::<[u8; 8]>().to_vec(),
                 });
-            }
+                d.link_table.len() as i32 - 1
+            } else {
+                0
+            };
+            samples.push(Sample {
+                stack_index,
+                attribute_indices: vec![name, id],
+                link_index,
+                values: vec![],
+                timestamps_unix_nano: timestamps,
+            });
         }
         resource_profiles.push(ResourceProfiles {
             resource: Some(symtrace_proto::resource::Resource {

@@ -73,6 +73,9 @@ enum Cmd {
         /// Most exports sent (0 = until the duration ends).
         #[arg(long, default_value_t = 0)]
         max_exports: u64,
+        /// Seconds to shift the profiles' time into the past (backfill).
+        #[arg(long, default_value_t = 0)]
+        ago: u64,
     },
     /// The physical limit on this core: gunzip + prost decoding of the same
     /// payloads, in a loop on the calling thread (pin it with taskset).
@@ -105,11 +108,12 @@ struct Payload {
     events: usize,
 }
 
-fn payloads(size: Size, count: usize, periodic: bool) -> Vec<Payload> {
+fn payloads(size: Size, count: usize, periodic: bool, ago: u64) -> Vec<Payload> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_nanos() as u64;
+        .as_nanos() as u64
+        - ago * 1_000_000_000;
     (0..count)
         .map(|i| {
             let request = generate::export(size.shape(periodic), i as u64 + 1, now);
@@ -336,8 +340,9 @@ fn main() -> anyhow::Result<()> {
             periodic,
             tenant,
             max_exports,
+            ago,
         } => {
-            let payloads = payloads(size, count, periodic);
+            let payloads = payloads(size, count, periodic, ago);
             let avg = payloads.iter().map(|p| p.raw.len()).sum::<usize>() / payloads.len();
             println!(
                 "payloads          {count} × ~{:.2} MB protobuf",
@@ -366,7 +371,7 @@ fn main() -> anyhow::Result<()> {
             duration,
             periodic,
         } => {
-            let payloads = payloads(size, count, periodic);
+            let payloads = payloads(size, count, periodic, 0);
             decode_baseline(&payloads, duration);
         }
     }

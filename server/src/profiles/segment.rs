@@ -8,8 +8,9 @@
 //! Every table is written column by column with LEB128 varints (zigzag for
 //! signed values), so each column's values sit together for zstd. Stacks
 //! are sorted root-first and front-coded (a stack shares its callers with
-//! its neighbours); samples are sorted by identity and their timestamps
-//! ascending, delta-coded from the series start. Decoding checks every
+//! its neighbours); samples are sorted by identity (their stack column
+//! delta-coded) and their timestamps ascending, delta-coded from the series
+//! start. Decoding checks every
 //! index, so a damaged object is an error, never a panic or a wrong answer.
 
 use super::model::{BuildIdKind, Frame, Line, Link, Mapping, Sample, SegmentData, Series};
@@ -251,8 +252,11 @@ fn encode_body(d: &SegmentData) -> Vec<u8> {
     for (s, _) in &samples {
         e.u(s.series.into());
     }
+    // Non-decreasing within a series: delta-coded.
+    let mut previous = 0i64;
     for (_, stack) in &samples {
-        e.u((*stack).into());
+        e.i(i64::from(*stack) - previous);
+        previous = i64::from(*stack);
     }
     for (s, _) in &samples {
         e.u(s.labels.into());
@@ -420,8 +424,13 @@ fn decode_body(body: &[u8]) -> R<SegmentData> {
     for s in &mut samples {
         s.series = d.index(series.len())?;
     }
+    let mut previous = 0i64;
     for s in &mut samples {
-        s.stack = d.index(stacks.len())?;
+        previous = previous.wrapping_add(d.i()?);
+        s.stack = u32::try_from(previous)
+            .ok()
+            .filter(|&i| (i as usize) < stacks.len())
+            .ok_or(SegmentError::Corrupt("index out of range"))?;
     }
     for s in &mut samples {
         s.labels = d.index(label_sets.len())?;
