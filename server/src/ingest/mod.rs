@@ -55,7 +55,7 @@ pub async fn export(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let normalized = tokio::task::spawn_blocking(move || normalize::normalize(&request, now))
+    let normalized = tokio::task::spawn_blocking(move || normalize::normalize(request, now))
         .await
         .expect("normalization does not panic")
         .map_err(|e| IngestError::Invalid(e.0))?;

@@ -33,11 +33,11 @@ pub struct RequestError(pub String);
 const MAX_MESSAGES: usize = 5;
 
 pub fn normalize(
-    request: &ExportProfilesServiceRequest,
+    mut request: ExportProfilesServiceRequest,
     now_ns: u64,
 ) -> Result<Normalized, RequestError> {
-    let empty = ProfilesDictionary::default();
-    let dict = request.dictionary.as_ref().unwrap_or(&empty);
+    let dict = request.dictionary.take().unwrap_or_default();
+    let dict = &dict;
     check_zero_values(dict)?;
     let mut n = Normalizer {
         dict,
@@ -62,7 +62,7 @@ pub fn normalize(
             out.errors.push(message);
         }
     };
-    for (r, resource_profiles) in request.resource_profiles.iter().enumerate() {
+    for (r, resource_profiles) in request.resource_profiles.iter_mut().enumerate() {
         let attributes = resource_profiles
             .resource
             .as_ref()
@@ -80,8 +80,8 @@ pub fn normalize(
                 continue;
             }
         };
-        for (s, scope) in resource_profiles.scope_profiles.iter().enumerate() {
-            for (p, profile) in scope.profiles.iter().enumerate() {
+        for (s, scope) in resource_profiles.scope_profiles.iter_mut().enumerate() {
+            for (p, profile) in scope.profiles.iter_mut().enumerate() {
                 match n.check_profile(profile) {
                     Ok(()) => {
                         n.add_profile(profile, &resource, now_ns);
@@ -102,52 +102,30 @@ pub fn normalize(
 
 /// Index 0 of every table must hold the zero value (0 means "unset").
 fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
-    let bad = |table: &str| {
-        Err(RequestError(format!(
+    /// Whether the first entry of a table, if any, is not the default.
+    fn nonzero<T: Default + PartialEq>(table: &[T]) -> bool {
+        table.first().is_some_and(|first| *first != T::default())
+    }
+    let link_nonzero = d
+        .link_table
+        .first()
+        .is_some_and(|l| l.trace_id.iter().chain(&l.span_id).any(|&b| b != 0));
+    let tables = [
+        ("string_table", nonzero(&d.string_table)),
+        ("mapping_table", nonzero(&d.mapping_table)),
+        ("location_table", nonzero(&d.location_table)),
+        ("function_table", nonzero(&d.function_table)),
+        ("stack_table", nonzero(&d.stack_table)),
+        ("attribute_table", nonzero(&d.attribute_table)),
+        ("link_table", link_nonzero),
+    ];
+    match tables.iter().find(|(_, bad)| *bad) {
+        Some((table, _)) => Err(RequestError(format!(
             "dictionary.{table}[0] must be the zero value (index 0 means unset); \
              this sender does not follow OTLP profiles v1.10+"
-        )))
-    };
-    if d.string_table.first().is_some_and(|s| !s.is_empty()) {
-        return bad("string_table");
+        ))),
+        None => Ok(()),
     }
-    if d.mapping_table
-        .first()
-        .is_some_and(|m| *m != Default::default())
-    {
-        return bad("mapping_table");
-    }
-    if d.location_table
-        .first()
-        .is_some_and(|l| *l != Default::default())
-    {
-        return bad("location_table");
-    }
-    if d.function_table
-        .first()
-        .is_some_and(|f| *f != Default::default())
-    {
-        return bad("function_table");
-    }
-    if d.stack_table
-        .first()
-        .is_some_and(|s| *s != Default::default())
-    {
-        return bad("stack_table");
-    }
-    if d.attribute_table
-        .first()
-        .is_some_and(|a| *a != Default::default())
-    {
-        return bad("attribute_table");
-    }
-    if d.link_table
-        .first()
-        .is_some_and(|l| l.trace_id.iter().chain(&l.span_id).any(|&b| b != 0))
-    {
-        return bad("link_table");
-    }
-    Ok(())
 }
 
 struct Normalizer<'a> {
@@ -212,7 +190,10 @@ impl<'a> Normalizer<'a> {
     }
 
     /// A `KeyValue` (resource, scope): `key`, or `key_strindex` (v1.10).
-    fn key_value(&self, kv: &'a KeyValue) -> Result<(&'a str, String), String> {
+    fn key_value<'k>(&self, kv: &'k KeyValue) -> Result<(&'k str, String), String>
+    where
+        'a: 'k,
+    {
         let key = if kv.key.is_empty() && kv.key_strindex != 0 {
             self.string(kv.key_strindex, "key_strindex")?
         } else {
@@ -221,7 +202,7 @@ impl<'a> Normalizer<'a> {
         Ok((key, self.render(kv.value.as_ref())?))
     }
 
-    fn resource_labels(&mut self, attributes: &'a [KeyValue]) -> Result<Vec<(u32, u32)>, String> {
+    fn resource_labels(&mut self, attributes: &[KeyValue]) -> Result<Vec<(u32, u32)>, String> {
         let mut seen = HashSet::new();
         let mut labels = Vec::new();
         for kv in attributes {
@@ -492,7 +473,8 @@ impl<'a> Normalizer<'a> {
         stack
     }
 
-    fn add_profile(&mut self, profile: &Profile, resource: &[(u32, u32)], now_ns: u64) {
+    /// Adds a checked profile; its samples' timestamps and values move.
+    fn add_profile(&mut self, profile: &mut Profile, resource: &[(u32, u32)], now_ns: u64) {
         let d = self.dict;
         let s = |i: i32| self.string(i, "").unwrap_or_default();
         let sample_type = profile.sample_type.unwrap_or_default();
@@ -539,7 +521,7 @@ impl<'a> Normalizer<'a> {
         };
         let series = self.b.series(series);
 
-        for sample in &profile.samples {
+        for sample in profile.samples.iter_mut() {
             let stack = self.stack(sample.stack_index as usize);
             let labels = match self.label_sets.get(&sample.attribute_indices[..]) {
                 Some(&labels) => labels,
@@ -574,8 +556,8 @@ impl<'a> Normalizer<'a> {
                 stack,
                 labels,
                 link,
-                timestamps: sample.timestamps_unix_nano.clone(),
-                values: sample.values.clone(),
+                timestamps: std::mem::take(&mut sample.timestamps_unix_nano),
+                values: std::mem::take(&mut sample.values),
             });
         }
     }

@@ -3,7 +3,8 @@
 //! string, mapping, stack, label-set and link tables is the empty value, so
 //! 0 means "none" wherever an index appears.
 
-use rustc_hash::FxHashMap as HashMap;
+use indexmap::IndexSet;
+use rustc_hash::{FxBuildHasher, FxHashMap as HashMap};
 use std::hash::Hash;
 
 /// How a mapping's build-ID was given.
@@ -162,30 +163,21 @@ impl SegmentData {
     }
 }
 
-/// A deduplicating table: value → index.
-struct Table<T> {
-    items: Vec<T>,
-    index: HashMap<T, u32>,
-}
+/// A deduplicating table: each value stored once, numbered in insertion
+/// order.
+struct Table<T>(IndexSet<T, FxBuildHasher>);
 
-impl<T: Clone + Eq + Hash> Table<T> {
+impl<T: Eq + Hash> Table<T> {
     fn new(items: Vec<T>) -> Self {
-        let index = items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| (item.clone(), i as u32))
-            .collect();
-        Self { items, index }
+        Self(items.into_iter().collect())
     }
 
     fn intern(&mut self, item: T) -> u32 {
-        if let Some(&i) = self.index.get(&item) {
-            return i;
-        }
-        let i = self.items.len() as u32;
-        self.items.push(item.clone());
-        self.index.insert(item, i);
-        i
+        self.0.insert_full(item).0 as u32
+    }
+
+    fn items(self) -> Vec<T> {
+        self.0.into_iter().collect()
     }
 }
 
@@ -227,14 +219,14 @@ impl Default for SegmentBuilder {
 
 impl SegmentBuilder {
     pub fn string(&mut self, s: &str) -> u32 {
-        if let Some(&i) = self.strings.index.get(s) {
-            return i;
+        match self.strings.0.get_index_of(s) {
+            Some(i) => i as u32,
+            None => self.strings.intern(s.to_owned()),
         }
-        self.strings.intern(s.to_owned())
     }
 
     pub fn str(&self, index: u32) -> &str {
-        &self.strings.items[index as usize]
+        &self.strings.0[index as usize]
     }
 
     pub fn mapping(&mut self, mapping: Mapping) -> u32 {
@@ -317,12 +309,12 @@ impl SegmentBuilder {
 
     pub fn finish(self) -> SegmentData {
         SegmentData {
-            strings: self.strings.items,
-            mappings: self.mappings.items,
-            frames: self.frames.items,
-            stacks: self.stacks.items,
-            label_sets: self.label_sets.items,
-            links: self.links.items,
+            strings: self.strings.items(),
+            mappings: self.mappings.items(),
+            frames: self.frames.items(),
+            stacks: self.stacks.items(),
+            label_sets: self.label_sets.items(),
+            links: self.links.items(),
             series: self.series,
             samples: self.samples,
         }
