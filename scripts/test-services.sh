@@ -43,7 +43,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 PY_VENV=${SYMTRACE_TEST_PYTHON_VENV:-/opt/symtrace-python}
 if ! "$PY_VENV/bin/python" -c 'import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc' >/dev/null 2>&1; then
   log "installing opentelemetry-proto and grpcio into $PY_VENV"
-  python3 -m venv "$PY_VENV" >&2
+  if ! python3 -m venv "$PY_VENV" >&2; then
+    apt-get install -y -qq python3-venv >&2
+    /usr/bin/python3 -m venv --clear "$PY_VENV" >&2
+  fi
   "$PY_VENV/bin/pip" install -q 'opentelemetry-proto>=1.43,<2' 'grpcio>=1.60' >&2
 fi
 
