@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// symtrace-server: a debuginfod-compatible symbol store.
+/// symtrace-server: a debuginfod-compatible symbol store and an OpenTelemetry
+/// profile store.
 ///
 /// Serves /buildid/ID/{debuginfo,executable,source/PATH,section/NAME} to
 /// debuginfod clients (gdb, perf, debuginfod-find), accepts uploads on
