@@ -308,6 +308,9 @@ impl<'a> Normalizer<'a> {
             self.check_value_type(period_type, "period_type")?;
         }
         self.check_attributes(&profile.attribute_indices, "profile")?;
+        if profile.time_unix_nano.saturating_add(profile.duration_nano) > i64::MAX as u64 {
+            return Err("time_unix_nano + duration_nano is after the year 2262".into());
+        }
         for (i, sample) in profile.samples.iter().enumerate() {
             let fail = |e: String| format!("sample {i}: {e}");
             let stack = index(
@@ -351,6 +354,15 @@ impl<'a> Normalizer<'a> {
                      OTLP v1.10 renumbered Sample; upgrade the sender to proto >= 1.10)"
                         .into(),
                 ));
+            }
+            if let Some(t) = sample
+                .timestamps_unix_nano
+                .iter()
+                .find(|&&t| t > i64::MAX as u64)
+            {
+                return Err(fail(format!(
+                    "timestamp {t} is after the year 2262 (not a unix time in nanoseconds)"
+                )));
             }
             if nv != 0 && nt != 0 && nv != nt {
                 return Err(fail(format!(

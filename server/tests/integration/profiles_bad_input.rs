@@ -227,6 +227,14 @@ fn bad_profiles_are_rejected_and_good_ones_kept() {
             "link_index 2 is out of range",
         ),
         (
+            profile(vec![Sample {
+                stack_index: 1,
+                timestamps_unix_nano: vec![u64::MAX],
+                ..Default::default()
+            }]),
+            "after the year 2262",
+        ),
+        (
             Profile {
                 sample_type: None,
                 ..profile(vec![good_sample(5)])
