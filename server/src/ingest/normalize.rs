@@ -146,7 +146,7 @@ struct Normalizer<'a> {
 
 type Check = Result<(), String>;
 
-fn index(i: i32, len: usize, what: &str) -> Result<usize, String> {
+fn index(i: i32, len: usize, what: impl std::fmt::Display) -> Result<usize, String> {
     usize::try_from(i)
         .ok()
         .filter(|&i| i < len)
@@ -239,12 +239,8 @@ impl<'a> Normalizer<'a> {
     fn check_attributes(&self, indices: &[i32], what: &'static str) -> Check {
         let table = &self.dict.attribute_table;
         for (n, &i) in indices.iter().enumerate() {
-            let Some(slot) = usize::try_from(i).ok().filter(|&i| i < table.len()) else {
-                return Err(format!(
-                    "{what} attribute index {i} is out of range (the table has {} entries)",
-                    table.len()
-                ));
-            };
+            // format_args!: the message is only built on failure.
+            let slot = index(i, table.len(), format_args!("{what} attribute index"))?;
             let attribute = &table[slot];
             if !self.valid_attributes[slot].get() {
                 self.string(attribute.key_strindex, "attribute key_strindex")?;

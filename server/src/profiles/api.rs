@@ -74,8 +74,9 @@ async fn samples(
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?,
         None => state
-            .profiles
-            .find(&SeriesQuery {
+            .store
+            .meta
+            .segments(&SeriesQuery {
                 tenant: tenant.clone(),
                 service: q.service.clone(),
                 profile_type: q.profile_type.clone(),

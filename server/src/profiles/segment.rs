@@ -268,42 +268,37 @@ fn encode_body(d: &SegmentData) -> Vec<u8> {
         e.u(s.timestamps.len() as u64);
         e.u(s.values.len() as u64);
     }
+    // Each sample's events sorted once; timestamps go to `e`, values to a
+    // column of their own that follows.
+    let mut values = Enc::default();
     let mut pairs: Vec<(u64, i64)> = Vec::new();
+    let mut sorted: Vec<u64> = Vec::new();
     for (s, _) in &samples {
-        let base = d.series[s.series as usize].start_ns;
+        let mut previous = d.series[s.series as usize].start_ns;
         if s.timestamps.len() == s.values.len() {
             pairs.clear();
             pairs.extend(s.timestamps.iter().copied().zip(s.values.iter().copied()));
             pairs.sort_unstable();
-            let mut previous = base;
-            for &(t, _) in &pairs {
+            for &(t, v) in &pairs {
                 e.i(t.wrapping_sub(previous) as i64);
                 previous = t;
+                values.i(v);
             }
         } else {
-            let mut sorted = s.timestamps.clone();
+            // One side is empty: timestamps without values, or the reverse.
+            sorted.clear();
+            sorted.extend_from_slice(&s.timestamps);
             sorted.sort_unstable();
-            let mut previous = base;
-            for t in sorted {
+            for &t in &sorted {
                 e.i(t.wrapping_sub(previous) as i64);
                 previous = t;
             }
-        }
-    }
-    for (s, _) in &samples {
-        if s.timestamps.len() == s.values.len() {
-            pairs.clear();
-            pairs.extend(s.timestamps.iter().copied().zip(s.values.iter().copied()));
-            pairs.sort_unstable();
-            for &(_, v) in &pairs {
-                e.i(v);
-            }
-        } else {
             for &v in &s.values {
-                e.i(v);
+                values.i(v);
             }
         }
     }
+    e.0.extend_from_slice(&values.0);
     e.0
 }
 

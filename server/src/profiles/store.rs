@@ -2,12 +2,12 @@
 //! index rows in one transaction. A crash in between leaves an orphan
 //! object, never a row without its object; the collector removes it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::model::SegmentData;
 use super::segment;
-use crate::store::model::{now_ms, NewSegment, SegmentRef, SeriesQuery, SeriesRow};
+use crate::store::model::{now_ms, NewSegment, SeriesRow};
 use crate::store::{StoreError, SymbolStore};
 
 /// zstd level of segments written at ingest (fast) and by the compactor.
@@ -113,11 +113,6 @@ impl ProfileStore {
                 source,
             })
     }
-
-    /// Segments of a query.
-    pub async fn find(&self, query: &SeriesQuery) -> Result<Vec<SegmentRef>, ProfileStoreError> {
-        Ok(self.store.meta.segments(query).await?)
-    }
 }
 
 /// `sample_type:unit:period_type:unit`, e.g. `samples:count:cpu:nanoseconds`.
@@ -157,7 +152,7 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
             labels.entry((s.service, k)).or_default().insert(v);
         }
     }
-    let mut used_sets: HashMap<(u32, u32), ()> = HashMap::new();
+    let mut used_sets: HashSet<(u32, u32)> = HashSet::new();
     let mut trace_ids = BTreeSet::new();
     for sample in &data.samples {
         let row = series
@@ -166,7 +161,7 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
         row.points += sample.points() as i64;
         row.total += sample.total();
         let service = data.series[sample.series as usize].service;
-        if used_sets.insert((service, sample.labels), ()).is_none() {
+        if used_sets.insert((service, sample.labels)) {
             for &(k, v) in &data.label_sets[sample.labels as usize] {
                 labels.entry((service, k)).or_default().insert(v);
             }
