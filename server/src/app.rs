@@ -28,6 +28,8 @@ pub struct AppState {
     pub upload_slots: Semaphore,
     pub symbolizer: Arc<crate::symbolize::SymbolizeService>,
     pub profiles: Arc<crate::profiles::store::ProfileStore>,
+    pub segment_cache: crate::query::SegmentCache,
+    pub query_limits: crate::query::QueryLimits,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -39,7 +41,8 @@ pub fn router(state: SharedState) -> Router {
         .merge(crate::symbolize::api::routes())
         .merge(crate::ingest::http::routes())
         .merge(crate::profiles::api::routes())
-        .route("/", get(home))
+        .merge(crate::query::api::routes())
+        .merge(crate::ui::routes())
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(crate::metrics::render))
@@ -48,14 +51,6 @@ pub fn router(state: SharedState) -> Router {
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::new())
         .with_state(state)
-}
-
-async fn home() -> &'static str {
-    concat!(
-        "symtrace-server ",
-        env!("CARGO_PKG_VERSION"),
-        " (debuginfod-compatible symbol store)\n"
-    )
 }
 
 async fn ready(State(state): State<SharedState>) -> impl IntoResponse {

@@ -140,6 +140,24 @@ pub struct Config {
     )]
     pub max_symbolize_addresses: usize,
 
+    /// Memory budget, in bytes, for decoded profile segments kept for
+    /// queries (least recently used ones are dropped first).
+    #[arg(long, env = "SYMTRACE_SEGMENT_CACHE_BYTES", default_value_t = 512 << 20)]
+    pub segment_cache_bytes: u64,
+
+    /// Most bytes of stored (compressed) profile segments one flamegraph,
+    /// diff or trace query reads; larger selections are refused with 400.
+    #[arg(long, env = "SYMTRACE_QUERY_MAX_BYTES", default_value_t = 1 << 30)]
+    pub query_max_bytes: u64,
+
+    /// Seconds a query may run before it is abandoned (503).
+    #[arg(
+        long = "query-timeout",
+        env = "SYMTRACE_QUERY_TIMEOUT",
+        default_value_t = 60
+    )]
+    pub query_timeout_secs: u64,
+
     /// Address of the OTLP gRPC listener (ProfilesService/Export).
     #[arg(long, env = "SYMTRACE_GRPC_ADDR", default_value = "127.0.0.1:4317")]
     pub grpc_addr: SocketAddr,

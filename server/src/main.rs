@@ -9,10 +9,12 @@ mod federation;
 mod ingest;
 mod metrics;
 mod profiles;
+mod query;
 mod serve;
 mod store;
 mod symbolize;
 mod tenant;
+mod ui;
 mod upload;
 mod zerocopy;
 
@@ -126,6 +128,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
             config.symbol_cache_bytes,
         ),
         profiles: Arc::new(ProfileStore::new(store.clone(), config.max_label_values)),
+        segment_cache: query::SegmentCache::new(config.segment_cache_bytes),
+        query_limits: query::QueryLimits {
+            max_bytes: config.query_max_bytes,
+            timeout: Duration::from_secs(config.query_timeout_secs),
+        },
         store,
         auth,
         federation,

@@ -177,6 +177,15 @@ pub struct SegmentRef {
     pub level: i32,
 }
 
+/// A stored series row, as the label and service lists read it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SeriesInfo {
+    pub service: String,
+    pub profile_type: String,
+    /// JSON: label name → its values, or null when there were too many.
+    pub labels: String,
+}
+
 /// Which segments a query reads: time range `[from_ns, to_ns)`.
 #[derive(Debug, Clone, Default)]
 pub struct SeriesQuery {

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use super::{MetaResult, Pool, SqlMetadata};
-use crate::store::model::{NewSegment, SegmentRef, SeriesQuery};
+use crate::store::model::{NewSegment, SegmentRef, SeriesInfo, SeriesQuery};
 
 /// Rows per multi-row INSERT (at most 9 binds each; below both databases'
 /// parameter limits).
@@ -18,6 +18,12 @@ pub trait ProfileMetadata {
     async fn commit_segment(&self, segment: &NewSegment) -> MetaResult<bool>;
     /// Segments with series matching the query, oldest first.
     async fn segments(&self, query: &SeriesQuery) -> MetaResult<Vec<SegmentRef>>;
+    /// The series rows of segments overlapping the query's range (service
+    /// and profile type filters apply when set), for the label and service
+    /// lists.
+    async fn series_rows(&self, query: &SeriesQuery) -> MetaResult<Vec<SeriesInfo>>;
+    /// Whether the tenant has ever stored a series of this service.
+    async fn has_service(&self, tenant: &str, service: &str) -> MetaResult<bool>;
     /// Segments holding samples linked to a trace.
     async fn trace_segments(&self, tenant: &str, trace_id: &[u8]) -> MetaResult<Vec<SegmentRef>>;
     /// Takes or renews a named lease until `now + ttl_ms`; false if another
@@ -133,6 +139,30 @@ impl ProfileMetadata for SqlMetadata {
             .bind(q.profile_type.as_deref().unwrap_or(""))
             .fetch_all(p)
             .await)
+    }
+
+    async fn series_rows(&self, q: &SeriesQuery) -> MetaResult<Vec<SeriesInfo>> {
+        let sql = "SELECT service, profile_type, labels FROM profile_series \
+                   WHERE tenant = $1 AND start_ns < $2 AND end_ns >= $3 \
+                   AND ($4 = '' OR service = $4) AND ($5 = '' OR profile_type = $5)";
+        on_pool!(self, p => sqlx::query_as::<_, SeriesInfo>(sql)
+            .bind(&q.tenant)
+            .bind(q.to_ns)
+            .bind(q.from_ns)
+            .bind(q.service.as_deref().unwrap_or(""))
+            .bind(q.profile_type.as_deref().unwrap_or(""))
+            .fetch_all(p)
+            .await)
+    }
+
+    async fn has_service(&self, tenant: &str, service: &str) -> MetaResult<bool> {
+        let sql = "SELECT 1 FROM profile_series WHERE tenant = $1 AND service = $2 LIMIT 1";
+        on_pool!(self, p => sqlx::query(sql)
+            .bind(tenant)
+            .bind(service)
+            .fetch_optional(p)
+            .await
+            .map(|r| r.is_some()))
     }
 
     async fn trace_segments(&self, tenant: &str, trace_id: &[u8]) -> MetaResult<Vec<SegmentRef>> {

@@ -1,0 +1,402 @@
+//! The query API (documented in `openapi.json`, served at
+//! `/api/v1/openapi.json`): services, profile types and labels of a time
+//! range; flamegraphs in five formats; diffs; a trace's spans.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::params::{self, RawSelection, Selection};
+use super::{pprof, svg, traces, tree, Answer, QueryError};
+use crate::app::SharedState;
+use crate::auth::Scope;
+use crate::error::ApiError;
+use crate::store::model::SeriesQuery;
+use crate::zerocopy::PeerAddr;
+
+pub fn routes() -> Router<SharedState> {
+    Router::new()
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/services", get(services))
+        .route("/api/v1/profile-types", get(profile_types))
+        .route("/api/v1/labels", get(labels))
+        .route("/api/v1/labels/{name}/values", get(label_values))
+        .route("/api/v1/flamegraph", get(flamegraph))
+        .route("/api/v1/diff", get(diff))
+        .route("/api/v1/traces/{trace_id}", get(trace))
+}
+
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+type Params = HashMap<String, String>;
+
+/// Refuses parameters the endpoint does not know (a typo would otherwise
+/// silently widen the query).
+fn known(params: &Params, allowed: &[&str]) -> Result<(), ApiError> {
+    let mut unknown: Vec<&str> = params
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !allowed.contains(k))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    unknown.sort_unstable();
+    Err(ApiError::bad_request(format!(
+        "unknown query parameter(s) {}; this endpoint takes {}",
+        unknown.join(", "),
+        allowed.join(", ")
+    )))
+}
+
+fn selection(params: &Params, prefix: &str, tenant: &str) -> Result<Selection, ApiError> {
+    // A prefixed parameter (diff sides) overrides the shared one.
+    let get = |name: &str| {
+        params
+            .get(&format!("{prefix}{name}"))
+            .or_else(|| params.get(name))
+            .map(String::as_str)
+    };
+    RawSelection {
+        service: get("service"),
+        profile_type: get("type"),
+        from: get("from"),
+        to: get("to"),
+        selector: get("selector"),
+        trace_id: get("trace_id"),
+        span_id: get("span_id"),
+    }
+    .parse(tenant)
+    .map_err(|e| {
+        if prefix.is_empty() {
+            ApiError::bad_request(e)
+        } else {
+            ApiError::bad_request(format!("{}: {e}", prefix.trim_end_matches('_')))
+        }
+    })
+}
+
+/// Auth and tenant, as every read endpoint does them.
+fn reader(
+    state: &SharedState,
+    headers: &HeaderMap,
+    peer: std::net::SocketAddr,
+) -> Result<String, ApiError> {
+    state.auth.check(headers, peer, Scope::Read)?;
+    crate::tenant::from_headers(headers).map_err(ApiError::bad_request)
+}
+
+const SELECTION: &[&str] = &[
+    "service", "type", "from", "to", "selector", "trace_id", "span_id",
+];
+
+async fn series(
+    state: &SharedState,
+    params: &Params,
+    tenant: &str,
+) -> Result<Vec<crate::store::model::SeriesInfo>, ApiError> {
+    let sel = selection(params, "", tenant)?;
+    state
+        .store
+        .meta
+        .series_rows(&SeriesQuery {
+            tenant: sel.tenant,
+            service: sel.service,
+            profile_type: sel.profile_type,
+            from_ns: sel.from_ns,
+            to_ns: sel.to_ns,
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+async fn services(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Query(params): Query<Params>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = reader(&state, &headers, peer)?;
+    known(&params, &["from", "to"])?;
+    let mut by_service: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for row in series(&state, &params, &tenant).await? {
+        by_service
+            .entry(row.service)
+            .or_default()
+            .insert(row.profile_type);
+    }
+    let services: Vec<Value> = by_service
+        .into_iter()
+        .map(|(name, types)| json!({"name": name, "profile_types": types}))
+        .collect();
+    Ok(Json(json!({ "services": services })))
+}
+
+async fn profile_types(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Query(params): Query<Params>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = reader(&state, &headers, peer)?;
+    known(&params, &["service", "from", "to"])?;
+    let types: BTreeSet<String> = series(&state, &params, &tenant)
+        .await?
+        .into_iter()
+        .map(|r| r.profile_type)
+        .collect();
+    Ok(Json(json!({ "profile_types": types })))
+}
+
+/// Label names → values from the index; `None` when some segment had too
+/// many values of the name to index them (SYMTRACE_MAX_LABEL_VALUES).
+async fn label_index(
+    state: &SharedState,
+    params: &Params,
+    tenant: &str,
+) -> Result<BTreeMap<String, Option<BTreeSet<String>>>, ApiError> {
+    let mut out: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+    for row in series(state, params, tenant).await? {
+        let labels: serde_json::Map<String, Value> =
+            serde_json::from_str(&row.labels).unwrap_or_default();
+        for (name, values) in labels {
+            let entry = out.entry(name).or_insert_with(|| Some(BTreeSet::new()));
+            match (entry.as_mut(), values) {
+                (Some(set), Value::Array(values)) => {
+                    set.extend(values.into_iter().filter_map(|v| v.as_str().map(str::to_owned)))
+                }
+                _ => *entry = None,
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn labels(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Query(params): Query<Params>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = reader(&state, &headers, peer)?;
+    known(&params, &["service", "type", "from", "to"])?;
+    let labels: Vec<Value> = label_index(&state, &params, &tenant)
+        .await?
+        .into_iter()
+        .map(|(name, values)| {
+            json!({
+                "name": name,
+                "values": values.as_ref().map(BTreeSet::len),
+                "complete": values.is_some(),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "labels": labels })))
+}
+
+async fn label_values(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = reader(&state, &headers, peer)?;
+    known(&params, &["service", "type", "from", "to"])?;
+    let mut index = label_index(&state, &params, &tenant).await?;
+    let values = index.remove(&name);
+    Ok(Json(json!({
+        "name": name,
+        "values": values.clone().flatten().unwrap_or_default(),
+        "complete": !matches!(values, Some(None)),
+    })))
+}
+
+/// What one flamegraph or diff answer says about itself.
+fn summary(answer: &Answer, sides: &[Selection], max_nodes: usize, t: &tree::Tree) -> Value {
+    let ty = answer.type_info();
+    let build_ids: Vec<Value> = answer
+        .resolved
+        .build_ids
+        .iter()
+        .map(|(b, s)| json!({"build_id": b, "status": s}))
+        .collect();
+    let sel = &sides[0];
+    json!({
+        "service": sel.service,
+        "profile_type": answer.profile_type,
+        "unit": ty.sample_unit,
+        "period": ty.period,
+        "period_type": ty.period_type,
+        "period_unit": ty.period_unit,
+        "from": sel.from_ns.to_string(),
+        "to": sel.to_ns.to_string(),
+        "selector": sel.selector.matchers.iter().map(|m| m.name.clone()).collect::<Vec<_>>(),
+        "max_nodes": max_nodes,
+        "nodes": t.nodes.len() - t.truncated,
+        "truncated_nodes": t.truncated,
+        "segments_read": answer.agg.segments_read,
+        "bytes_read": answer.agg.bytes_read,
+        "build_ids": build_ids,
+    })
+}
+
+async fn flamegraph(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let tenant = reader(&state, &headers, peer)?;
+    let mut allowed = SELECTION.to_vec();
+    allowed.extend(["max_nodes", "format"]);
+    known(&params, &allowed)?;
+    let format = params.get("format").map_or("json", String::as_str);
+    if !["json", "flamebearer", "folded", "pprof", "svg"].contains(&format) {
+        return Err(ApiError::bad_request(format!(
+            "format {format:?} is not one of json, flamebearer, folded, pprof, svg"
+        )));
+    }
+    let max_nodes =
+        params::parse_max_nodes(params.get("max_nodes").map(String::as_str)).map_err(ApiError::bad_request)?;
+    let sel = selection(&params, "", &tenant)?;
+    let from = crate::debuginfod::forwarding(&headers, peer);
+    let sides = [sel];
+    let answer = super::run(&state, &sides, &from).await?;
+    let (agg, resolved) = (&answer.agg, &answer.resolved);
+    let title = answer.profile_type.clone().unwrap_or_default();
+    Ok(match format {
+        "folded" => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            tree::folded(agg, resolved, 0),
+        )
+            .into_response(),
+        "pprof" => {
+            let ty = answer.type_info();
+            let body = pprof::encode(agg, resolved, &ty, sides[0].from_ns, sides[0].to_ns.min(params::now_ns()));
+            (
+                [
+                    (header::CONTENT_TYPE, "application/vnd.google.protobuf+gzip"),
+                    (header::CONTENT_DISPOSITION, "attachment; filename=\"profile.pb.gz\""),
+                ],
+                body,
+            )
+                .into_response()
+        }
+        "svg" => {
+            let ty = answer.type_info();
+            let body = svg::render(agg, resolved, &title, &ty.sample_type, false)
+                .map_err(ApiError::internal)?;
+            ([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response()
+        }
+        _ => {
+            let mut t = tree::Tree::build(agg, resolved);
+            t.truncate(max_nodes);
+            let mut out = summary(&answer, &sides, max_nodes, &t);
+            out["samples"] = answer.points()[0].into();
+            out["total"] = t.nodes[0].total[0].into();
+            if format == "flamebearer" {
+                let ty = answer.type_info();
+                out = json!({
+                    "version": 1,
+                    "flamebearer": tree::flamebearer(&t, agg, resolved),
+                    "metadata": {
+                        "format": "single",
+                        "name": answer.profile_type,
+                        "units": if ty.sample_unit == "count" { "samples" } else { ty.sample_unit.as_str() },
+                        "sampleRate": if ty.period > 0 && ty.period_unit == "nanoseconds" {
+                            1_000_000_000 / ty.period
+                        } else { 0 },
+                    },
+                    "symtrace": out,
+                });
+            } else {
+                out["functions"] = tree::top_functions(agg, resolved, 100).into();
+                out["tree"] = tree::json_tree(&t, agg, resolved, false);
+            }
+            Json(out).into_response()
+        }
+    })
+}
+
+async fn diff(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let tenant = reader(&state, &headers, peer)?;
+    let mut allowed: Vec<String> = Vec::new();
+    for p in SELECTION {
+        allowed.push(p.to_string());
+        allowed.push(format!("baseline_{p}"));
+        allowed.push(format!("comparison_{p}"));
+    }
+    allowed.extend(["max_nodes".into(), "format".into()]);
+    let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+    known(&params, &allowed)?;
+    let format = params.get("format").map_or("json", String::as_str);
+    if !["json", "svg"].contains(&format) {
+        return Err(ApiError::bad_request(format!(
+            "format {format:?} is not one of json, svg"
+        )));
+    }
+    let max_nodes =
+        params::parse_max_nodes(params.get("max_nodes").map(String::as_str)).map_err(ApiError::bad_request)?;
+    let sides = [
+        selection(&params, "baseline_", &tenant)?,
+        selection(&params, "comparison_", &tenant)?,
+    ];
+    if sides[0].profile_type != sides[1].profile_type {
+        return Err(ApiError::bad_request(
+            "baseline and comparison must have the same profile type",
+        ));
+    }
+    let from = crate::debuginfod::forwarding(&headers, peer);
+    let answer = super::run(&state, &sides, &from).await?;
+    let (agg, resolved) = (&answer.agg, &answer.resolved);
+    if format == "svg" {
+        let ty = answer.type_info();
+        let title = format!("diff: {}", answer.profile_type.clone().unwrap_or_default());
+        let body =
+            svg::render(agg, resolved, &title, &ty.sample_type, true).map_err(ApiError::internal)?;
+        return Ok(([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response());
+    }
+    let mut t = tree::Tree::build(agg, resolved);
+    t.truncate(max_nodes);
+    let mut out = summary(&answer, &sides, max_nodes, &t);
+    let points = answer.points();
+    out["baseline"] = json!({
+        "from": sides[0].from_ns.to_string(), "to": sides[0].to_ns.to_string(),
+        "samples": points[0], "total": t.nodes[0].total[0],
+    });
+    out["comparison"] = json!({
+        "from": sides[1].from_ns.to_string(), "to": sides[1].to_ns.to_string(),
+        "samples": points[1], "total": t.nodes[0].total[1],
+    });
+    out["tree"] = tree::json_tree(&t, agg, resolved, true);
+    Ok(Json(out).into_response())
+}
+
+async fn trace(
+    State(state): State<SharedState>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    Path(trace_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = reader(&state, &headers, peer)?;
+    let id = params::parse_trace_id(&trace_id).map_err(ApiError::bad_request)?;
+    let out = tokio::time::timeout(state.query_limits.timeout, traces::trace(&state, &tenant, id))
+        .await
+        .map_err(|_| QueryError::Timeout(state.query_limits.timeout))??;
+    Ok(Json(out))
+}

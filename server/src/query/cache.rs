@@ -1,0 +1,84 @@
+//! Decoded segments by sha256, least recently used dropped first once
+//! their (estimated) bytes exceed the budget. Segments never change, so an
+//! entry never goes stale; a compacted-away segment just stops being asked
+//! for and ages out.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::profiles::model::SegmentData;
+
+struct Entry {
+    data: Arc<SegmentData>,
+    bytes: u64,
+    last_used: AtomicU64,
+}
+
+pub struct SegmentCache {
+    budget: u64,
+    clock: AtomicU64,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl SegmentCache {
+    pub fn new(budget: u64) -> Self {
+        Self {
+            budget,
+            clock: AtomicU64::new(0),
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn get(&self, sha256: &str) -> Option<Arc<SegmentData>> {
+        let entries = self.entries.lock().expect("segment cache");
+        let e = entries.get(sha256)?;
+        e.last_used
+            .store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        Some(e.data.clone())
+    }
+
+    pub fn insert(&self, sha256: &str, data: Arc<SegmentData>) {
+        let bytes = estimated_bytes(&data);
+        if bytes > self.budget {
+            return;
+        }
+        let mut entries = self.entries.lock().expect("segment cache");
+        let mut used: u64 = entries.values().map(|e| e.bytes).sum::<u64>() + bytes;
+        while used > self.budget {
+            let Some(oldest) = entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            used -= entries.remove(&oldest).map_or(0, |e| e.bytes);
+        }
+        entries.insert(
+            sha256.to_owned(),
+            Entry {
+                data,
+                bytes,
+                last_used: AtomicU64::new(self.clock.fetch_add(1, Ordering::Relaxed)),
+            },
+        );
+        metrics::gauge!("symtrace_segment_cache_bytes").set(used as f64);
+    }
+}
+
+/// Memory a decoded segment holds, roughly (vectors and strings; hash
+/// overheads ignored).
+fn estimated_bytes(d: &SegmentData) -> u64 {
+    let strings: usize = d.strings.iter().map(|s| s.len() + 24).sum();
+    let frames: usize = d.frames.iter().map(|f| 48 + f.lines.len() * 40).sum();
+    let stacks: usize = d.stacks.iter().map(|s| 24 + s.len() * 4).sum();
+    let labels: usize = d.label_sets.iter().map(|s| 24 + s.len() * 8).sum();
+    let samples: usize = d
+        .samples
+        .iter()
+        .map(|s| 64 + s.timestamps.len() * 8 + s.values.len() * 8)
+        .sum();
+    (strings + frames + stacks + labels + samples + d.mappings.len() * 40 + d.links.len() * 24)
+        as u64
+}

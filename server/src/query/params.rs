@@ -1,0 +1,217 @@
+//! Query parameters shared by the flamegraph, diff and trace endpoints,
+//! validated into a [`Selection`] with messages that say what was wrong.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::selector::Selector;
+
+/// Default time range when `from` is absent: the last hour.
+const DEFAULT_RANGE_NS: i64 = 3600 * 1_000_000_000;
+/// Default and largest `max_nodes`.
+pub const DEFAULT_MAX_NODES: usize = 8192;
+pub const MAX_MAX_NODES: usize = 100_000;
+
+/// What samples a query aggregates.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub tenant: String,
+    pub service: Option<String>,
+    pub profile_type: Option<String>,
+    /// Unix nanoseconds, `[from, to)`.
+    pub from_ns: i64,
+    pub to_ns: i64,
+    pub selector: Selector,
+    pub trace_id: Option<[u8; 16]>,
+    pub span_id: Option<[u8; 8]>,
+}
+
+/// The raw parameters of one selection.
+#[derive(Debug, Default, Clone)]
+pub struct RawSelection<'a> {
+    pub service: Option<&'a str>,
+    pub profile_type: Option<&'a str>,
+    pub from: Option<&'a str>,
+    pub to: Option<&'a str>,
+    pub selector: Option<&'a str>,
+    pub trace_id: Option<&'a str>,
+    pub span_id: Option<&'a str>,
+}
+
+impl RawSelection<'_> {
+    pub fn parse(&self, tenant: &str) -> Result<Selection, String> {
+        let now = now_ns();
+        // A trace is found through the index whenever it ran: its default
+        // range is all time.
+        let by_trace = self.trace_id.is_some_and(|t| !t.is_empty());
+        let to = match self.to.filter(|t| !t.is_empty()) {
+            Some(t) => parse_time("to", t, now)?,
+            None if by_trace => i64::MAX,
+            None => now,
+        };
+        let from = match self.from.filter(|t| !t.is_empty()) {
+            Some(f) => parse_time("from", f, now)?,
+            None if by_trace => 0,
+            None => to.saturating_sub(DEFAULT_RANGE_NS),
+        };
+        if from >= to {
+            return Err(format!(
+                "the time range is empty or inverted: from ({from}) must be before to ({to})"
+            ));
+        }
+        let trace_id = self
+            .trace_id
+            .filter(|t| !t.is_empty())
+            .map(|t| hex_id::<16>("trace_id", t))
+            .transpose()?;
+        let span_id = self
+            .span_id
+            .filter(|t| !t.is_empty())
+            .map(|t| hex_id::<8>("span_id", t))
+            .transpose()?;
+        if span_id.is_some() && trace_id.is_none() {
+            return Err("span_id needs a trace_id".into());
+        }
+        Ok(Selection {
+            tenant: tenant.to_owned(),
+            service: self
+                .service
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            profile_type: self
+                .profile_type
+                .filter(|s| !s.is_empty())
+                .map(|t| {
+                    if t.split(':').count() == 4 {
+                        Ok(t.to_owned())
+                    } else {
+                        Err(format!(
+                            "type {t:?} is not sample_type:unit:period_type:unit \
+                             (for example samples:count:cpu:nanoseconds)"
+                        ))
+                    }
+                })
+                .transpose()?,
+            from_ns: from,
+            to_ns: to,
+            selector: Selector::parse(self.selector.unwrap_or(""))?,
+            trace_id,
+            span_id,
+        })
+    }
+}
+
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Unix nanoseconds, `now`, or `now-<n><unit>` with unit s, m, h or d.
+pub fn parse_time(name: &str, text: &str, now: i64) -> Result<i64, String> {
+    let text = text.trim();
+    if let Ok(ns) = text.parse::<i64>() {
+        if ns < 0 {
+            return Err(format!("{name} ({ns}) is negative"));
+        }
+        return Ok(ns);
+    }
+    if text == "now" {
+        return Ok(now);
+    }
+    let bad = || {
+        format!(
+            "{name} {text:?} is neither unix nanoseconds nor now-<n><unit> \
+             (unit s, m, h or d, e.g. now-1h)"
+        )
+    };
+    let ago = text.strip_prefix("now-").ok_or_else(bad)?;
+    let (n, unit) = ago.split_at(ago.len().saturating_sub(1));
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let unit: i64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(unit * 1_000_000_000)
+        .filter(|d| *d >= 0)
+        .map(|d| now.saturating_sub(d).max(0))
+        .ok_or_else(bad)
+}
+
+fn hex_id<const N: usize>(name: &str, text: &str) -> Result<[u8; N], String> {
+    let bytes = hex::decode(text.trim())
+        .ok()
+        .and_then(|b| <[u8; N]>::try_from(b).ok())
+        .ok_or_else(|| format!("{name} {text:?} is not {} hex digits", N * 2))?;
+    if bytes == [0; N] {
+        return Err(format!("{name} is all zeros (not a valid ID)"));
+    }
+    Ok(bytes)
+}
+
+pub fn parse_trace_id(text: &str) -> Result<[u8; 16], String> {
+    hex_id::<16>("trace_id", text)
+}
+
+pub fn parse_max_nodes(value: Option<&str>) -> Result<usize, String> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_MAX_NODES);
+    };
+    match v.parse::<usize>() {
+        Ok(n) if (1..=MAX_MAX_NODES).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "max_nodes {v:?} must be a whole number from 1 to {MAX_MAX_NODES}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times() {
+        let now = 10_000 * 1_000_000_000;
+        assert_eq!(parse_time("from", "123", now), Ok(123));
+        assert_eq!(parse_time("from", "now", now), Ok(now));
+        assert_eq!(
+            parse_time("from", "now-1h", now),
+            Ok(now - 3600 * 1_000_000_000)
+        );
+        assert_eq!(parse_time("from", "now-1000d", now), Ok(0));
+        for bad in ["yesterday", "now-1y", "now-h", "-5", "now--1h"] {
+            assert!(parse_time("from", bad, now).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn selections() {
+        let raw = RawSelection {
+            from: Some("200"),
+            to: Some("100"),
+            ..Default::default()
+        };
+        assert!(raw.parse("t").unwrap_err().contains("inverted"));
+        let raw = RawSelection {
+            span_id: Some("0102030405060708"),
+            ..Default::default()
+        };
+        assert!(raw.parse("t").unwrap_err().contains("needs a trace_id"));
+        let raw = RawSelection {
+            trace_id: Some("abc"),
+            ..Default::default()
+        };
+        assert!(raw.parse("t").unwrap_err().contains("32 hex digits"));
+        let raw = RawSelection {
+            profile_type: Some("cpu"),
+            ..Default::default()
+        };
+        assert!(raw.parse("t").unwrap_err().contains("sample_type:unit"));
+        assert_eq!(parse_max_nodes(None), Ok(DEFAULT_MAX_NODES));
+        assert!(parse_max_nodes(Some("0")).is_err());
+        assert!(parse_max_nodes(Some("100000000")).is_err());
+    }
+}
