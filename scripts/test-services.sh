@@ -3,7 +3,9 @@
 # as root: the debuginfod clients (elfutils' debuginfod-find, gdb), binutils
 # gcc, clang and dwz for fixtures, llvm-symbolizer-19 as the symbolizer
 # reference, PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
-# venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client.
+# venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client,
+# chromium + npm's playwright-core for the UI test, npm's pprof-format as the
+# independent pprof reader, and inferno's inferno-flamegraph.
 # Idempotent: what is installed or running already is left alone.
 #
 # Prints the environment the tests read (source it: `. <(scripts/test-services.sh)`
@@ -19,7 +21,7 @@ log() { echo "test-services: $*" >&2; }
 need_apt=()
 for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:binutils gcc:gcc \
             pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++ dwz:dwz \
-            llvm-symbolizer-19:llvm-19; do
+            llvm-symbolizer-19:llvm-19 chromium:chromium node:nodejs npm:npm; do
   tool=${pair%%:*}; pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
@@ -50,6 +52,21 @@ if ! "$PY_VENV/bin/python" -c 'import grpc, opentelemetry.proto.collector.profil
   "$PY_VENV/bin/pip" install -q 'opentelemetry-proto>=1.43,<2' 'grpcio>=1.60' >&2
 fi
 
+# The UI test's browser (Debian's chromium, driven by npm's playwright-core)
+# and npm's pprof-format (the independent pprof reader); inferno's
+# inferno-flamegraph renders our folded output.
+NODE_DIR=${SYMTRACE_TEST_NODE_DIR:-/opt/symtrace-node}
+if [ ! -d "$NODE_DIR/node_modules/playwright-core" ] || [ ! -d "$NODE_DIR/node_modules/pprof-format" ]; then
+  log "installing playwright-core and pprof-format into $NODE_DIR"
+  mkdir -p "$NODE_DIR"
+  (cd "$NODE_DIR" && { [ -f package.json ] || npm init -y >/dev/null; } && npm install --silent --no-audit --no-fund \
+    'playwright-core@^1.49' 'pprof-format@^2.1' >&2)
+fi
+if ! command -v inferno-flamegraph >/dev/null 2>&1; then
+  log "installing inferno (a minute on 2 cores)"
+  cargo install inferno@0.12.8 --locked >&2
+fi
+
 # PostgreSQL: the Debian cluster, started without systemd; root gets a superuser role.
 PG_VERSION=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
 if [ -z "$PG_VERSION" ]; then log "no PostgreSQL cluster found"; exit 1; fi
@@ -75,6 +92,8 @@ curl -s -o /dev/null -X PUT -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
 
 cat <<ENV
 export SYMTRACE_TEST_POSTGRES_URL='postgres://root@localhost/postgres?host=/var/run/postgresql'
+export SYMTRACE_TEST_NODE_MODULES='$NODE_DIR/node_modules'
+export CHROMIUM=$(command -v chromium)
 export SYMTRACE_TEST_S3_ENDPOINT='http://127.0.0.1:$S3_PORT'
 export SYMTRACE_TEST_S3_BUCKET='$S3_BUCKET'
 export SYMTRACE_TEST_S3_ACCESS_KEY=AK

@@ -651,3 +651,40 @@ pub fn python() -> Option<PathBuf> {
 pub fn otlp_client_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/tests/python/otlp_client.py")
 }
+
+/// `node_modules` with npm's playwright-core and pprof-format (the UI test's
+/// browser driver and the independent pprof reader), from
+/// SYMTRACE_TEST_NODE_MODULES. Missing under `CI=true` is a failure.
+pub fn node_modules() -> Option<PathBuf> {
+    let found = std::env::var_os("SYMTRACE_TEST_NODE_MODULES")
+        .map(PathBuf::from)
+        .filter(|p| p.join("playwright-core").exists() && p.join("pprof-format").exists());
+    if found.is_none() {
+        assert!(
+            !in_ci(),
+            "SYMTRACE_TEST_NODE_MODULES is required in CI (scripts/test-services.sh sets it)"
+        );
+        eprintln!("SKIP: no SYMTRACE_TEST_NODE_MODULES (run scripts/test.sh)");
+    }
+    found
+}
+
+/// A `node` command running one of `server/tests/js/`, with `modules` on
+/// NODE_PATH.
+pub fn node_script(modules: &Path, script: &str) -> Command {
+    let mut cmd = Command::new("node");
+    cmd.arg(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../server/tests/js")
+            .join(script),
+    )
+    .env("NODE_PATH", modules);
+    cmd
+}
+
+/// Where tests leave artefacts worth keeping (screenshots): target/test-artifacts.
+pub fn artifacts_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -179,20 +179,19 @@ impl Aggregate {
                     continue;
                 }
             }
-            let (value, points) =
-                if whole[sample.series as usize] || sample.timestamps.is_empty() {
-                    (sample.total(), sample.points())
-                } else {
-                    let mut value = 0;
-                    let mut points = 0;
-                    for (i, &t) in sample.timestamps.iter().enumerate() {
-                        if (sel.from_ns..sel.to_ns).contains(&(t as i64)) {
-                            value += sample.values.get(i).copied().unwrap_or(1);
-                            points += 1;
-                        }
+            let (value, points) = if whole[sample.series as usize] || sample.timestamps.is_empty() {
+                (sample.total(), sample.points())
+            } else {
+                let mut value = 0;
+                let mut points = 0;
+                for (i, &t) in sample.timestamps.iter().enumerate() {
+                    if (sel.from_ns..sel.to_ns).contains(&(t as i64)) {
+                        value += sample.values.get(i).copied().unwrap_or(1);
+                        points += 1;
                     }
-                    (value, points)
-                };
+                }
+                (value, points)
+            };
             if points == 0 {
                 continue;
             }

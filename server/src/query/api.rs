@@ -171,9 +171,11 @@ async fn label_index(
         for (name, values) in labels {
             let entry = out.entry(name).or_insert_with(|| Some(BTreeSet::new()));
             match (entry.as_mut(), values) {
-                (Some(set), Value::Array(values)) => {
-                    set.extend(values.into_iter().filter_map(|v| v.as_str().map(str::to_owned)))
-                }
+                (Some(set), Value::Array(values)) => set.extend(
+                    values
+                        .into_iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned)),
+                ),
                 _ => *entry = None,
             }
         }
@@ -266,8 +268,8 @@ async fn flamegraph(
             "format {format:?} is not one of json, flamebearer, folded, pprof, svg"
         )));
     }
-    let max_nodes =
-        params::parse_max_nodes(params.get("max_nodes").map(String::as_str)).map_err(ApiError::bad_request)?;
+    let max_nodes = params::parse_max_nodes(params.get("max_nodes").map(String::as_str))
+        .map_err(ApiError::bad_request)?;
     let sel = selection(&params, "", &tenant)?;
     let from = crate::debuginfod::forwarding(&headers, peer);
     let sides = [sel];
@@ -282,11 +284,20 @@ async fn flamegraph(
             .into_response(),
         "pprof" => {
             let ty = answer.type_info();
-            let body = pprof::encode(agg, resolved, &ty, sides[0].from_ns, sides[0].to_ns.min(params::now_ns()));
+            let body = pprof::encode(
+                agg,
+                resolved,
+                &ty,
+                sides[0].from_ns,
+                sides[0].to_ns.min(params::now_ns()),
+            );
             (
                 [
                     (header::CONTENT_TYPE, "application/vnd.google.protobuf+gzip"),
-                    (header::CONTENT_DISPOSITION, "attachment; filename=\"profile.pb.gz\""),
+                    (
+                        header::CONTENT_DISPOSITION,
+                        "attachment; filename=\"profile.pb.gz\"",
+                    ),
                 ],
                 body,
             )
@@ -350,8 +361,8 @@ async fn diff(
             "format {format:?} is not one of json, svg"
         )));
     }
-    let max_nodes =
-        params::parse_max_nodes(params.get("max_nodes").map(String::as_str)).map_err(ApiError::bad_request)?;
+    let max_nodes = params::parse_max_nodes(params.get("max_nodes").map(String::as_str))
+        .map_err(ApiError::bad_request)?;
     let sides = [
         selection(&params, "baseline_", &tenant)?,
         selection(&params, "comparison_", &tenant)?,
@@ -367,8 +378,8 @@ async fn diff(
     if format == "svg" {
         let ty = answer.type_info();
         let title = format!("diff: {}", answer.profile_type.clone().unwrap_or_default());
-        let body =
-            svg::render(agg, resolved, &title, &ty.sample_type, true).map_err(ApiError::internal)?;
+        let body = svg::render(agg, resolved, &title, &ty.sample_type, true)
+            .map_err(ApiError::internal)?;
         return Ok(([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response());
     }
     let mut t = tree::Tree::build(agg, resolved);
@@ -395,8 +406,11 @@ async fn trace(
 ) -> Result<Json<Value>, ApiError> {
     let tenant = reader(&state, &headers, peer)?;
     let id = params::parse_trace_id(&trace_id).map_err(ApiError::bad_request)?;
-    let out = tokio::time::timeout(state.query_limits.timeout, traces::trace(&state, &tenant, id))
-        .await
-        .map_err(|_| QueryError::Timeout(state.query_limits.timeout))??;
+    let out = tokio::time::timeout(
+        state.query_limits.timeout,
+        traces::trace(&state, &tenant, id),
+    )
+    .await
+    .map_err(|_| QueryError::Timeout(state.query_limits.timeout))??;
     Ok(Json(out))
 }

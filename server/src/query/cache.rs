@@ -33,8 +33,10 @@ impl SegmentCache {
     pub fn get(&self, sha256: &str) -> Option<Arc<SegmentData>> {
         let entries = self.entries.lock().expect("segment cache");
         let e = entries.get(sha256)?;
-        e.last_used
-            .store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        e.last_used.store(
+            self.clock.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         Some(e.data.clone())
     }
 

@@ -71,8 +71,12 @@ impl From<QueryError> for crate::error::ApiError {
     fn from(e: QueryError) -> Self {
         use axum::http::StatusCode;
         match e {
-            QueryError::BadRequest(_) | QueryError::TooLarge { .. } => Self::bad_request(e.to_string()),
-            QueryError::Timeout(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", e.to_string()),
+            QueryError::BadRequest(_) | QueryError::TooLarge { .. } => {
+                Self::bad_request(e.to_string())
+            }
+            QueryError::Timeout(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", e.to_string())
+            }
             QueryError::Internal(_) => Self::internal(e.to_string()),
         }
     }

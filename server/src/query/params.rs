@@ -73,10 +73,7 @@ impl RawSelection<'_> {
         }
         Ok(Selection {
             tenant: tenant.to_owned(),
-            service: self
-                .service
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
+            service: self.service.filter(|s| !s.is_empty()).map(str::to_owned),
             profile_type: self
                 .profile_type
                 .filter(|s| !s.is_empty())

@@ -68,9 +68,10 @@ pub async fn trace(
             if let Some(ns) = cpu_ns(&data, series, total) {
                 *row.cpu_ns.get_or_insert(0) += ns;
             }
-            if let (Some(&lo), Some(&hi)) =
-                (sample.timestamps.iter().min(), sample.timestamps.iter().max())
-            {
+            if let (Some(&lo), Some(&hi)) = (
+                sample.timestamps.iter().min(),
+                sample.timestamps.iter().max(),
+            ) {
                 row.first_ns = Some(row.first_ns.map_or(lo, |f| f.min(lo)));
                 row.last_ns = Some(row.last_ns.map_or(hi, |l| l.max(hi)));
             }
@@ -100,7 +101,12 @@ pub async fn trace(
         })
         .collect();
     spans.sort_by(|a, b| {
-        let k = |v: &Value| (v["cpu_ns"].as_i64().unwrap_or(0), v["value"].as_i64().unwrap_or(0));
+        let k = |v: &Value| {
+            (
+                v["cpu_ns"].as_i64().unwrap_or(0),
+                v["value"].as_i64().unwrap_or(0),
+            )
+        };
         k(b).cmp(&k(a))
     });
     Ok(json!({

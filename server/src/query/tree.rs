@@ -118,7 +118,11 @@ fn add(to: &mut [i64; 2], v: [i64; 2]) {
 }
 
 /// A node's name and details as JSON fields.
-fn frame_fields(agg: &Aggregate, resolved: &Resolved, frame: u32) -> serde_json::Map<String, Value> {
+fn frame_fields(
+    agg: &Aggregate,
+    resolved: &Resolved,
+    frame: u32,
+) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
     if frame == u32::MAX {
         m.insert("name".into(), "total".into());

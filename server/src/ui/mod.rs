@@ -17,9 +17,18 @@ const ETAG: &str = concat!("\"", env!("CARGO_PKG_VERSION"), "-ui\"");
 
 pub fn routes() -> Router<SharedState> {
     Router::new()
-        .route("/", get(|h: HeaderMap| async move { asset(&h, "text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/ui/app.js", get(|h: HeaderMap| async move { asset(&h, "text/javascript; charset=utf-8", APP_JS) }))
-        .route("/ui/style.css", get(|h: HeaderMap| async move { asset(&h, "text/css; charset=utf-8", STYLE_CSS) }))
+        .route(
+            "/",
+            get(|h: HeaderMap| async move { asset(&h, "text/html; charset=utf-8", INDEX_HTML) }),
+        )
+        .route(
+            "/ui/app.js",
+            get(|h: HeaderMap| async move { asset(&h, "text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/ui/style.css",
+            get(|h: HeaderMap| async move { asset(&h, "text/css; charset=utf-8", STYLE_CSS) }),
+        )
 }
 
 fn asset(headers: &HeaderMap, content_type: &'static str, body: &'static str) -> Response {

@@ -13,5 +13,7 @@ mod gdb;
 mod profiles;
 mod profiles_bad_input;
 mod quality;
+mod query;
+mod query_bad_input;
 mod replicas;
 mod symbolize;

@@ -13,7 +13,11 @@ timestamps-only samples with thread attributes; trace links), and
              /api/v1/profiles/samples and checks it holds exactly what was
              sent, event for event;
   loop       exports small profiles until killed, printing the ID of each
-             export the server acknowledged (the durability test).
+             export the server acknowledged (the durability test);
+  stacks     sends the stacks a JSON spec describes (--spec FILE): native
+             frames of one binary as raw addresses, kernel frames by name,
+             each stack with a count of timestamped samples and an optional
+             trace link (the query tests).
 """
 
 import argparse
@@ -290,15 +294,77 @@ def loop(args):
             print(f"acked {n} {events}", flush=True)
 
 
+def stacks(args):
+    """Spec: {"service", "binary": {"path", "build_id"}, "period",
+    "stacks": [{"frames": [address or "kernel name", ...] (leaf first),
+    "count", "trace_id"?, "span_id"?, "labels"?: {k: v}}]}."""
+    spec = json.load(open(args.spec))
+    dic = Dictionary()
+    request = svc.ExportProfilesServiceRequest()
+    rp = request.resource_profiles.add()
+    rp.resource.attributes.add(key="service.name").value.string_value = spec["service"]
+    prof = rp.scope_profiles.add().profiles.add()
+    prof.sample_type.type_strindex = dic.string("samples")
+    prof.sample_type.unit_strindex = dic.string("count")
+    prof.period_type.type_strindex = dic.string("cpu")
+    prof.period_type.unit_strindex = dic.string("nanoseconds")
+    prof.period = spec.get("period", 52_631_578)
+    now = time.time_ns()
+    prof.time_unix_nano = now - 10_000_000_000
+    prof.duration_nano = 10_000_000_000
+    binary = spec["binary"]
+    m = dic.d.mapping_table.add(memory_start=0, memory_limit=1 << 40, file_offset=0,
+                                filename_strindex=dic.string(binary["path"]))
+    m.attribute_indices.append(dic.attr("process.executable.build_id.gnu", binary["build_id"]))
+    mapping = len(dic.d.mapping_table) - 1
+    locations = {}
+
+    def location(frame):
+        if frame in locations:
+            return locations[frame]
+        if isinstance(frame, int):
+            loc = dic.d.location_table.add(mapping_index=mapping, address=frame)
+            loc.attribute_indices.append(dic.attr("profile.frame.type", "native"))
+        else:
+            dic.d.function_table.add(name_strindex=dic.string(frame), system_name_strindex=dic.string(frame))
+            loc = dic.d.location_table.add()
+            loc.lines.add(function_index=len(dic.d.function_table) - 1)
+            loc.attribute_indices.append(dic.attr("profile.frame.type", "kernel"))
+        locations[frame] = len(dic.d.location_table) - 1
+        return locations[frame]
+
+    events = 0
+    for i, st in enumerate(spec["stacks"]):
+        stack = dic.d.stack_table.add()
+        stack.location_indices.extend(location(f) for f in st["frames"])
+        sample = prof.samples.add(stack_index=len(dic.d.stack_table) - 1)
+        for k, v in sorted(st.get("labels", {}).items()):
+            sample.attribute_indices.append(dic.attr(k, v))
+        if st.get("trace_id"):
+            dic.d.link_table.add(trace_id=bytes.fromhex(st["trace_id"]), span_id=bytes.fromhex(st["span_id"]))
+            sample.link_index = len(dic.d.link_table) - 1
+        step = 10_000_000_000 // (st["count"] + 1)
+        sample.timestamps_unix_nano.extend(prof.time_unix_nano + step * (j + 1) + i for j in range(st["count"]))
+        events += st["count"]
+    request.dictionary.CopyFrom(dic.d)
+    rejected, message = send(args.transport, request, args, args.tenant_prefix + spec.get("tenant", "default"))
+    if rejected:
+        print(f"rejected {rejected}: {message}")
+        return 1
+    print(f"sent {events} events in {len(spec['stacks'])} stacks")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["roundtrip", "loop"])
+    ap.add_argument("mode", choices=["roundtrip", "loop", "stacks"])
+    ap.add_argument("--spec", help="stacks mode: the JSON spec file")
     ap.add_argument("--grpc", default="127.0.0.1:4317")
     ap.add_argument("--http", default="http://127.0.0.1:8002")
     ap.add_argument("--transport", default="grpc", choices=["grpc", "http-protobuf", "http-json"])
     ap.add_argument("--tenant-prefix", default="")
     args = ap.parse_args()
-    sys.exit(roundtrip(args) if args.mode == "roundtrip" else loop(args))
+    sys.exit({"roundtrip": roundtrip, "loop": loop, "stacks": stacks}[args.mode](args))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+// Drives the web UI in headless Chromium (Debian's chromium, npm's
+// playwright-core): loads a service's flamegraph, zooms a frame, searches
+// a function, opens a trace ID and a span's flamegraph, opens the SVG
+// export. Prints a JSON report; screenshots go to ARTIFACTS.
+// Usage: node ui.cjs URL SERVICE FUNCTION SEARCH TRACE_ID ARTIFACTS
+"use strict";
+const path = require("path");
+const fs = require("fs");
+const { chromium } = require("playwright-core");
+
+const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
+
+(async () => {
+  fs.mkdirSync(artifacts, { recursive: true });
+  const userDataDir = fs.mkdtempSync(path.join(require("os").tmpdir(), "symtrace-chromium-"));
+  const context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    viewport: { width: 1400, height: 900 },
+  });
+  const report = {};
+  const errors = [];
+  try {
+    const page = await context.newPage();
+    page.on("pageerror", (e) => errors.push(String(e)));
+    page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+    await page.goto(url + "/?", { waitUntil: "load" });
+    await page.waitForSelector(`#service option[value="${service}"]`, { state: "attached" });
+    await page.selectOption("#service", service);
+    await page.click("#load");
+    const frame = page.locator(`.frame[data-name="${fn}"]`).first();
+    await frame.waitFor();
+    report.summary = await page.textContent("#summary");
+    report.frames = await page.locator(".frame").count();
+    report.top = await page.locator("#top tbody tr").allTextContents();
+    const before = await frame.boundingBox();
+    // Hover shows file:line.
+    await frame.hover();
+    report.tooltip = await page.textContent("#tooltip");
+    await frame.click();
+    await page.waitForFunction(() => document.getElementById("zoom-label").textContent !== "");
+    report.zoom_label = await page.textContent("#zoom-label");
+    const after = await page.locator(`.frame[data-name="${fn}"]`).first().boundingBox();
+    report.width_before = before.width;
+    report.width_after = after.width;
+    await page.screenshot({ path: path.join(artifacts, "ui-flamegraph-zoomed.png"), fullPage: true });
+    await page.click("#reset-zoom");
+    await page.fill("#search", search);
+    await page.waitForFunction(() => document.getElementById("search-stats").textContent !== "");
+    report.matches = await page.locator(".frame.match").count();
+    report.match_names = await page.locator(".frame.match").evaluateAll((els) => els.map((e) => e.dataset.name));
+    report.search_stats = await page.textContent("#search-stats");
+    await page.screenshot({ path: path.join(artifacts, "ui-flamegraph-search.png"), fullPage: true });
+    await page.fill("#trace-id", traceId);
+    await page.click("#open-trace");
+    await page.waitForSelector("#spans tbody tr");
+    report.spans = await page.locator("#spans tbody tr").allTextContents();
+    await page.screenshot({ path: path.join(artifacts, "ui-trace.png"), fullPage: true });
+    await page.locator("#spans a.span-flame").first().click();
+    await page.waitForFunction(() => document.getElementById("summary").textContent.startsWith("span"));
+    report.span_summary = await page.textContent("#summary");
+    report.span_frames = await page.locator(".frame").evaluateAll((els) => els.map((e) => e.dataset.name));
+    await page.screenshot({ path: path.join(artifacts, "ui-span.png"), fullPage: true });
+    // The SVG export, opened by the browser itself.
+    const svgUrl = await page.getAttribute("#download-svg", "href");
+    const svg = await context.newPage();
+    await svg.goto(url + svgUrl, { waitUntil: "load" });
+    report.svg_texts = await svg.locator("text").allTextContents();
+    await svg.screenshot({ path: path.join(artifacts, "ui-svg.png") });
+    report.status_text = await page.textContent("#status");
+  } finally {
+    report.errors = errors;
+    await context.close();
+    fs.rmSync(userDataDir, { recursive: true, force: true });
+  }
+  console.log(JSON.stringify(report));
+})().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
