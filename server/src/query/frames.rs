@@ -49,6 +49,10 @@ impl Resolved {
     }
 }
 
+/// One build-ID's frames: (build-ID string index, build-ID, (raw frame,
+/// address) pairs).
+type Job = (u32, String, Vec<(u32, u64)>);
+
 /// Parallel symbolizer calls per query (each uses the symbolizer's own
 /// per-core limit).
 const PARALLEL_BUILD_IDS: usize = 4;
@@ -68,7 +72,7 @@ pub async fn resolve(
                 .push((i as u32, f.address));
         }
     }
-    let jobs: Vec<(u32, String, Vec<(u32, u64)>)> = by_build_id
+    let jobs: Vec<Job> = by_build_id
         .into_iter()
         .map(|(b, frames)| (b, agg.str(b).to_owned(), frames))
         .collect();
