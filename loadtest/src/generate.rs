@@ -44,12 +44,12 @@ impl Shape {
 }
 
 /// Sample from a Zipf(s = 1) distribution over `0..n`.
-struct Zipf {
+pub struct Zipf {
     cdf: Vec<f64>,
 }
 
 impl Zipf {
-    fn new(n: usize) -> Self {
+    pub fn new(n: usize) -> Self {
         let mut total = 0.0;
         let cdf = (1..=n)
             .map(|k| {
@@ -61,7 +61,7 @@ impl Zipf {
             cdf: cdf.into_iter().map(|c| c / total).collect(),
         }
     }
-    fn sample(&self, rng: &mut StdRng) -> usize {
+    pub fn sample(&self, rng: &mut StdRng) -> usize {
         let u: f64 = rng.random();
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
     }

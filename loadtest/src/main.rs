@@ -2,10 +2,12 @@
 //! bounded in count and time and aimed only at the URL it is given.
 
 mod generate;
+mod query;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -76,6 +78,49 @@ enum Cmd {
         /// Seconds to shift the profiles' time into the past (backfill).
         #[arg(long, default_value_t = 0)]
         ago: u64,
+    },
+    /// Stores one service's profiles for the query benchmark: native frames
+    /// at real function addresses of the given ELF files (uploaded first as
+    /// their own debug info with --upload), Zipf-distributed stacks, one
+    /// export per 10 s window.
+    QuerySeed {
+        #[arg(long, default_value = "http://127.0.0.1:8002")]
+        url: String,
+        #[arg(long, default_value = "loadtest")]
+        tenant: String,
+        #[arg(long, default_value = "bench-svc")]
+        service: String,
+        /// ELF files with GNU build-IDs and symbols (each a distinct build-ID).
+        #[arg(long, required = true, num_args = 1..)]
+        elf: Vec<PathBuf>,
+        /// Distinct stacks.
+        #[arg(long, default_value_t = 50_000)]
+        stacks: usize,
+        /// Samples (timestamps) in all.
+        #[arg(long, default_value_t = 1_000_000)]
+        samples: usize,
+        /// Seconds of profile time covered.
+        #[arg(long, default_value_t = 3600)]
+        seconds: u64,
+        /// How many seconds ago the covered time starts.
+        #[arg(long, default_value_t = 3600)]
+        ago: u64,
+        /// Upload each ELF file as the debuginfo of its build-ID first.
+        #[arg(long)]
+        upload: bool,
+    },
+    /// Times flamegraph queries: one first request (cold after a restart),
+    /// then N more; prints latency percentiles, exits non-zero on errors.
+    Query {
+        #[arg(long, default_value = "http://127.0.0.1:8002")]
+        url: String,
+        #[arg(long, default_value = "loadtest")]
+        tenant: String,
+        /// The query string of /api/v1/flamegraph.
+        #[arg(long, default_value = "service=bench-svc&from=now-2h&to=now")]
+        query: String,
+        #[arg(long, default_value_t = 30)]
+        iterations: usize,
     },
     /// The physical limit on this core: gunzip + prost decoding of the same
     /// payloads, in a loop on the calling thread (pin it with taskset).
@@ -361,6 +406,47 @@ fn main() -> anyhow::Result<()> {
                     max_exports,
                 ))
                 .context("running the otlp scenario")?;
+            if !ok {
+                std::process::exit(1);
+            }
+        }
+        Cmd::QuerySeed {
+            url,
+            tenant,
+            service,
+            elf,
+            stacks,
+            samples,
+            seconds,
+            ago,
+            upload,
+        } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(query::seed(query::SeedArgs {
+                url,
+                tenant,
+                service,
+                elf,
+                stacks,
+                samples,
+                seconds,
+                ago,
+                upload,
+            }))?;
+        }
+        Cmd::Query {
+            url,
+            tenant,
+            query: q,
+            iterations,
+        } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            let ok = rt.block_on(query::query(query::QueryArgs {
+                url,
+                tenant,
+                query: q,
+                iterations,
+            }))?;
             if !ok {
                 std::process::exit(1);
             }

@@ -15,8 +15,10 @@ use clap::Parser;
 /// debuginfod clients (gdb, perf, debuginfod-find), accepts uploads on
 /// /api/v1/debuginfo, federates misses to upstream debuginfod servers,
 /// turns addresses into functions, files and lines on /api/v1/symbolize,
-/// and stores OpenTelemetry profiles sent over OTLP (gRPC on GRPC_ADDR,
-/// HTTP on /v1development/profiles).
+/// stores OpenTelemetry profiles sent over OTLP (gRPC on GRPC_ADDR, HTTP
+/// on /v1development/profiles), and serves them as flamegraphs symbolized
+/// at query time (/api/v1/flamegraph, /api/v1/diff, /api/v1/traces/ID; the
+/// web UI at /).
 #[derive(Parser, Clone)]
 #[command(name = "symtrace-server", version, about, long_about)]
 pub struct Config {

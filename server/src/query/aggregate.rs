@@ -200,12 +200,14 @@ impl Aggregate {
         }
         // Renumber the frames of the stacks that have values.
         let mut frame_ids: Vec<u32> = vec![u32::MAX; data.frames.len()];
+        // Segment string → aggregate string, each interned once.
+        let mut strings: Vec<u32> = vec![u32::MAX; data.strings.len()];
         let mut stack_buf = Vec::new();
         for ((stack, ty), value) in values {
             stack_buf.clear();
             for &f in &data.stacks[stack as usize] {
                 if frame_ids[f as usize] == u32::MAX {
-                    frame_ids[f as usize] = self.frame(data, f);
+                    frame_ids[f as usize] = self.frame(data, &mut strings, f);
                 }
                 stack_buf.push(frame_ids[f as usize]);
             }
@@ -225,26 +227,26 @@ impl Aggregate {
         Ok(())
     }
 
-    fn frame(&mut self, data: &SegmentData, f: u32) -> u32 {
+    fn frame(&mut self, data: &SegmentData, strings: &mut [u32], f: u32) -> u32 {
         let frame = &data.frames[f as usize];
         let mapping = &data.mappings[frame.mapping as usize];
+        let mut s = |i: u32| {
+            let slot = &mut strings[i as usize];
+            if *slot == u32::MAX {
+                *slot = self.intern(data.str(i));
+            }
+            *slot
+        };
         let raw = RawFrame {
-            kind: self.intern(data.str(frame.frame_type)),
-            build_id: self.intern(data.str(mapping.build_id)),
+            kind: s(frame.frame_type),
+            build_id: s(mapping.build_id),
             build_id_kind: mapping.build_id_kind,
-            module: self.intern(data.str(mapping.file)),
+            module: s(mapping.file),
             address: frame.address,
             lines: frame
                 .lines
                 .iter()
-                .map(|l| {
-                    (
-                        self.intern(data.str(l.function)),
-                        self.intern(data.str(l.system_name)),
-                        self.intern(data.str(l.file)),
-                        l.line,
-                    )
-                })
+                .map(|l| (s(l.function), s(l.system_name), s(l.file), l.line))
                 .collect(),
         };
         self.frames.insert_full(raw).0 as u32

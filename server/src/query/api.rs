@@ -279,7 +279,7 @@ async fn flamegraph(
     Ok(match format {
         "folded" => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            tree::folded(agg, resolved, 0),
+            tree::folded(&tree::Expanded::new(agg, resolved), agg, resolved, 0),
         )
             .into_response(),
         "pprof" => {
@@ -310,7 +310,8 @@ async fn flamegraph(
             ([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response()
         }
         _ => {
-            let mut t = tree::Tree::build(agg, resolved);
+            let mut t = tree::Tree::build(&tree::Expanded::new(agg, resolved));
+            let functions = (format == "json").then(|| t.top_functions(agg, resolved, 100));
             t.truncate(max_nodes);
             let mut out = summary(&answer, &sides, max_nodes, &t);
             out["samples"] = answer.points()[0].into();
@@ -331,7 +332,7 @@ async fn flamegraph(
                     "symtrace": out,
                 });
             } else {
-                out["functions"] = tree::top_functions(agg, resolved, 100).into();
+                out["functions"] = functions.unwrap_or_default().into();
                 out["tree"] = tree::json_tree(&t, agg, resolved, false);
             }
             Json(out).into_response()
@@ -382,7 +383,7 @@ async fn diff(
             .map_err(ApiError::internal)?;
         return Ok(([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response());
     }
-    let mut t = tree::Tree::build(agg, resolved);
+    let mut t = tree::Tree::build(&tree::Expanded::new(agg, resolved));
     t.truncate(max_nodes);
     let mut out = summary(&answer, &sides, max_nodes, &t);
     let points = answer.points();

@@ -5,7 +5,7 @@ use inferno::flamegraph::{self, Options};
 
 use super::aggregate::Aggregate;
 use super::frames::Resolved;
-use super::tree::expanded_stacks;
+use super::tree::{folded_names, Expanded};
 
 pub fn render(
     agg: &Aggregate,
@@ -14,14 +14,11 @@ pub fn render(
     count_name: &str,
     diff: bool,
 ) -> Result<Vec<u8>, String> {
-    let lines: Vec<String> = expanded_stacks(agg, resolved)
+    let lines: Vec<String> = Expanded::new(agg, resolved)
+        .iter()
         .filter(|(_, v)| v[0] != 0 || (diff && v[1] != 0))
         .map(|(stack, v)| {
-            let names: Vec<&str> = stack
-                .iter()
-                .map(|&f| agg.str(resolved.shown[f as usize].name))
-                .collect();
-            let stack = names.join(";").replace(['\n', '\r'], " ");
+            let stack = folded_names(stack, agg, resolved);
             if diff {
                 format!("{stack} {} {}", v[0].max(0), v[1].max(0))
             } else {

@@ -2,7 +2,7 @@
 //! resolved stacks, truncated to `max_nodes`, and the text forms derived
 //! from the stacks: folded lines and the top-functions table.
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use super::aggregate::Aggregate;
@@ -22,54 +22,86 @@ pub struct Tree {
     pub truncated: usize,
 }
 
-/// Each aggregated stack expanded to shown frames, root first.
-pub fn expanded_stacks<'a>(
-    agg: &'a Aggregate,
-    resolved: &'a Resolved,
-) -> impl Iterator<Item = (Vec<u32>, [i64; 2])> + 'a {
-    agg.stacks.iter().map(|((_, frames), v)| {
-        let mut out = Vec::with_capacity(frames.len() * 2);
-        for &f in frames.iter().rev() {
-            out.extend(resolved.expansion[f as usize].iter().rev());
+/// Every aggregated stack expanded to shown frames, root first, in one
+/// buffer, sorted so that stacks sharing a prefix are adjacent.
+pub struct Expanded {
+    frames: Vec<u32>,
+    /// (start, end) in `frames`, and the values, in sorted order.
+    stacks: Vec<(u32, u32, [i64; 2])>,
+}
+
+impl Expanded {
+    pub fn new(agg: &Aggregate, resolved: &Resolved) -> Self {
+        let mut frames = Vec::new();
+        let mut stacks = Vec::with_capacity(agg.stacks.len());
+        for ((_, raw), v) in &agg.stacks {
+            let start = frames.len() as u32;
+            for &f in raw.iter().rev() {
+                frames.extend(resolved.expansion[f as usize].iter().rev());
+            }
+            stacks.push((start, frames.len() as u32, *v));
         }
-        (out, *v)
-    })
+        stacks.sort_unstable_by(|a, b| {
+            frames[a.0 as usize..a.1 as usize].cmp(&frames[b.0 as usize..b.1 as usize])
+        });
+        Self { frames, stacks }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&[u32], [i64; 2])> + '_ {
+        self.stacks
+            .iter()
+            .map(|&(a, b, v)| (&self.frames[a as usize..b as usize], v))
+    }
 }
 
 impl Tree {
-    pub fn build(agg: &Aggregate, resolved: &Resolved) -> Self {
+    /// One pass over the sorted stacks: each stack shares its prefix with
+    /// the previous one, so only the rest becomes new nodes (no hashing).
+    pub fn build(expanded: &Expanded) -> Self {
         let mut nodes = vec![Node {
             frame: u32::MAX,
             total: [0; 2],
             self_: [0; 2],
             children: Vec::new(),
         }];
-        let mut child: FxHashMap<(u32, u32), u32> = FxHashMap::default();
-        for (stack, v) in expanded_stacks(agg, resolved) {
-            let mut at = 0u32;
-            add(&mut nodes[0].total, v);
-            for &frame in &stack {
-                at = *child.entry((at, frame)).or_insert_with(|| {
-                    let id = nodes.len() as u32;
-                    nodes.push(Node {
-                        frame,
-                        total: [0; 2],
-                        self_: [0; 2],
-                        children: Vec::new(),
-                    });
-                    nodes[at as usize].children.push(id);
-                    id
+        // Node ids along the previous stack.
+        let mut path: Vec<u32> = Vec::new();
+        let mut prev: &[u32] = &[];
+        for (stack, v) in expanded.iter() {
+            let common = prev
+                .iter()
+                .zip(stack)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(path.len());
+            path.truncate(common);
+            for &frame in &stack[common..] {
+                let id = nodes.len() as u32;
+                let parent = path.last().copied().unwrap_or(0);
+                nodes.push(Node {
+                    frame,
+                    total: [0; 2],
+                    self_: [0; 2],
+                    children: Vec::new(),
                 });
-                add(&mut nodes[at as usize].total, v);
+                nodes[parent as usize].children.push(id);
+                path.push(id);
             }
-            add(&mut nodes[at as usize].self_, v);
+            add(&mut nodes[0].total, v);
+            for &n in &path {
+                add(&mut nodes[n as usize].total, v);
+            }
+            add(&mut nodes[path.last().copied().unwrap_or(0) as usize].self_, v);
+            prev = stack;
         }
         // Heaviest child first.
         let weight = |n: &Node| n.total[0].abs() + n.total[1].abs();
         for i in 0..nodes.len() {
-            let mut children = std::mem::take(&mut nodes[i].children);
-            children.sort_by_key(|&c| std::cmp::Reverse(weight(&nodes[c as usize])));
-            nodes[i].children = children;
+            if nodes[i].children.len() > 1 {
+                let mut children = std::mem::take(&mut nodes[i].children);
+                children.sort_by_key(|&c| std::cmp::Reverse(weight(&nodes[c as usize])));
+                nodes[i].children = children;
+            }
         }
         Self {
             nodes,
@@ -89,10 +121,7 @@ impl Tree {
         let (_, &mut threshold, _) = weights.select_nth_unstable_by(max - 1, |a, b| b.cmp(a));
         let mut kept = 0usize;
         let mut stack = vec![0u32];
-        let mut keep = vec![false; self.nodes.len()];
-        // Breadth by weight order: parents before children, heavy first.
         while let Some(i) = stack.pop() {
-            keep[i as usize] = true;
             kept += 1;
             let children = std::mem::take(&mut self.nodes[i as usize].children);
             let mut kept_children = Vec::new();
@@ -109,6 +138,64 @@ impl Tree {
             self.nodes[i as usize].children = kept_children;
         }
         self.truncated = self.nodes.len() - kept;
+    }
+
+    /// Functions by self value, from the untruncated tree: per name, self
+    /// is the sum of its nodes' self values and total the sum over nodes
+    /// with no ancestor of the same name (recursion counts once).
+    pub fn top_functions(
+        &self,
+        agg: &Aggregate,
+        resolved: &Resolved,
+        limit: usize,
+    ) -> Vec<Value> {
+        // Dense name numbers.
+        let mut name_of: Vec<u32> = Vec::with_capacity(resolved.shown.len());
+        let mut names: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut first_frame: Vec<u32> = Vec::new();
+        for (i, shown) in resolved.shown.iter().enumerate() {
+            let next = names.len() as u32;
+            let n = *names.entry(shown.name).or_insert(next);
+            if n == next {
+                first_frame.push(i as u32);
+            }
+            name_of.push(n);
+        }
+        let mut sums = vec![(0i64, 0i64); names.len()];
+        let mut active = vec![0u32; names.len()];
+        // (node, entering?)
+        let mut stack: Vec<(u32, bool)> = vec![(0, true)];
+        while let Some((i, enter)) = stack.pop() {
+            let n = &self.nodes[i as usize];
+            let name = (n.frame != u32::MAX).then(|| name_of[n.frame as usize] as usize);
+            if !enter {
+                if let Some(name) = name {
+                    active[name] -= 1;
+                }
+                continue;
+            }
+            if let Some(name) = name {
+                sums[name].0 += n.self_[0];
+                if active[name] == 0 {
+                    sums[name].1 += n.total[0];
+                }
+                active[name] += 1;
+            }
+            stack.push((i, false));
+            stack.extend(n.children.iter().map(|&c| (c, true)));
+        }
+        let mut rows: Vec<(usize, (i64, i64))> = sums.into_iter().enumerate().collect();
+        rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(b.1 .1.cmp(&a.1 .1)));
+        rows.into_iter()
+            .filter(|(_, (_, total))| *total != 0)
+            .take(limit)
+            .map(|(name, (self_, total))| {
+                let mut m = frame_fields(agg, resolved, first_frame[name]);
+                m.insert("self".into(), self_.into());
+                m.insert("total".into(), total.into());
+                Value::Object(m)
+            })
+            .collect()
     }
 }
 
@@ -218,16 +305,11 @@ pub fn flamebearer(tree: &Tree, agg: &Aggregate, resolved: &Resolved) -> Value {
 
 /// `root;…;leaf value` lines (the format of flamegraph.pl, inferno and
 /// speedscope), heaviest first.
-pub fn folded(agg: &Aggregate, resolved: &Resolved, side: usize) -> String {
-    let mut lines: Vec<(i64, String)> = expanded_stacks(agg, resolved)
+pub fn folded(expanded: &Expanded, agg: &Aggregate, resolved: &Resolved, side: usize) -> String {
+    let mut lines: Vec<(i64, String)> = expanded
+        .iter()
         .filter(|(_, v)| v[side] != 0)
-        .map(|(stack, v)| {
-            let names: Vec<&str> = stack
-                .iter()
-                .map(|&f| agg.str(resolved.shown[f as usize].name))
-                .collect();
-            (v[side], names.join(";").replace(['\n', '\r'], " "))
-        })
+        .map(|(stack, v)| (v[side], folded_names(stack, agg, resolved)))
         .collect();
     lines.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let mut out = String::new();
@@ -240,33 +322,12 @@ pub fn folded(agg: &Aggregate, resolved: &Resolved, side: usize) -> String {
     out
 }
 
-/// Functions by self value: (self, total) per shown name, from the
-/// untruncated stacks; a function recursing counts once toward total.
-pub fn top_functions(agg: &Aggregate, resolved: &Resolved, limit: usize) -> Vec<Value> {
-    let mut by_name: FxHashMap<u32, (i64, i64, u32)> = FxHashMap::default();
-    let mut seen = FxHashSet::default();
-    for (stack, v) in expanded_stacks(agg, resolved) {
-        seen.clear();
-        for &f in &stack {
-            let name = resolved.shown[f as usize].name;
-            if seen.insert(name) {
-                by_name.entry(name).or_insert((0, 0, f)).1 += v[0];
-            }
-        }
-        if let Some(&leaf) = stack.last() {
-            let name = resolved.shown[leaf as usize].name;
-            by_name.entry(name).or_insert((0, 0, leaf)).0 += v[0];
-        }
-    }
-    let mut rows: Vec<_> = by_name.into_iter().collect();
-    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(b.1 .1.cmp(&a.1 .1)));
-    rows.into_iter()
-        .take(limit)
-        .map(|(_, (self_, total, frame))| {
-            let mut m = frame_fields(agg, resolved, frame);
-            m.insert("self".into(), self_.into());
-            m.insert("total".into(), total.into());
-            Value::Object(m)
-        })
-        .collect()
+/// A stack's names joined by `;` (newlines, which would break the line
+/// format, become spaces).
+pub fn folded_names(stack: &[u32], agg: &Aggregate, resolved: &Resolved) -> String {
+    let names: Vec<&str> = stack
+        .iter()
+        .map(|&f| agg.str(resolved.shown[f as usize].name))
+        .collect();
+    names.join(";").replace(['\n', '\r'], " ")
 }
