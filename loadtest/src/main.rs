@@ -5,9 +5,9 @@ mod generate;
 mod query;
 
 use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;

@@ -42,7 +42,8 @@ struct Binary {
 
 fn read_binary(path: &PathBuf) -> anyhow::Result<Binary> {
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let file = object::File::parse(&*data).with_context(|| format!("parsing {}", path.display()))?;
+    let file =
+        object::File::parse(&*data).with_context(|| format!("parsing {}", path.display()))?;
     let build_id = file
         .build_id()?
         .map(hex_of)
@@ -89,7 +90,10 @@ fn kv(key: &str, value: &str) -> KeyValue {
 /// four distinct addresses per function.
 fn make_stacks(rng: &mut StdRng, binaries: &[Binary], count: usize) -> Vec<Vec<(usize, u64)>> {
     let by_binary = Zipf::new(binaries.len());
-    let per_binary: Vec<Zipf> = binaries.iter().map(|b| Zipf::new(b.functions.len())).collect();
+    let per_binary: Vec<Zipf> = binaries
+        .iter()
+        .map(|b| Zipf::new(b.functions.len()))
+        .collect();
     let frame = |rng: &mut StdRng| {
         let b = by_binary.sample(rng);
         let (start, size) = binaries[b].functions[per_binary[b].sample(rng)];
@@ -149,7 +153,10 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<()> {
                 bail!("uploading {}: {} {}", b.path, r.status(), r.text().await?);
             }
         }
-        println!("uploaded          {} ELF files as debuginfo", binaries.len());
+        println!(
+            "uploaded          {} ELF files as debuginfo",
+            binaries.len()
+        );
     }
     let mut rng = StdRng::seed_from_u64(0x9e3779b9);
     let stacks = make_stacks(&mut rng, &binaries, args.stacks);
@@ -173,7 +180,13 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let (mut sent, mut bytes) = (0usize, 0usize);
     for (w, window) in per_window.into_iter().enumerate() {
-        let request = export(&binaries, &stacks, window, start + w as u64 * 10_000_000_000, &args.service);
+        let request = export(
+            &binaries,
+            &stacks,
+            window,
+            start + w as u64 * 10_000_000_000,
+            &args.service,
+        );
         let raw = request.encode_to_vec();
         bytes += raw.len();
         let body = crate::gzip(&raw);

@@ -29,6 +29,7 @@ pub struct AppState {
     pub symbolizer: Arc<crate::symbolize::SymbolizeService>,
     pub profiles: Arc<crate::profiles::store::ProfileStore>,
     pub segment_cache: crate::query::SegmentCache,
+    pub name_cache: crate::query::NameCache,
     pub query_limits: crate::query::QueryLimits,
 }
 

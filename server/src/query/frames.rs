@@ -11,6 +11,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use symtrace_elf::BuildId;
 
 use super::aggregate::{Aggregate, RawFrame};
+use super::names::{self, Frames, NameCache};
 use crate::federation::Forwarding;
 use crate::profiles::model::BuildIdKind;
 use crate::symbolize::{Outcome, SymbolizeService};
@@ -57,12 +58,82 @@ type Job = (u32, String, Vec<(u32, u64)>);
 /// per-core limit).
 const PARALLEL_BUILD_IDS: usize = 4;
 
+/// The frames of each address of one build-ID (cached ones from `names`,
+/// the others from the symbolizer), and how the build-ID answered.
+async fn names_of(
+    build_id: &str,
+    kind: BuildIdKind,
+    addresses: &[u64],
+    symbolizer: &Arc<SymbolizeService>,
+    names: &NameCache,
+    from: &Forwarding,
+) -> (String, Vec<Option<Frames>>) {
+    let none = || vec![None; addresses.len()];
+    let parsed = match (kind, build_id.parse::<BuildId>()) {
+        (BuildIdKind::Gnu, Ok(parsed)) => parsed,
+        _ => return ("not_gnu".to_owned(), none()),
+    };
+    let key = match symbolizer.source_key(&parsed, from).await {
+        Ok(Some(key)) => key,
+        Ok(None) => return ("unknown_build_id".to_owned(), none()),
+        Err(e) => return (error(build_id, e), none()),
+    };
+    let (mut found, status) = names.get(build_id, &key, addresses);
+    let missing: Vec<u64> = addresses
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| f.is_none())
+        .map(|(&a, _)| a)
+        .collect();
+    if missing.is_empty() {
+        return (status.unwrap_or("ok").to_owned(), found);
+    }
+    let outcome = match symbolizer.symbolize(&parsed, missing.clone(), from).await {
+        Ok(o) => o,
+        Err(e) => return (error(build_id, e), found),
+    };
+    let (best, answers) = match outcome {
+        Outcome::Unknown => return ("unknown_build_id".to_owned(), found),
+        Outcome::Answered { best, answers, .. } => (best, answers),
+    };
+    let status = match best {
+        Some(symtrace_symbolize::Source::Dwarf) => "ok",
+        Some(_) => "symbols_only",
+        None => "no_symbols",
+    };
+    let answers: Vec<names::Answer> = missing
+        .iter()
+        .zip(answers)
+        .map(|(&address, answer)| {
+            let frames = match answer {
+                Ok((_, frames)) => frames
+                    .into_iter()
+                    .filter_map(|f| Some((f.function?, f.file.unwrap_or_default(), f.line)))
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            (address, frames)
+        })
+        .collect();
+    let mut fresh = names.insert(build_id, &key, status, answers).into_iter();
+    for slot in found.iter_mut().filter(|f| f.is_none()) {
+        *slot = fresh.next();
+    }
+    (status.to_owned(), found)
+}
+
+fn error(build_id: &str, e: impl std::fmt::Display) -> String {
+    tracing::warn!(build_id, error = %e, "symbolizing a query's frames failed");
+    format!("error: {e}")
+}
+
 pub async fn resolve(
     agg: &mut Aggregate,
     symbolizer: &Arc<SymbolizeService>,
+    names: &NameCache,
     from: &Forwarding,
 ) -> Resolved {
-    // Addresses per GNU build-ID.
+    // Addresses per build-ID.
     let mut by_build_id: FxHashMap<u32, Vec<(u32, u64)>> = FxHashMap::default();
     for (i, f) in agg.frames.iter().enumerate() {
         if f.is_native_unsymbolized() {
@@ -80,16 +151,10 @@ pub async fn resolve(
         .map(|(b, build_id, frames)| {
             let kind = agg.frames[frames[0].0 as usize].build_id_kind;
             async move {
-                let parsed = match (kind, build_id.parse::<BuildId>()) {
-                    (BuildIdKind::Gnu, Ok(parsed)) => parsed,
-                    _ => return (b, build_id, frames, Err("not_gnu".to_owned())),
-                };
-                let addresses = frames.iter().map(|&(_, a)| a).collect();
-                let outcome = symbolizer
-                    .symbolize(&parsed, addresses, from)
-                    .await
-                    .map_err(|e| format!("error: {e}"));
-                (b, build_id, frames, outcome)
+                let addresses: Vec<u64> = frames.iter().map(|&(_, a)| a).collect();
+                let (status, found) =
+                    names_of(&build_id, kind, &addresses, symbolizer, names, from).await;
+                (b, build_id, frames, status, found)
             }
         })
         .buffer_unordered(PARALLEL_BUILD_IDS)
@@ -105,36 +170,20 @@ pub async fn resolve(
         expansion: vec![Vec::new(); agg.frames.len()],
         build_ids: Vec::new(),
     };
-    for (b, build_id, frames, outcome) in answers {
-        let status = match &outcome {
-            Ok(Outcome::Unknown) => "unknown_build_id".to_owned(),
-            Ok(Outcome::Answered { best, .. }) => match best {
-                Some(symtrace_symbolize::Source::Dwarf) => "ok".to_owned(),
-                Some(_) => "symbols_only".to_owned(),
-                None => "no_symbols".to_owned(),
-            },
-            Err(e) => e.clone(),
-        };
-        if let Err(e) = &outcome {
-            if e.starts_with("error") {
-                tracing::warn!(build_id, error = %e, "symbolizing a query's frames failed");
-            }
-        }
+    // Shared names → this query's string numbers, by pointer.
+    let mut interned: FxHashMap<*const u8, u32> = FxHashMap::default();
+    let mut intern = |agg: &mut Aggregate, s: &Arc<str>| -> u32 {
+        *interned.entry(s.as_ptr()).or_insert_with(|| agg.intern(s))
+    };
+    for (b, build_id, frames, status, found) in answers {
         out.build_ids.push((build_id, status));
-        let answers = match outcome {
-            Ok(Outcome::Answered { answers, .. }) => answers,
-            _ => Vec::new(),
-        };
-        for (k, &(frame, _)) in frames.iter().enumerate() {
+        for ((frame, _), named) in frames.iter().zip(found) {
             let mut shown = Vec::new();
-            if let Some(Ok((_, found))) = answers.get(k) {
-                let n = found.len();
-                for (depth, fr) in found.iter().enumerate() {
-                    let Some(function) = fr.function.as_deref() else {
-                        continue;
-                    };
-                    let name = agg.intern(function);
-                    let file = agg.intern(fr.file.as_deref().unwrap_or(""));
+            if let Some(named) = named {
+                let n = named.len();
+                for (depth, fr) in named.iter().enumerate() {
+                    let name = intern(agg, &fr.function);
+                    let file = intern(agg, &fr.file);
                     let kind = if depth + 1 < n { inlined } else { native };
                     shown.push(out.add(
                         Shown {
@@ -148,10 +197,10 @@ pub async fn resolve(
                 }
             }
             if shown.is_empty() {
-                let raw = agg.frames[frame as usize].clone();
+                let raw = agg.frames[*frame as usize].clone();
                 shown.push(unnamed(agg, &mut out, &raw, unsymbolized));
             }
-            out.expansion[frame as usize] = shown;
+            out.expansion[*frame as usize] = shown;
         }
     }
     // Frames the sender named, and native frames without a build-ID.

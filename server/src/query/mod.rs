@@ -14,8 +14,10 @@ pub mod aggregate;
 pub mod api;
 mod cache;
 pub mod frames;
+mod names;
 pub mod params;
 mod pprof;
+mod render;
 pub mod selector;
 mod svg;
 mod traces;
@@ -36,10 +38,14 @@ use frames::Resolved;
 use params::Selection;
 
 pub use cache::SegmentCache;
+pub use names::NameCache;
 
 /// The CPU profile type agents send; chosen when a selection has several
 /// types and the query named none.
 pub const DEFAULT_TYPE: &str = "samples:count:cpu:nanoseconds";
+
+/// Symbolized addresses kept across queries (about 100 bytes each).
+pub const NAME_CACHE_ADDRESSES: usize = 4_000_000;
 
 /// Segments read ahead while the previous one is aggregated.
 const READ_AHEAD: usize = 4;
@@ -139,6 +145,7 @@ async fn run_unbounded(
     if bytes > limit {
         return Err(QueryError::TooLarge { bytes, limit });
     }
+    let started = std::time::Instant::now();
     let mut agg = Aggregate::default();
     let sides: Arc<Vec<Selection>> = Arc::new(sides.to_vec());
     let mut reads = stream::iter(segments)
@@ -159,7 +166,18 @@ async fn run_unbounded(
         .map_err(|e| QueryError::BadRequest(e.to_string()))?;
     }
     let profile_type = choose_type(&mut agg, sides[0].profile_type.as_deref())?;
-    let resolved = frames::resolve(&mut agg, &state.symbolizer, from).await;
+    let aggregated = started.elapsed();
+    let resolved = frames::resolve(&mut agg, &state.symbolizer, &state.name_cache, from).await;
+    tracing::debug!(
+        segments = agg.segments_read,
+        bytes = agg.bytes_read,
+        stacks = agg.stacks.len(),
+        frames = agg.frames.len(),
+        shown = resolved.shown.len(),
+        aggregate_ms = aggregated.as_millis() as u64,
+        resolve_ms = (started.elapsed() - aggregated).as_millis() as u64,
+        "query selection read"
+    );
     Ok(Answer {
         agg,
         resolved,

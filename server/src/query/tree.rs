@@ -8,18 +8,29 @@ use serde_json::{json, Value};
 use super::aggregate::Aggregate;
 use super::frames::Resolved;
 
+/// One node of the full tree; nodes are in pre-order (a parent comes
+/// before its descendants), without child lists (millions of nodes would
+/// mean millions of allocations).
 pub struct Node {
     /// A shown frame, `u32::MAX` for the root.
     pub frame: u32,
+    /// `u32::MAX` for the root.
+    pub parent: u32,
     pub total: [i64; 2],
     pub self_: [i64; 2],
-    pub children: Vec<u32>,
 }
 
 pub struct Tree {
     pub nodes: Vec<Node>,
-    /// Nodes dropped by truncation (their values went to the parent's self).
+    /// The shown tree after truncation: kept nodes' children, heaviest first.
+    pub children: FxHashMap<u32, Vec<u32>>,
+    /// Nodes shown, and nodes dropped (their values went to their
+    /// parent's self, as Pyroscope does).
+    pub kept: usize,
     pub truncated: usize,
+    /// Each node's own self value (side 0) before truncation moved
+    /// dropped values into parents.
+    own_self: Vec<i64>,
 }
 
 /// Every aggregated stack expanded to shown frames, root first, in one
@@ -56,13 +67,14 @@ impl Expanded {
 
 impl Tree {
     /// One pass over the sorted stacks: each stack shares its prefix with
-    /// the previous one, so only the rest becomes new nodes (no hashing).
-    pub fn build(expanded: &Expanded) -> Self {
+    /// the previous one, so only the rest becomes new nodes (no hashing),
+    /// then the `max_nodes` heaviest are kept.
+    pub fn build(expanded: &Expanded, max_nodes: usize) -> Self {
         let mut nodes = vec![Node {
             frame: u32::MAX,
+            parent: u32::MAX,
             total: [0; 2],
             self_: [0; 2],
-            children: Vec::new(),
         }];
         // Node ids along the previous stack.
         let mut path: Vec<u32> = Vec::new();
@@ -77,78 +89,87 @@ impl Tree {
             path.truncate(common);
             for &frame in &stack[common..] {
                 let id = nodes.len() as u32;
-                let parent = path.last().copied().unwrap_or(0);
                 nodes.push(Node {
                     frame,
+                    parent: path.last().copied().unwrap_or(0),
                     total: [0; 2],
                     self_: [0; 2],
-                    children: Vec::new(),
                 });
-                nodes[parent as usize].children.push(id);
                 path.push(id);
             }
             add(&mut nodes[0].total, v);
             for &n in &path {
                 add(&mut nodes[n as usize].total, v);
             }
-            add(&mut nodes[path.last().copied().unwrap_or(0) as usize].self_, v);
+            add(
+                &mut nodes[path.last().copied().unwrap_or(0) as usize].self_,
+                v,
+            );
             prev = stack;
         }
-        // Heaviest child first.
-        let weight = |n: &Node| n.total[0].abs() + n.total[1].abs();
-        for i in 0..nodes.len() {
-            if nodes[i].children.len() > 1 {
-                let mut children = std::mem::take(&mut nodes[i].children);
-                children.sort_by_key(|&c| std::cmp::Reverse(weight(&nodes[c as usize])));
-                nodes[i].children = children;
-            }
-        }
-        Self {
+        let own_self = nodes.iter().map(|n| n.self_[0]).collect();
+        let mut tree = Self {
             nodes,
+            children: FxHashMap::default(),
+            kept: 0,
             truncated: 0,
-        }
+            own_self,
+        };
+        tree.truncate(max_nodes);
+        tree
+    }
+
+    fn weight(n: &Node) -> i64 {
+        n.total[0].abs() + n.total[1].abs()
     }
 
     /// Keeps the `max` heaviest nodes. A node weighs at least as much as
     /// any descendant, so the kept set is a subtree; what is dropped is
-    /// added to its parent's self value (as Pyroscope does).
-    pub fn truncate(&mut self, max: usize) {
-        if self.nodes.len() <= max {
-            return;
-        }
-        let weight = |n: &Node| n.total[0].abs() + n.total[1].abs();
-        let mut weights: Vec<i64> = self.nodes.iter().map(weight).collect();
-        let (_, &mut threshold, _) = weights.select_nth_unstable_by(max - 1, |a, b| b.cmp(a));
-        let mut kept = 0usize;
-        let mut stack = vec![0u32];
-        while let Some(i) = stack.pop() {
-            kept += 1;
-            let children = std::mem::take(&mut self.nodes[i as usize].children);
-            let mut kept_children = Vec::new();
-            for c in children {
-                let n = &self.nodes[c as usize];
-                if weight(n) >= threshold && weight(n) > 0 && kept + stack.len() < max {
-                    kept_children.push(c);
-                    stack.push(c);
-                } else {
-                    let t = n.total;
-                    add(&mut self.nodes[i as usize].self_, t);
-                }
+    /// added to its parent's self value.
+    fn truncate(&mut self, max: usize) {
+        let threshold = if self.nodes.len() <= max {
+            i64::MIN
+        } else {
+            let mut weights: Vec<i64> = self.nodes.iter().map(Self::weight).collect();
+            *weights.select_nth_unstable_by(max - 1, |a, b| b.cmp(a)).1
+        };
+        let mut keep = vec![false; self.nodes.len()];
+        keep[0] = true;
+        let mut kept = 1usize;
+        for i in 1..self.nodes.len() {
+            let parent = self.nodes[i].parent as usize;
+            if !keep[parent] {
+                continue;
             }
-            self.nodes[i as usize].children = kept_children;
+            let w = Self::weight(&self.nodes[i]);
+            if w >= threshold && kept < max {
+                keep[i] = true;
+                kept += 1;
+                self.children
+                    .entry(parent as u32)
+                    .or_default()
+                    .push(i as u32);
+            } else {
+                let t = self.nodes[i].total;
+                add(&mut self.nodes[parent].self_, t);
+            }
         }
+        for children in self.children.values_mut() {
+            children.sort_by_key(|&c| std::cmp::Reverse(Self::weight(&self.nodes[c as usize])));
+        }
+        self.kept = kept;
         self.truncated = self.nodes.len() - kept;
     }
 
-    /// Functions by self value, from the untruncated tree: per name, self
-    /// is the sum of its nodes' self values and total the sum over nodes
-    /// with no ancestor of the same name (recursion counts once).
-    pub fn top_functions(
-        &self,
-        agg: &Aggregate,
-        resolved: &Resolved,
-        limit: usize,
-    ) -> Vec<Value> {
+    pub fn children(&self, i: u32) -> &[u32] {
+        self.children.get(&i).map_or(&[], Vec::as_slice)
+    }
+
+    /// Functions by self value, over the whole tree: per name, self is the
+    /// sum of its nodes' own self values (from before truncation) and
+    /// total the sum over nodes with no ancestor of the same name
+    /// (recursion counts once).
+    pub fn top_functions(&self, agg: &Aggregate, resolved: &Resolved, limit: usize) -> Vec<Value> {
         // Dense name numbers.
         let mut name_of: Vec<u32> = Vec::with_capacity(resolved.shown.len());
         let mut names: FxHashMap<u32, u32> = FxHashMap::default();
@@ -163,26 +184,20 @@ impl Tree {
         }
         let mut sums = vec![(0i64, 0i64); names.len()];
         let mut active = vec![0u32; names.len()];
-        // (node, entering?)
-        let mut stack: Vec<(u32, bool)> = vec![(0, true)];
-        while let Some((i, enter)) = stack.pop() {
-            let n = &self.nodes[i as usize];
-            let name = (n.frame != u32::MAX).then(|| name_of[n.frame as usize] as usize);
-            if !enter {
-                if let Some(name) = name {
-                    active[name] -= 1;
-                }
-                continue;
+        // The ancestors of the current node (pre-order walk).
+        let mut path: Vec<u32> = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            while path.last().is_some_and(|&p| p != n.parent) {
+                let p = path.pop().expect("non-empty");
+                active[name_of[self.nodes[p as usize].frame as usize] as usize] -= 1;
             }
-            if let Some(name) = name {
-                sums[name].0 += n.self_[0];
-                if active[name] == 0 {
-                    sums[name].1 += n.total[0];
-                }
-                active[name] += 1;
+            let name = name_of[n.frame as usize] as usize;
+            sums[name].0 += self.own_self[i];
+            if active[name] == 0 {
+                sums[name].1 += n.total[0];
             }
-            stack.push((i, false));
-            stack.extend(n.children.iter().map(|&c| (c, true)));
+            active[name] += 1;
+            path.push(i as u32);
         }
         let mut rows: Vec<(usize, (i64, i64))> = sums.into_iter().enumerate().collect();
         rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(b.1 .1.cmp(&a.1 .1)));
@@ -246,8 +261,8 @@ pub fn json_tree(tree: &Tree, agg: &Aggregate, resolved: &Resolved, diff: bool) 
             m.insert("self".into(), n.self_[0].into());
             m.insert("total".into(), n.total[0].into());
         }
-        let children: Vec<Value> = n
-            .children
+        let children: Vec<Value> = t
+            .children(i)
             .iter()
             .map(|&c| node(t, agg, r, c, diff))
             .collect();
@@ -289,7 +304,7 @@ pub fn flamebearer(tree: &Tree, agg: &Aggregate, resolved: &Resolved) -> Value {
         // Children start at the parent's x, heaviest (first) leftmost.
         let mut cx = x;
         let first = stack.len();
-        for &c in &n.children {
+        for &c in tree.children(i) {
             stack.push((c, depth + 1, cx));
             cx += tree.nodes[c as usize].total[0];
         }

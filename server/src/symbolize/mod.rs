@@ -194,6 +194,20 @@ impl SymbolizeService {
         })
     }
 
+    /// Names the files a build-ID's answers would come from right now
+    /// (None: the store has none). Answers cached under this key stay
+    /// right until a new upload changes it.
+    pub async fn source_key(
+        &self,
+        build_id: &BuildId,
+        from: &Forwarding,
+    ) -> Result<Option<String>, SymbolizeError> {
+        Ok(self
+            .candidates(build_id, from)
+            .await?
+            .map(|c| source_key(&c)))
+    }
+
     async fn answer_from_index(
         &self,
         index: Arc<cache::CachedIndex>,

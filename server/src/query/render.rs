@@ -1,0 +1,148 @@
+//! Rendering a query's answer: the JSON tree, flamebearer, folded, pprof
+//! and SVG forms of a flamegraph, and a diff.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::params::{self, Selection};
+use super::{pprof, svg, tree, Answer};
+use crate::error::ApiError;
+
+/// What one flamegraph or diff answer says about itself.
+fn summary(answer: &Answer, sides: &[Selection], max_nodes: usize, t: &tree::Tree) -> Value {
+    let ty = answer.type_info();
+    let build_ids: Vec<Value> = answer
+        .resolved
+        .build_ids
+        .iter()
+        .map(|(b, s)| json!({"build_id": b, "status": s}))
+        .collect();
+    let sel = &sides[0];
+    json!({
+        "service": sel.service,
+        "profile_type": answer.profile_type,
+        "unit": ty.sample_unit,
+        "period": ty.period,
+        "period_type": ty.period_type,
+        "period_unit": ty.period_unit,
+        "from": sel.from_ns.to_string(),
+        "to": sel.to_ns.to_string(),
+        "selector": sel.selector.matchers.iter().map(|m| m.name.clone()).collect::<Vec<_>>(),
+        "max_nodes": max_nodes,
+        "nodes": t.kept,
+        "truncated_nodes": t.truncated,
+        "segments_read": answer.agg.segments_read,
+        "bytes_read": answer.agg.bytes_read,
+        "build_ids": build_ids,
+    })
+}
+
+pub fn flamegraph(
+    answer: &Answer,
+    sides: &[Selection],
+    format: &str,
+    max_nodes: usize,
+) -> Result<Response, ApiError> {
+    let (agg, resolved) = (&answer.agg, &answer.resolved);
+    let title = answer.profile_type.clone().unwrap_or_default();
+    Ok(match format {
+        "folded" => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            tree::folded(&tree::Expanded::new(agg, resolved), agg, resolved, 0),
+        )
+            .into_response(),
+        "pprof" => {
+            let ty = answer.type_info();
+            let body = pprof::encode(
+                agg,
+                resolved,
+                &ty,
+                sides[0].from_ns,
+                sides[0].to_ns.min(params::now_ns()),
+            );
+            (
+                [
+                    (header::CONTENT_TYPE, "application/vnd.google.protobuf+gzip"),
+                    (
+                        header::CONTENT_DISPOSITION,
+                        "attachment; filename=\"profile.pb.gz\"",
+                    ),
+                ],
+                body,
+            )
+                .into_response()
+        }
+        "svg" => {
+            let ty = answer.type_info();
+            let body = svg::render(agg, resolved, &title, &ty.sample_type, false)
+                .map_err(ApiError::internal)?;
+            ([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response()
+        }
+        _ => {
+            let started = std::time::Instant::now();
+            let t = tree::Tree::build(&tree::Expanded::new(agg, resolved), max_nodes);
+            let built = started.elapsed();
+            let functions = (format == "json").then(|| t.top_functions(agg, resolved, 100));
+            tracing::debug!(
+                nodes = t.nodes.len(),
+                build_ms = built.as_millis() as u64,
+                functions_ms = (started.elapsed() - built).as_millis() as u64,
+                "flamegraph tree built"
+            );
+            let mut out = summary(answer, sides, max_nodes, &t);
+            out["samples"] = answer.points()[0].into();
+            out["total"] = t.nodes[0].total[0].into();
+            if format == "flamebearer" {
+                let ty = answer.type_info();
+                out = json!({
+                    "version": 1,
+                    "flamebearer": tree::flamebearer(&t, agg, resolved),
+                    "metadata": {
+                        "format": "single",
+                        "name": answer.profile_type,
+                        "units": if ty.sample_unit == "count" { "samples" } else { ty.sample_unit.as_str() },
+                        "sampleRate": if ty.period > 0 && ty.period_unit == "nanoseconds" {
+                            1_000_000_000 / ty.period
+                        } else { 0 },
+                    },
+                    "symtrace": out,
+                });
+            } else {
+                out["functions"] = functions.unwrap_or_default().into();
+                out["tree"] = tree::json_tree(&t, agg, resolved, false);
+            }
+            Json(out).into_response()
+        }
+    })
+}
+
+pub fn diff(
+    answer: &Answer,
+    sides: &[Selection],
+    format: &str,
+    max_nodes: usize,
+) -> Result<Response, ApiError> {
+    let (agg, resolved) = (&answer.agg, &answer.resolved);
+    if format == "svg" {
+        let ty = answer.type_info();
+        let title = format!("diff: {}", answer.profile_type.clone().unwrap_or_default());
+        let body = svg::render(agg, resolved, &title, &ty.sample_type, true)
+            .map_err(ApiError::internal)?;
+        return Ok(([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response());
+    }
+    let t = tree::Tree::build(&tree::Expanded::new(agg, resolved), max_nodes);
+    let mut out = summary(answer, sides, max_nodes, &t);
+    let points = answer.points();
+    out["baseline"] = json!({
+        "from": sides[0].from_ns.to_string(), "to": sides[0].to_ns.to_string(),
+        "samples": points[0], "total": t.nodes[0].total[0],
+    });
+    out["comparison"] = json!({
+        "from": sides[1].from_ns.to_string(), "to": sides[1].to_ns.to_string(),
+        "samples": points[1], "total": t.nodes[0].total[1],
+    });
+    out["tree"] = tree::json_tree(&t, agg, resolved, true);
+    Ok(Json(out).into_response())
+}
