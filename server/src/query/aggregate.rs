@@ -198,6 +198,10 @@ impl Aggregate {
             self.points.entry(ty).or_default()[side] += points as u64;
             *values.entry((sample.stack, ty)).or_default() += value;
         }
+        self.frames
+            .reserve(data.frames.len().saturating_sub(self.frames.len()));
+        self.stacks
+            .reserve(values.len().saturating_sub(self.stacks.len()));
         // Renumber the frames of the stacks that have values.
         let mut frame_ids: Vec<u32> = vec![u32::MAX; data.frames.len()];
         // Segment string → aggregate string, each interned once.

@@ -246,17 +246,25 @@ async fn flamegraph(
     let sides = [sel];
     let answer = super::run(&state, &sides, &from).await?;
     let format = format.to_owned();
-    blocking(move || render::flamegraph(&answer, &sides, &format, max_nodes)).await
+    blocking(answer, move |answer| {
+        render::flamegraph(answer, &sides, &format, max_nodes)
+    })
+    .await
 }
 
 /// Rendering is CPU work (a tree of up to millions of nodes): it runs on
 /// the blocking pool, not on the workers that serve requests.
 async fn blocking(
-    work: impl FnOnce() -> Result<Response, ApiError> + Send + 'static,
+    answer: super::Answer,
+    render: impl FnOnce(&super::Answer) -> Result<Response, ApiError> + Send + 'static,
 ) -> Result<Response, ApiError> {
-    tokio::task::spawn_blocking(work)
+    let (response, answer) = tokio::task::spawn_blocking(move || (render(&answer), answer))
         .await
-        .map_err(|e| ApiError::internal(format!("rendering failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("rendering failed: {e}")))?;
+    // Freeing millions of entries takes tens of milliseconds: not on the
+    // response's time.
+    tokio::task::spawn_blocking(move || drop(answer));
+    response
 }
 
 async fn diff(
@@ -295,7 +303,10 @@ async fn diff(
     let from = crate::debuginfod::forwarding(&headers, peer);
     let answer = super::run(&state, &sides, &from).await?;
     let format = format.to_owned();
-    blocking(move || render::diff(&answer, &sides, &format, max_nodes)).await
+    blocking(answer, move |answer| {
+        render::diff(answer, &sides, &format, max_nodes)
+    })
+    .await
 }
 
 async fn trace(

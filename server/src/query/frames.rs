@@ -33,14 +33,45 @@ pub struct Resolved {
     pub shown: IndexSet<Shown, FxBuildHasher>,
     /// The first line seen per shown frame.
     pub lines: Vec<u32>,
-    /// Per raw frame: shown frames, leaf (innermost) first.
-    pub expansion: Vec<Vec<u32>>,
+    /// Per raw frame: its run of `expansion_items`.
+    expansion_spans: Vec<(u32, u32)>,
+    /// Shown frames of each raw frame, leaf (innermost) first.
+    expansion_items: Vec<u32>,
     /// Build-IDs asked and how they answered (`ok`, `symbols_only`,
     /// `no_symbols`, `unknown_build_id`, `not_gnu`, `error: …`).
     pub build_ids: Vec<(String, String)>,
 }
 
 impl Resolved {
+    pub fn new(raw_frames: usize) -> Self {
+        Self {
+            shown: IndexSet::default(),
+            lines: Vec::new(),
+            expansion_spans: vec![(0, 0); raw_frames],
+            expansion_items: Vec::with_capacity(raw_frames * 2),
+            build_ids: Vec::new(),
+        }
+    }
+
+    /// The shown frames of a raw frame, leaf first.
+    pub fn expansion(&self, raw: u32) -> &[u32] {
+        let (start, len) = self.expansion_spans[raw as usize];
+        &self.expansion_items[start as usize..(start + len) as usize]
+    }
+
+    #[cfg(test)]
+    pub fn push_expansion(&mut self, raw: u32, shown: &[u32]) {
+        let start = self.expansion_items.len();
+        self.expansion_items.extend_from_slice(shown);
+        self.expand(raw, start);
+    }
+
+    /// Sets a raw frame's shown frames to what was pushed since `start`.
+    fn expand(&mut self, raw: u32, start: usize) {
+        self.expansion_spans[raw as usize] =
+            (start as u32, (self.expansion_items.len() - start) as u32);
+    }
+
     fn add(&mut self, shown: Shown, line: u32) -> u32 {
         let (i, new) = self.shown.insert_full(shown);
         if new {
@@ -161,51 +192,56 @@ pub async fn resolve(
         .collect()
         .await;
 
+    let named_at = std::time::Instant::now();
     let native = agg.intern("native");
     let inlined = agg.intern("inlined");
     let unsymbolized = agg.intern("unsymbolized");
-    let mut out = Resolved {
-        shown: IndexSet::default(),
-        lines: Vec::new(),
-        expansion: vec![Vec::new(); agg.frames.len()],
-        build_ids: Vec::new(),
-    };
-    // Shared names → this query's string numbers, by pointer.
-    let mut interned: FxHashMap<*const u8, u32> = FxHashMap::default();
-    let mut intern = |agg: &mut Aggregate, s: &Arc<str>| -> u32 {
-        *interned.entry(s.as_ptr()).or_insert_with(|| agg.intern(s))
-    };
+    let mut out = Resolved::new(agg.frames.len());
+    // (function, file) of the shared names, by pointer, with the kind and
+    // build-ID → shown frame: one lookup per frame, no string hashing.
+    let mut by_pointer: FxHashMap<(*const u8, *const u8, u32, u32), u32> = FxHashMap::default();
     for (b, build_id, frames, status, found) in answers {
         out.build_ids.push((build_id, status));
+        by_pointer.reserve(frames.len());
         for ((frame, _), named) in frames.iter().zip(found) {
-            let mut shown = Vec::new();
+            let start = out.expansion_items.len();
             if let Some(named) = named {
                 let n = named.len();
                 for (depth, fr) in named.iter().enumerate() {
-                    let name = intern(agg, &fr.function);
-                    let file = intern(agg, &fr.file);
                     let kind = if depth + 1 < n { inlined } else { native };
-                    shown.push(out.add(
-                        Shown {
-                            name,
-                            file,
-                            kind,
-                            build_id: b,
-                        },
-                        fr.line,
-                    ));
+                    let key = (fr.function.as_ptr(), fr.file.as_ptr(), kind, b);
+                    let shown = match by_pointer.get(&key) {
+                        Some(&shown) => shown,
+                        None => {
+                            let shown = Shown {
+                                name: agg.intern(&fr.function),
+                                file: agg.intern(&fr.file),
+                                kind,
+                                build_id: b,
+                            };
+                            let id = out.add(shown, fr.line);
+                            by_pointer.insert(key, id);
+                            id
+                        }
+                    };
+                    out.expansion_items.push(shown);
                 }
             }
-            if shown.is_empty() {
+            if out.expansion_items.len() == start {
                 let raw = agg.frames[*frame as usize].clone();
-                shown.push(unnamed(agg, &mut out, &raw, unsymbolized));
+                let shown = unnamed(agg, &mut out, &raw, unsymbolized);
+                out.expansion_items.push(shown);
             }
-            out.expansion[*frame as usize] = shown;
+            out.expand(*frame, start);
         }
     }
+    tracing::debug!(
+        expand_ms = named_at.elapsed().as_millis() as u64,
+        "native frames expanded"
+    );
     // Frames the sender named, and native frames without a build-ID.
     for i in 0..agg.frames.len() {
-        if !out.expansion[i].is_empty() {
+        if out.expansion_spans[i].1 != 0 {
             continue;
         }
         let raw = agg.frames[i].clone();
@@ -232,7 +268,9 @@ pub async fn resolve(
         if shown.is_empty() {
             shown.push(unnamed(agg, &mut out, &raw, unsymbolized));
         }
-        out.expansion[i] = shown;
+        let start = out.expansion_items.len();
+        out.expansion_items.extend(shown);
+        out.expand(i as u32, start);
     }
     out
 }

@@ -165,7 +165,8 @@ pub fn encode(
         } else {
             0
         };
-        let line = resolved.expansion[i]
+        let line = resolved
+            .expansion(i as u32)
             .iter()
             .map(|&f| {
                 let function_id = *function_ids.entry(f).or_insert_with(|| {

@@ -8,29 +8,32 @@ use serde_json::{json, Value};
 use super::aggregate::Aggregate;
 use super::frames::Resolved;
 
-/// One node of the full tree; nodes are in pre-order (a parent comes
-/// before its descendants), without child lists (millions of nodes would
-/// mean millions of allocations).
+/// A node of the shown tree: a frame and the run of sorted stacks that
+/// pass through it.
 pub struct Node {
     /// A shown frame, `u32::MAX` for the root.
     pub frame: u32,
-    /// `u32::MAX` for the root.
-    pub parent: u32,
     pub total: [i64; 2],
     pub self_: [i64; 2],
+    pub children: Vec<u32>,
+    depth: u32,
+    /// The stacks through this node: `[lo, hi)` of the sorted stacks.
+    lo: u32,
+    hi: u32,
 }
 
+/// The `max_nodes` heaviest nodes of the flamegraph tree.
+///
+/// Sorted stacks make the tree implicit: a node at depth d is a run of
+/// stacks sharing d frames, its total a difference of prefix sums, its
+/// children runs found by binary search. So the tree is walked heaviest
+/// node first and stops at `max_nodes`, without building the millions of
+/// nodes a large selection has; the subtrees left out fold into their
+/// parent's self value (as Pyroscope does).
 pub struct Tree {
     pub nodes: Vec<Node>,
-    /// The shown tree after truncation: kept nodes' children, heaviest first.
-    pub children: FxHashMap<u32, Vec<u32>>,
-    /// Nodes shown, and nodes dropped (their values went to their
-    /// parent's self, as Pyroscope does).
-    pub kept: usize,
-    pub truncated: usize,
-    /// Each node's own self value (side 0) before truncation moved
-    /// dropped values into parents.
-    own_self: Vec<i64>,
+    /// Subtrees folded into their parent.
+    pub folded: usize,
 }
 
 /// Every aggregated stack expanded to shown frames, root first, in one
@@ -39,6 +42,8 @@ pub struct Expanded {
     frames: Vec<u32>,
     /// (start, end) in `frames`, and the values, in sorted order.
     stacks: Vec<(u32, u32, [i64; 2])>,
+    /// `prefix[i]`: sum of the values of stacks `0..i`.
+    prefix: Vec<[i64; 2]>,
 }
 
 impl Expanded {
@@ -48,14 +53,25 @@ impl Expanded {
         for ((_, raw), v) in &agg.stacks {
             let start = frames.len() as u32;
             for &f in raw.iter().rev() {
-                frames.extend(resolved.expansion[f as usize].iter().rev());
+                frames.extend(resolved.expansion(f).iter().rev());
             }
             stacks.push((start, frames.len() as u32, *v));
         }
         stacks.sort_unstable_by(|a, b| {
             frames[a.0 as usize..a.1 as usize].cmp(&frames[b.0 as usize..b.1 as usize])
         });
-        Self { frames, stacks }
+        let mut prefix = Vec::with_capacity(stacks.len() + 1);
+        let mut sum = [0i64; 2];
+        prefix.push(sum);
+        for s in &stacks {
+            add(&mut sum, s.2);
+            prefix.push(sum);
+        }
+        Self {
+            frames,
+            stacks,
+            prefix,
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u32], [i64; 2])> + '_ {
@@ -63,155 +79,141 @@ impl Expanded {
             .iter()
             .map(|&(a, b, v)| (&self.frames[a as usize..b as usize], v))
     }
+
+    fn stack(&self, i: usize) -> &[u32] {
+        let (a, b, _) = self.stacks[i];
+        &self.frames[a as usize..b as usize]
+    }
+
+    /// Values of stacks `lo..hi`.
+    fn sum(&self, lo: usize, hi: usize) -> [i64; 2] {
+        let (a, b) = (self.prefix[lo], self.prefix[hi]);
+        [b[0] - a[0], b[1] - a[1]]
+    }
 }
 
 impl Tree {
-    /// One pass over the sorted stacks: each stack shares its prefix with
-    /// the previous one, so only the rest becomes new nodes (no hashing),
-    /// then the `max_nodes` heaviest are kept.
     pub fn build(expanded: &Expanded, max_nodes: usize) -> Self {
+        let n = expanded.stacks.len();
+        let weight = |v: [i64; 2]| v[0].abs() + v[1].abs();
         let mut nodes = vec![Node {
             frame: u32::MAX,
-            parent: u32::MAX,
-            total: [0; 2],
+            total: expanded.sum(0, n),
             self_: [0; 2],
+            children: Vec::new(),
+            depth: 0,
+            lo: 0,
+            hi: n as u32,
         }];
-        // Node ids along the previous stack.
-        let mut path: Vec<u32> = Vec::new();
-        let mut prev: &[u32] = &[];
-        for (stack, v) in expanded.iter() {
-            let common = prev
-                .iter()
-                .zip(stack)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(path.len());
-            path.truncate(common);
-            for &frame in &stack[common..] {
-                let id = nodes.len() as u32;
-                nodes.push(Node {
+        // Candidates: (weight, parent, frame, depth, lo, hi), heaviest first.
+        let mut heap = std::collections::BinaryHeap::new();
+        let expand = |nodes: &mut Vec<Node>,
+                      heap: &mut std::collections::BinaryHeap<_>,
+                      id: u32| {
+            let (depth, lo, hi) = {
+                let node = &nodes[id as usize];
+                (node.depth as usize, node.lo as usize, node.hi as usize)
+            };
+            // Stacks ending at this node sort first in its run.
+            let mut k = lo
+                + expanded.stacks[lo..hi].partition_point(|&(a, b, _)| (b - a) as usize <= depth);
+            let own = expanded.sum(lo, k);
+            add(&mut nodes[id as usize].self_, own);
+            while k < hi {
+                let frame = expanded.stack(k)[depth];
+                let end = k + expanded.stacks[k..hi]
+                    .partition_point(|&(a, _, _)| expanded.frames[a as usize + depth] <= frame);
+                let total = expanded.sum(k, end);
+                heap.push((
+                    weight(total),
+                    std::cmp::Reverse(k as u32),
+                    id,
                     frame,
-                    parent: path.last().copied().unwrap_or(0),
-                    total: [0; 2],
-                    self_: [0; 2],
-                });
-                path.push(id);
+                    end as u32,
+                ));
+                k = end;
             }
-            add(&mut nodes[0].total, v);
-            for &n in &path {
-                add(&mut nodes[n as usize].total, v);
-            }
-            add(
-                &mut nodes[path.last().copied().unwrap_or(0) as usize].self_,
-                v,
-            );
-            prev = stack;
-        }
-        let own_self = nodes.iter().map(|n| n.self_[0]).collect();
-        let mut tree = Self {
-            nodes,
-            children: FxHashMap::default(),
-            kept: 0,
-            truncated: 0,
-            own_self,
         };
-        tree.truncate(max_nodes);
-        tree
-    }
-
-    fn weight(n: &Node) -> i64 {
-        n.total[0].abs() + n.total[1].abs()
-    }
-
-    /// Keeps the `max` heaviest nodes. A node weighs at least as much as
-    /// any descendant, so the kept set is a subtree; what is dropped is
-    /// added to its parent's self value.
-    fn truncate(&mut self, max: usize) {
-        let threshold = if self.nodes.len() <= max {
-            i64::MIN
-        } else {
-            let mut weights: Vec<i64> = self.nodes.iter().map(Self::weight).collect();
-            *weights.select_nth_unstable_by(max - 1, |a, b| b.cmp(a)).1
-        };
-        let mut keep = vec![false; self.nodes.len()];
-        keep[0] = true;
-        let mut kept = 1usize;
-        for i in 1..self.nodes.len() {
-            let parent = self.nodes[i].parent as usize;
-            if !keep[parent] {
+        expand(&mut nodes, &mut heap, 0);
+        let mut folded = 0;
+        while let Some((_, std::cmp::Reverse(lo), parent, frame, hi)) = heap.pop() {
+            let total = expanded.sum(lo as usize, hi as usize);
+            if nodes.len() >= max_nodes || weight(total) == 0 {
+                add(&mut nodes[parent as usize].self_, total);
+                folded += 1;
                 continue;
             }
-            let w = Self::weight(&self.nodes[i]);
-            if w >= threshold && kept < max {
-                keep[i] = true;
-                kept += 1;
-                self.children
-                    .entry(parent as u32)
-                    .or_default()
-                    .push(i as u32);
-            } else {
-                let t = self.nodes[i].total;
-                add(&mut self.nodes[parent].self_, t);
-            }
+            let id = nodes.len() as u32;
+            let depth = nodes[parent as usize].depth + 1;
+            nodes.push(Node {
+                frame,
+                total,
+                self_: [0; 2],
+                children: Vec::new(),
+                depth,
+                lo,
+                hi,
+            });
+            nodes[parent as usize].children.push(id);
+            expand(&mut nodes, &mut heap, id);
         }
-        for children in self.children.values_mut() {
-            children.sort_by_key(|&c| std::cmp::Reverse(Self::weight(&self.nodes[c as usize])));
-        }
-        self.kept = kept;
-        self.truncated = self.nodes.len() - kept;
+        // Popped heaviest first: children lists are already in that order.
+        Self { nodes, folded }
     }
 
     pub fn children(&self, i: u32) -> &[u32] {
-        self.children.get(&i).map_or(&[], Vec::as_slice)
+        &self.nodes[i as usize].children
     }
+}
 
-    /// Functions by self value, over the whole tree: per name, self is the
-    /// sum of its nodes' own self values (from before truncation) and
-    /// total the sum over nodes with no ancestor of the same name
-    /// (recursion counts once).
-    pub fn top_functions(&self, agg: &Aggregate, resolved: &Resolved, limit: usize) -> Vec<Value> {
-        // Dense name numbers.
-        let mut name_of: Vec<u32> = Vec::with_capacity(resolved.shown.len());
-        let mut names: FxHashMap<u32, u32> = FxHashMap::default();
-        let mut first_frame: Vec<u32> = Vec::new();
-        for (i, shown) in resolved.shown.iter().enumerate() {
-            let next = names.len() as u32;
-            let n = *names.entry(shown.name).or_insert(next);
-            if n == next {
-                first_frame.push(i as u32);
-            }
-            name_of.push(n);
+/// Functions by self value, from every stack (not the truncated tree):
+/// self is what a function's leaf frames hold, total what the stacks
+/// through it hold, a recursive function counted once per stack.
+pub fn top_functions(
+    expanded: &Expanded,
+    agg: &Aggregate,
+    resolved: &Resolved,
+    limit: usize,
+) -> Vec<Value> {
+    // Dense name numbers.
+    let mut name_of: Vec<u32> = Vec::with_capacity(resolved.shown.len());
+    let mut names: FxHashMap<u32, u32> = FxHashMap::default();
+    let mut first_frame: Vec<u32> = Vec::new();
+    for (i, shown) in resolved.shown.iter().enumerate() {
+        let next = names.len() as u32;
+        let n = *names.entry(shown.name).or_insert(next);
+        if n == next {
+            first_frame.push(i as u32);
         }
-        let mut sums = vec![(0i64, 0i64); names.len()];
-        let mut active = vec![0u32; names.len()];
-        // The ancestors of the current node (pre-order walk).
-        let mut path: Vec<u32> = Vec::new();
-        for (i, n) in self.nodes.iter().enumerate().skip(1) {
-            while path.last().is_some_and(|&p| p != n.parent) {
-                let p = path.pop().expect("non-empty");
-                active[name_of[self.nodes[p as usize].frame as usize] as usize] -= 1;
-            }
-            let name = name_of[n.frame as usize] as usize;
-            sums[name].0 += self.own_self[i];
-            if active[name] == 0 {
-                sums[name].1 += n.total[0];
-            }
-            active[name] += 1;
-            path.push(i as u32);
-        }
-        let mut rows: Vec<(usize, (i64, i64))> = sums.into_iter().enumerate().collect();
-        rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(b.1 .1.cmp(&a.1 .1)));
-        rows.into_iter()
-            .filter(|(_, (_, total))| *total != 0)
-            .take(limit)
-            .map(|(name, (self_, total))| {
-                let mut m = frame_fields(agg, resolved, first_frame[name]);
-                m.insert("self".into(), self_.into());
-                m.insert("total".into(), total.into());
-                Value::Object(m)
-            })
-            .collect()
+        name_of.push(n);
     }
+    let mut sums = vec![(0i64, 0i64); names.len()];
+    // The last stack that counted each name toward total.
+    let mut counted = vec![u32::MAX; names.len()];
+    for (k, (stack, v)) in expanded.iter().enumerate() {
+        for &f in stack {
+            let name = name_of[f as usize] as usize;
+            if counted[name] != k as u32 {
+                counted[name] = k as u32;
+                sums[name].1 += v[0];
+            }
+        }
+        if let Some(&leaf) = stack.last() {
+            sums[name_of[leaf as usize] as usize].0 += v[0];
+        }
+    }
+    let mut rows: Vec<(usize, (i64, i64))> = sums.into_iter().enumerate().collect();
+    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(b.1 .1.cmp(&a.1 .1)));
+    rows.into_iter()
+        .filter(|(_, (_, total))| *total != 0)
+        .take(limit)
+        .map(|(name, (self_, total))| {
+            let mut m = frame_fields(agg, resolved, first_frame[name]);
+            m.insert("self".into(), self_.into());
+            m.insert("total".into(), total.into());
+            Value::Object(m)
+        })
+        .collect()
 }
 
 fn add(to: &mut [i64; 2], v: [i64; 2]) {
@@ -345,4 +347,141 @@ pub fn folded_names(stack: &[u32], agg: &Aggregate, resolved: &Resolved) -> Stri
         .map(|&f| agg.str(resolved.shown[f as usize].name))
         .collect();
     names.join(";").replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::frames::Shown;
+
+    /// An aggregate whose frames are shown as themselves, named by `names`.
+    fn setup(names: &[&str], stacks: &[(&[u32], i64)]) -> (Aggregate, Resolved) {
+        let mut agg = Aggregate::default();
+        let mut resolved = Resolved::new(names.len());
+        let kind = agg.intern("native");
+        for (i, n) in names.iter().enumerate() {
+            let name = agg.intern(n);
+            resolved.shown.insert(Shown {
+                name,
+                file: 0,
+                kind,
+                build_id: 0,
+            });
+            resolved.lines.push(0);
+            resolved.push_expansion(i as u32, &[i as u32]);
+        }
+        for (frames, v) in stacks {
+            // Leaf first, as stored.
+            let key: Box<[u32]> = frames.iter().rev().copied().collect();
+            *agg.stacks.entry((0, key)).or_default() = [*v, 0];
+        }
+        (agg, resolved)
+    }
+
+    fn names(t: &Tree, agg: &Aggregate, r: &Resolved, i: u32) -> Vec<String> {
+        t.children(i)
+            .iter()
+            .map(|&c| {
+                let n = &t.nodes[c as usize];
+                format!(
+                    "{}:{}/{}",
+                    agg.str(r.shown[n.frame as usize].name),
+                    n.total[0],
+                    n.self_[0]
+                )
+            })
+            .collect()
+    }
+
+    // main → a → b ×5, main → a ×2, main → c ×3, main → c → a ×1,
+    // main → a → a (recursion) ×4, other ×1 (a different root).
+    const NAMES: [&str; 5] = ["main", "a", "b", "c", "other"];
+    const STACKS: [(&[u32], i64); 6] = [
+        (&[0, 1, 2], 5),
+        (&[0, 1], 2),
+        (&[0, 3], 3),
+        (&[0, 3, 1], 1),
+        (&[0, 1, 1], 4),
+        (&[4], 1),
+    ];
+
+    #[test]
+    fn tree_totals_self_and_order() {
+        let (agg, r) = setup(&NAMES, &STACKS);
+        let e = Expanded::new(&agg, &r);
+        let t = Tree::build(&e, 100);
+        assert_eq!(t.nodes[0].total[0], 16);
+        assert_eq!(t.folded, 0);
+        assert_eq!(names(&t, &agg, &r, 0), ["main:15/0", "other:1/1"]);
+        let main = t.children(0)[0];
+        assert_eq!(names(&t, &agg, &r, main), ["a:11/2", "c:4/3"]);
+        let a = t.children(main)[0];
+        assert_eq!(names(&t, &agg, &r, a), ["b:5/5", "a:4/4"]);
+        assert_eq!(t.nodes.len(), 8);
+    }
+
+    #[test]
+    fn truncation_keeps_the_heaviest_and_folds_the_rest_into_self() {
+        let (agg, r) = setup(&NAMES, &STACKS);
+        let e = Expanded::new(&agg, &r);
+        // Root, main (15), a (11), b (5): the next are a→a (4) and c (4).
+        let t = Tree::build(&e, 4);
+        assert_eq!(t.nodes.len(), 4);
+        assert_eq!(names(&t, &agg, &r, 0), ["main:15/4"], "c folded into main");
+        let main = t.children(0)[0];
+        assert_eq!(names(&t, &agg, &r, main), ["a:11/6"], "a→a folded into a");
+        // Values are conserved: total = sum of self over the kept nodes.
+        let selves: i64 = t.nodes.iter().map(|n| n.self_[0]).sum();
+        assert_eq!(selves, 16, "other (1) folded into the root");
+        assert_eq!(t.folded, 3);
+    }
+
+    #[test]
+    fn top_functions_count_recursion_once() {
+        let (agg, r) = setup(&NAMES, &STACKS);
+        let e = Expanded::new(&agg, &r);
+        let top = top_functions(&e, &agg, &r, 10);
+        let row = |name: &str| {
+            let f = top.iter().find(|f| f["name"] == name).unwrap();
+            (f["self"].as_i64().unwrap(), f["total"].as_i64().unwrap())
+        };
+        assert_eq!(row("b"), (5, 5));
+        assert_eq!(row("a"), (2 + 1 + 4, 5 + 2 + 1 + 4));
+        assert_eq!(row("main"), (0, 15));
+        assert_eq!(top[0]["name"], "a", "heaviest self first");
+    }
+
+    #[test]
+    fn flamebearer_levels_and_folded_lines() {
+        let (agg, r) = setup(&NAMES, &STACKS);
+        let e = Expanded::new(&agg, &r);
+        let t = Tree::build(&e, 100);
+        let fb = flamebearer(&t, &agg, &r);
+        assert_eq!(fb["numTicks"], 16);
+        let names: Vec<&str> = fb["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        // Level 2 (a, c under main): [x delta, total, self, name].
+        let level: Vec<i64> = fb["levels"][2]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_eq!(level.len(), 8);
+        assert_eq!(&level[..3], [0, 11, 2]);
+        assert_eq!(names[level[3] as usize], "a");
+        assert_eq!(&level[4..7], [0, 4, 3], "c right after a");
+        assert_eq!(names[level[7] as usize], "c");
+        // "other" starts where main ends: x = 15 on level 1.
+        assert_eq!(fb["levels"][1][4], 0);
+        let folded = folded(&e, &agg, &r, 0);
+        assert_eq!(
+            folded,
+            "main;a;b 5\nmain;a;a 4\nmain;c 3\nmain;a 2\nmain;c;a 1\nother 1\n"
+        );
+    }
 }

@@ -241,7 +241,7 @@ async function loadFlame(params) {
     const what = params.get("span_id") ? "span " + params.get("span_id") : params.get("trace_id") ? "trace " + params.get("trace_id") : body.service || "all services";
     $("summary").textContent =
       what + " · " + (body.profile_type || "no data") + " · " + body.samples.toLocaleString("en-US") + " samples · " +
-      (body.unit === "count" ? "" : fmtValue(body.total, body.unit) + " · ") + body.nodes + " nodes" + (body.truncated_nodes ? " (" + body.truncated_nodes + " folded)" : "") +
+      (body.unit === "count" ? "" : fmtValue(body.total, body.unit) + " · ") + body.nodes + " nodes" + (body.folded_subtrees ? " (" + body.folded_subtrees + " subtrees folded)" : "") +
       " · " + body.segments_read + " segment(s)";
     for (const [id, fmt] of [["download-svg", "svg"], ["download-pprof", "pprof"], ["download-folded", "folded"]]) {
       const p = new URLSearchParams(params);
