@@ -30,6 +30,7 @@ pub struct AppState {
     pub profiles: Arc<crate::profiles::store::ProfileStore>,
     pub segment_cache: crate::query::SegmentCache,
     pub name_cache: crate::query::NameCache,
+    pub frame_table: Arc<crate::query::FrameTable>,
     pub query_limits: crate::query::QueryLimits,
 }
 

@@ -130,6 +130,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         profiles: Arc::new(ProfileStore::new(store.clone(), config.max_label_values)),
         segment_cache: query::SegmentCache::new(config.segment_cache_bytes),
         name_cache: query::NameCache::new(query::NAME_CACHE_ADDRESSES),
+        frame_table: Arc::default(),
         query_limits: query::QueryLimits {
             max_bytes: config.query_max_bytes,
             timeout: Duration::from_secs(config.query_timeout_secs),

@@ -7,6 +7,7 @@
 use indexmap::{IndexMap, IndexSet};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
+use super::frame_table::{FrameTable, SegmentFrames};
 use super::params::Selection;
 use crate::profiles::model::{BuildIdKind, SegmentData};
 use crate::profiles::store::profile_type;
@@ -41,7 +42,15 @@ pub type Side = usize;
 /// Stacks with their values, per side.
 pub struct Aggregate {
     pub strings: IndexSet<Box<str>, FxBuildHasher>,
-    pub frames: IndexSet<RawFrame, FxBuildHasher>,
+    /// The frames the stacks use (filled by [`Aggregate::finish`]; until
+    /// then stacks hold local numbers of frame-table frames).
+    pub frames: Vec<RawFrame>,
+    /// The frame table's generation the numbers are of.
+    generation: Option<u64>,
+    /// Frame-table frame → local number (`u32::MAX`: not used yet).
+    local_of: Vec<u32>,
+    /// Local number → frame-table frame.
+    table_ids: Vec<u32>,
     /// (profile type, frames leaf first) → value per side.
     pub stacks: IndexMap<(u32, Box<[u32]>), [i64; 2], FxBuildHasher>,
     /// Per profile type: (sample unit, period type, period unit, period).
@@ -63,6 +72,9 @@ pub struct TypeInfo {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AggregateError {
+    /// The frame table started over while the query ran (run it again).
+    #[error("the frame table started over during the query")]
+    GenerationChanged,
     #[error(
         "the selection has more than {MAX_STACKS} distinct stacks; \
          narrow the time range or add a label selector"
@@ -76,7 +88,10 @@ impl Default for Aggregate {
         strings.insert(Box::from(""));
         Self {
             strings,
-            frames: IndexSet::default(),
+            frames: Vec::new(),
+            generation: None,
+            local_of: Vec::new(),
+            table_ids: Vec::new(),
             stacks: IndexMap::default(),
             types: FxHashMap::default(),
             points: FxHashMap::default(),
@@ -98,13 +113,18 @@ impl Aggregate {
         &self.strings[i as usize]
     }
 
-    /// Adds the samples of `data` that `sel` selects to `side`.
+    /// Adds the samples of `data` that `sel` selects to `side`; `frames`
+    /// numbers the segment's frames in the frame table.
     pub fn add_segment(
         &mut self,
         data: &SegmentData,
+        frames: &SegmentFrames,
         sel: &Selection,
         side: Side,
     ) -> Result<(), AggregateError> {
+        if *self.generation.get_or_insert(frames.generation) != frames.generation {
+            return Err(AggregateError::GenerationChanged);
+        }
         // Per series: its profile type (interned), or None when excluded.
         let series_type: Vec<Option<u32>> = data
             .series
@@ -198,22 +218,27 @@ impl Aggregate {
             self.points.entry(ty).or_default()[side] += points as u64;
             *values.entry((sample.stack, ty)).or_default() += value;
         }
-        self.frames
-            .reserve(data.frames.len().saturating_sub(self.frames.len()));
         self.stacks
             .reserve(values.len().saturating_sub(self.stacks.len()));
-        // Renumber the frames of the stacks that have values.
-        let mut frame_ids: Vec<u32> = vec![u32::MAX; data.frames.len()];
-        // Segment string → aggregate string, each interned once.
-        let mut strings: Vec<u32> = vec![u32::MAX; data.strings.len()];
+        // Renumber the frames of the stacks that have values: segment →
+        // frame table (precomputed per segment) → local, by array indexing
+        // only (a hash map here, or renumbering at the end, measured slower).
+        if let Some(&max) = frames.ids.iter().max() {
+            if max as usize >= self.local_of.len() {
+                self.local_of.resize(max as usize + 1, u32::MAX);
+            }
+        }
         let mut stack_buf = Vec::new();
         for ((stack, ty), value) in values {
             stack_buf.clear();
             for &f in &data.stacks[stack as usize] {
-                if frame_ids[f as usize] == u32::MAX {
-                    frame_ids[f as usize] = self.frame(data, &mut strings, f);
+                let table_id = frames.ids[f as usize];
+                let local = &mut self.local_of[table_id as usize];
+                if *local == u32::MAX {
+                    *local = self.table_ids.len() as u32;
+                    self.table_ids.push(table_id);
                 }
-                stack_buf.push(frame_ids[f as usize]);
+                stack_buf.push(*local);
             }
             let key = (ty, stack_buf.as_slice());
             match self.stacks.get_mut(&key as &dyn StackKey) {
@@ -231,29 +256,39 @@ impl Aggregate {
         Ok(())
     }
 
-    fn frame(&mut self, data: &SegmentData, strings: &mut [u32], f: u32) -> u32 {
-        let frame = &data.frames[f as usize];
-        let mapping = &data.mappings[frame.mapping as usize];
-        let mut s = |i: u32| {
-            let slot = &mut strings[i as usize];
-            if *slot == u32::MAX {
-                *slot = self.intern(data.str(i));
-            }
-            *slot
+    /// Copies the frames the stacks use out of the frame table, their
+    /// strings into this aggregate's.
+    pub fn finish(&mut self, table: &FrameTable) -> Result<(), AggregateError> {
+        let t = table.read();
+        if self.generation.is_some_and(|g| g != t.generation) {
+            return Err(AggregateError::GenerationChanged);
+        }
+        let mut strings: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut s = |agg: &mut Self, i: u32| -> u32 {
+            *strings.entry(i).or_insert_with(|| agg.intern(t.str(i)))
         };
-        let raw = RawFrame {
-            kind: s(frame.frame_type),
-            build_id: s(mapping.build_id),
-            build_id_kind: mapping.build_id_kind,
-            module: s(mapping.file),
-            address: frame.address,
-            lines: frame
-                .lines
-                .iter()
-                .map(|l| (s(l.function), s(l.system_name), s(l.file), l.line))
-                .collect(),
-        };
-        self.frames.insert_full(raw).0 as u32
+        let ids = std::mem::take(&mut self.table_ids);
+        self.frames.reserve(ids.len());
+        for &id in &ids {
+            let f = &t.frames[id as usize];
+            let raw = RawFrame {
+                kind: s(self, f.kind),
+                build_id: s(self, f.build_id),
+                build_id_kind: f.build_id_kind,
+                module: s(self, f.module),
+                address: f.address,
+                lines: f
+                    .lines
+                    .iter()
+                    .map(|&(function, system_name, file, line)| {
+                        (s(self, function), s(self, system_name), s(self, file), line)
+                    })
+                    .collect(),
+            };
+            self.frames.push(raw);
+        }
+        self.local_of = Vec::new();
+        Ok(())
     }
 
     /// Keeps only the stacks of one profile type.

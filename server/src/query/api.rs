@@ -325,3 +325,27 @@ async fn trace(
     .map_err(|_| QueryError::Timeout(state.query_limits.timeout))??;
     Ok(Json(out))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn openapi_documents_every_query_route() {
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+        let paths = doc["paths"].as_object().unwrap();
+        // Every route of this module (axum's `{name}` is OpenAPI's too).
+        let source = include_str!("api.rs");
+        let routes: Vec<&str> = source
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(".route(\""))
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        assert_eq!(routes.len(), 8, "{routes:?}");
+        for route in routes {
+            assert!(paths.contains_key(route), "{route} is not in openapi.json");
+            let get = &paths[route]["get"];
+            assert!(get["summary"].is_string(), "{route} has no summary");
+            assert!(get["responses"]["200"].is_object(), "{route}: no 200");
+        }
+    }
+}

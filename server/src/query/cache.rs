@@ -7,10 +7,42 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::frame_table::{FrameTable, SegmentFrames};
 use crate::profiles::model::SegmentData;
 
+/// A decoded segment and, once a query asked, its frames in the frame
+/// table's numbering.
+pub struct Segment {
+    pub data: SegmentData,
+    frames: Mutex<Option<Arc<SegmentFrames>>>,
+}
+
+impl Segment {
+    pub fn new(data: SegmentData) -> Self {
+        Self {
+            data,
+            frames: Mutex::new(None),
+        }
+    }
+
+    /// The segment's frames numbered by `table` (mapped on first use, and
+    /// again after the table started over). CPU work: call it off the
+    /// async workers.
+    pub fn frames(&self, table: &FrameTable) -> Arc<SegmentFrames> {
+        let mut frames = self.frames.lock().expect("segment frames");
+        match &*frames {
+            Some(f) if f.generation == table.generation() => f.clone(),
+            _ => {
+                let mapped = Arc::new(table.map(&self.data));
+                *frames = Some(mapped.clone());
+                mapped
+            }
+        }
+    }
+}
+
 struct Entry {
-    data: Arc<SegmentData>,
+    data: Arc<Segment>,
     bytes: u64,
     last_used: AtomicU64,
 }
@@ -30,7 +62,7 @@ impl SegmentCache {
         }
     }
 
-    pub fn get(&self, sha256: &str) -> Option<Arc<SegmentData>> {
+    pub fn get(&self, sha256: &str) -> Option<Arc<Segment>> {
         let entries = self.entries.lock().expect("segment cache");
         let e = entries.get(sha256)?;
         e.last_used.store(
@@ -40,8 +72,9 @@ impl SegmentCache {
         Some(e.data.clone())
     }
 
-    pub fn insert(&self, sha256: &str, data: Arc<SegmentData>) {
-        let bytes = estimated_bytes(&data);
+    pub fn insert(&self, sha256: &str, data: Arc<Segment>) {
+        // The frame numbering adds 4 bytes per frame.
+        let bytes = estimated_bytes(&data.data) + data.data.frames.len() as u64 * 4;
         if bytes > self.budget {
             return;
         }

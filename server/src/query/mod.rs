@@ -13,6 +13,7 @@
 pub mod aggregate;
 pub mod api;
 mod cache;
+mod frame_table;
 pub mod frames;
 mod names;
 pub mod params;
@@ -31,13 +32,13 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::app::AppState;
 use crate::federation::Forwarding;
-use crate::profiles::model::SegmentData;
 use crate::store::model::{SegmentRef, SeriesQuery};
 use aggregate::Aggregate;
 use frames::Resolved;
 use params::Selection;
 
-pub use cache::SegmentCache;
+pub use cache::{Segment, SegmentCache};
+pub use frame_table::FrameTable;
 pub use names::NameCache;
 
 /// The CPU profile type agents send; chosen when a selection has several
@@ -71,6 +72,9 @@ pub enum QueryError {
     Timeout(Duration),
     #[error("{0}")]
     Internal(String),
+    /// Run the aggregation again (the frame table started over).
+    #[error("the query was interrupted; retry it")]
+    Retry,
 }
 
 impl From<QueryError> for crate::error::ApiError {
@@ -83,7 +87,7 @@ impl From<QueryError> for crate::error::ApiError {
             QueryError::Timeout(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", e.to_string())
             }
-            QueryError::Internal(_) => Self::internal(e.to_string()),
+            QueryError::Internal(_) | QueryError::Retry => Self::internal(e.to_string()),
         }
     }
 }
@@ -146,25 +150,12 @@ async fn run_unbounded(
         return Err(QueryError::TooLarge { bytes, limit });
     }
     let started = std::time::Instant::now();
-    let mut agg = Aggregate::default();
     let sides: Arc<Vec<Selection>> = Arc::new(sides.to_vec());
-    let mut reads = stream::iter(segments)
-        .map(|s| async move { read(state, &s.sha256).await.map(|d| (s, d)) })
-        .buffered(READ_AHEAD);
-    while let Some((segment, data)) = reads.try_next().await? {
-        let sides = sides.clone();
-        agg = tokio::task::spawn_blocking(move || {
-            for (side, sel) in sides.iter().enumerate() {
-                agg.add_segment(&data, sel, side)?;
-            }
-            agg.segments_read += 1;
-            agg.bytes_read += segment.size as u64;
-            Ok::<_, aggregate::AggregateError>(agg)
-        })
-        .await
-        .map_err(internal)?
-        .map_err(|e| QueryError::BadRequest(e.to_string()))?;
-    }
+    let mut agg = match aggregate(state, &segments, &sides).await {
+        // The frame table started over meanwhile (rare): once more.
+        Err(QueryError::Retry) => aggregate(state, &segments, &sides).await?,
+        other => other?,
+    };
     let profile_type = choose_type(&mut agg, sides[0].profile_type.as_deref())?;
     let aggregated = started.elapsed();
     let resolved = frames::resolve(&mut agg, &state.symbolizer, &state.name_cache, from).await;
@@ -183,6 +174,47 @@ async fn run_unbounded(
         resolved,
         profile_type,
     })
+}
+
+/// Reads the segments (a few ahead) and adds each to the aggregate on the
+/// blocking pool.
+async fn aggregate(
+    state: &AppState,
+    segments: &[SegmentRef],
+    sides: &Arc<Vec<Selection>>,
+) -> Result<Aggregate, QueryError> {
+    let mut agg = Aggregate::default();
+    let owned: Vec<(String, i64)> = segments
+        .iter()
+        .map(|s| (s.sha256.clone(), s.size))
+        .collect();
+    let mut reads = stream::iter(owned)
+        .map(|(sha256, size)| async move { read(state, &sha256).await.map(|d| (size, d)) })
+        .buffered(READ_AHEAD);
+    let aggregate_error = |e: aggregate::AggregateError| match e {
+        aggregate::AggregateError::GenerationChanged => QueryError::Retry,
+        e => QueryError::BadRequest(e.to_string()),
+    };
+    while let Some((size, segment)) = reads.try_next().await? {
+        let (sides, table) = (sides.clone(), state.frame_table.clone());
+        agg = tokio::task::spawn_blocking(move || {
+            let frames = segment.frames(&table);
+            for (side, sel) in sides.iter().enumerate() {
+                agg.add_segment(&segment.data, &frames, sel, side)?;
+            }
+            agg.segments_read += 1;
+            agg.bytes_read += size as u64;
+            Ok::<_, aggregate::AggregateError>(agg)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(aggregate_error)?;
+    }
+    let table = state.frame_table.clone();
+    tokio::task::spawn_blocking(move || agg.finish(&table).map(|()| agg))
+        .await
+        .map_err(internal)?
+        .map_err(aggregate_error)
 }
 
 /// An unknown service is a mistake worth naming (a typo), unlike a known
@@ -231,13 +263,15 @@ async fn segments_of(state: &AppState, sel: &Selection) -> Result<Vec<SegmentRef
     Ok(found)
 }
 
-pub async fn read(state: &AppState, sha256: &str) -> Result<Arc<SegmentData>, QueryError> {
+pub async fn read(state: &AppState, sha256: &str) -> Result<Arc<Segment>, QueryError> {
     if let Some(hit) = state.segment_cache.get(sha256) {
         metrics::counter!("symtrace_segment_cache_total", "result" => "hit").increment(1);
         return Ok(hit);
     }
     metrics::counter!("symtrace_segment_cache_total", "result" => "miss").increment(1);
-    let data = Arc::new(state.profiles.read(sha256).await.map_err(internal)?);
+    let data = Arc::new(Segment::new(
+        state.profiles.read(sha256).await.map_err(internal)?,
+    ));
     state.segment_cache.insert(sha256, data.clone());
     Ok(data)
 }

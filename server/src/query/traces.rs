@@ -48,7 +48,8 @@ pub async fn trace(
     // (span, service, profile type) → row.
     let mut rows: BTreeMap<([u8; 8], String, String), SpanRow> = BTreeMap::new();
     for segment in &segments {
-        let data = read(state, &segment.sha256).await?;
+        let segment = read(state, &segment.sha256).await?;
+        let data = &segment.data;
         for sample in &data.samples {
             let link = &data.links[sample.link as usize];
             if sample.link == 0 || link[..16] != trace_id {
@@ -59,13 +60,13 @@ pub async fn trace(
             let key = (
                 span,
                 data.str(series.service).to_owned(),
-                profile_type(&data, series),
+                profile_type(data, series),
             );
             let row = rows.entry(key).or_default();
             let total = sample.total();
             row.samples += sample.points() as u64;
             row.value += total;
-            if let Some(ns) = cpu_ns(&data, series, total) {
+            if let Some(ns) = cpu_ns(data, series, total) {
                 *row.cpu_ns.get_or_insert(0) += ns;
             }
             if let (Some(&lo), Some(&hi)) = (

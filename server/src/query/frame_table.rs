@@ -1,0 +1,115 @@
+//! One numbering of frames for the whole process. Each segment numbers its
+//! frames on its own; mapping them to a common numbering costs a hash probe
+//! per frame, and a query over an hour of uncompacted exports would pay it
+//! millions of times. So the mapping is done once per segment (and kept
+//! with the decoded segment in the cache), and queries only index arrays.
+//!
+//! The table only grows; past [`MAX_FRAMES`] it starts over with a new
+//! generation, and mappings of an older generation are redone (a query
+//! that sees the generation change mid-way runs again).
+
+use std::sync::{RwLock, RwLockReadGuard};
+
+use indexmap::IndexSet;
+use rustc_hash::FxBuildHasher;
+
+use super::aggregate::RawFrame;
+use crate::profiles::model::SegmentData;
+
+/// Frames kept before the table starts over (~64 bytes each).
+pub const MAX_FRAMES: usize = 4_000_000;
+
+#[derive(Default)]
+pub struct Tables {
+    pub generation: u64,
+    pub strings: IndexSet<Box<str>, FxBuildHasher>,
+    /// Frames whose string fields are indexes into `strings`.
+    pub frames: IndexSet<RawFrame, FxBuildHasher>,
+}
+
+impl Tables {
+    pub fn str(&self, i: u32) -> &str {
+        &self.strings[i as usize]
+    }
+
+    fn intern(&mut self, s: &str) -> u32 {
+        match self.strings.get_index_of(s) {
+            Some(i) => i as u32,
+            None => self.strings.insert_full(Box::from(s)).0 as u32,
+        }
+    }
+}
+
+/// A segment's frames in the table's numbering.
+pub struct SegmentFrames {
+    pub generation: u64,
+    /// Table frame of each segment frame.
+    pub ids: Vec<u32>,
+}
+
+#[derive(Default)]
+pub struct FrameTable {
+    tables: RwLock<Tables>,
+}
+
+impl FrameTable {
+    pub fn read(&self) -> RwLockReadGuard<'_, Tables> {
+        self.tables.read().expect("frame table")
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.read().generation
+    }
+
+    /// Numbers a segment's frames (CPU work; call it off the async
+    /// workers). The write lock is held for the inserts only.
+    pub fn map(&self, data: &SegmentData) -> SegmentFrames {
+        let mut t = self.tables.write().expect("frame table");
+        if t.frames.len() + data.frames.len() > MAX_FRAMES {
+            let generation = t.generation + 1;
+            *t = Tables {
+                generation,
+                ..Tables::default()
+            };
+        }
+        let mut strings: Vec<u32> = vec![u32::MAX; data.strings.len()];
+        let mut s = |t: &mut Tables, i: u32| {
+            let slot = &mut strings[i as usize];
+            if *slot == u32::MAX {
+                *slot = t.intern(data.str(i));
+            }
+            *slot
+        };
+        let ids = data
+            .frames
+            .iter()
+            .map(|frame| {
+                let mapping = &data.mappings[frame.mapping as usize];
+                let raw = RawFrame {
+                    kind: s(&mut t, frame.frame_type),
+                    build_id: s(&mut t, mapping.build_id),
+                    build_id_kind: mapping.build_id_kind,
+                    module: s(&mut t, mapping.file),
+                    address: frame.address,
+                    lines: frame
+                        .lines
+                        .iter()
+                        .map(|l| {
+                            (
+                                s(&mut t, l.function),
+                                s(&mut t, l.system_name),
+                                s(&mut t, l.file),
+                                l.line,
+                            )
+                        })
+                        .collect(),
+                };
+                t.frames.insert_full(raw).0 as u32
+            })
+            .collect();
+        SegmentFrames {
+            generation: t.generation,
+            ids,
+        }
+    }
+}
