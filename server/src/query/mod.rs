@@ -188,17 +188,27 @@ async fn aggregate(
         .iter()
         .map(|s| (s.sha256.clone(), s.size))
         .collect();
+    // Reading, decoding and numbering a segment's frames run ahead (on
+    // the other cores) while the previous segment is aggregated.
     let mut reads = stream::iter(owned)
-        .map(|(sha256, size)| async move { read(state, &sha256).await.map(|d| (size, d)) })
+        .map(|(sha256, size)| async move {
+            let segment = read(state, &sha256).await?;
+            let table = state.frame_table.clone();
+            tokio::task::spawn_blocking(move || {
+                let frames = segment.frames(&table);
+                (size, segment, frames)
+            })
+            .await
+            .map_err(internal)
+        })
         .buffered(READ_AHEAD);
     let aggregate_error = |e: aggregate::AggregateError| match e {
         aggregate::AggregateError::GenerationChanged => QueryError::Retry,
         e => QueryError::BadRequest(e.to_string()),
     };
-    while let Some((size, segment)) = reads.try_next().await? {
-        let (sides, table) = (sides.clone(), state.frame_table.clone());
+    while let Some((size, segment, frames)) = reads.try_next().await? {
+        let sides = sides.clone();
         agg = tokio::task::spawn_blocking(move || {
-            let frames = segment.frames(&table);
             for (side, sel) in sides.iter().enumerate() {
                 agg.add_segment(&segment.data, &frames, sel, side)?;
             }
