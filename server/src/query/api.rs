@@ -233,23 +233,29 @@ async fn flamegraph(
     let mut allowed = SELECTION.to_vec();
     allowed.extend(["max_nodes", "format"]);
     known(&params, &allowed)?;
-    let format = params.get("format").map_or("json", String::as_str);
-    if !["json", "flamebearer", "folded", "pprof", "svg"].contains(&format) {
-        return Err(ApiError::bad_request(format!(
-            "format {format:?} is not one of json, flamebearer, folded, pprof, svg"
-        )));
-    }
-    let max_nodes = params::parse_max_nodes(params.get("max_nodes").map(String::as_str))
-        .map_err(ApiError::bad_request)?;
+    let (format, max_nodes) = output(&params, &["json", "flamebearer", "folded", "pprof", "svg"])?;
     let sel = selection(&params, "", &tenant)?;
     let from = crate::debuginfod::forwarding(&headers, peer);
     let sides = [sel];
     let answer = super::run(&state, &sides, &from).await?;
-    let format = format.to_owned();
     blocking(answer, move |answer| {
         render::flamegraph(answer, &sides, &format, max_nodes)
     })
     .await
+}
+
+/// `format` (one of `formats`, the first is the default) and `max_nodes`.
+fn output(params: &Params, formats: &[&str]) -> Result<(String, usize), ApiError> {
+    let format = params.get("format").map_or(formats[0], String::as_str);
+    if !formats.contains(&format) {
+        return Err(ApiError::bad_request(format!(
+            "format {format:?} is not one of {}",
+            formats.join(", ")
+        )));
+    }
+    let max_nodes = params::parse_max_nodes(params.get("max_nodes").map(String::as_str))
+        .map_err(ApiError::bad_request)?;
+    Ok((format.to_owned(), max_nodes))
 }
 
 /// Rendering is CPU work (a tree of up to millions of nodes): it runs on
@@ -283,14 +289,7 @@ async fn diff(
     allowed.extend(["max_nodes".into(), "format".into()]);
     let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
     known(&params, &allowed)?;
-    let format = params.get("format").map_or("json", String::as_str);
-    if !["json", "svg"].contains(&format) {
-        return Err(ApiError::bad_request(format!(
-            "format {format:?} is not one of json, svg"
-        )));
-    }
-    let max_nodes = params::parse_max_nodes(params.get("max_nodes").map(String::as_str))
-        .map_err(ApiError::bad_request)?;
+    let (format, max_nodes) = output(&params, &["json", "svg"])?;
     let sides = [
         selection(&params, "baseline_", &tenant)?,
         selection(&params, "comparison_", &tenant)?,
@@ -302,7 +301,6 @@ async fn diff(
     }
     let from = crate::debuginfod::forwarding(&headers, peer);
     let answer = super::run(&state, &sides, &from).await?;
-    let format = format.to_owned();
     blocking(answer, move |answer| {
         render::diff(answer, &sides, &format, max_nodes)
     })
