@@ -59,8 +59,11 @@ NODE_DIR=${SYMTRACE_TEST_NODE_DIR:-/opt/symtrace-node}
 if [ ! -d "$NODE_DIR/node_modules/playwright-core" ] || [ ! -d "$NODE_DIR/node_modules/pprof-format" ]; then
   log "installing playwright-core and pprof-format into $NODE_DIR"
   mkdir -p "$NODE_DIR"
+  # playwright-core after 1.49 needs Node >= 20 (Debian 12's own nodejs is 18).
+  pw='playwright-core@^1.49'
+  [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || pw='playwright-core@~1.49.1'
   (cd "$NODE_DIR" && { [ -f package.json ] || npm init -y >/dev/null; } && npm install --silent --no-audit --no-fund \
-    'playwright-core@^1.49' 'pprof-format@^2.1' >&2)
+    "$pw" 'pprof-format@^2.1' >&2)
 fi
 if ! command -v inferno-flamegraph >/dev/null 2>&1; then
   log "installing inferno (a minute on 2 cores)"
