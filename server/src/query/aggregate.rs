@@ -42,15 +42,12 @@ pub type Side = usize;
 /// Stacks with their values, per side.
 pub struct Aggregate {
     pub strings: IndexSet<Box<str>, FxBuildHasher>,
-    /// The frames the stacks use (filled by [`Aggregate::finish`]; until
-    /// then stacks hold local numbers of frame-table frames).
+    /// The frames the stacks use (filled by [`Aggregate::finish`]).
     pub frames: Vec<RawFrame>,
     /// The frame table's generation the numbers are of.
     generation: Option<u64>,
-    /// Frame-table frame → local number (`u32::MAX`: not used yet).
-    local_of: Vec<u32>,
-    /// Local number → frame-table frame.
-    table_ids: Vec<u32>,
+    /// Until [`Aggregate::finish`]: (type, frame-table stack) → values.
+    pending: FxHashMap<(u32, u32), [i64; 2]>,
     /// (profile type, frames leaf first) → value per side.
     pub stacks: IndexMap<(u32, Box<[u32]>), [i64; 2], FxBuildHasher>,
     /// Per profile type: (sample unit, period type, period unit, period).
@@ -90,8 +87,7 @@ impl Default for Aggregate {
             strings,
             frames: Vec::new(),
             generation: None,
-            local_of: Vec::new(),
-            table_ids: Vec::new(),
+            pending: FxHashMap::default(),
             stacks: IndexMap::default(),
             types: FxHashMap::default(),
             points: FxHashMap::default(),
@@ -218,56 +214,52 @@ impl Aggregate {
             self.points.entry(ty).or_default()[side] += points as u64;
             *values.entry((sample.stack, ty)).or_default() += value;
         }
-        self.stacks
-            .reserve(values.len().saturating_sub(self.stacks.len()));
-        // Renumber the frames of the stacks that have values: segment →
-        // frame table (precomputed per segment) → local, by array indexing
-        // only (a hash map here, or renumbering at the end, measured slower).
-        if let Some(&max) = frames.ids.iter().max() {
-            if max as usize >= self.local_of.len() {
-                self.local_of.resize(max as usize + 1, u32::MAX);
-            }
-        }
-        let mut stack_buf = Vec::new();
+        // Stacks in the frame table's numbering (mapped once per segment).
         for ((stack, ty), value) in values {
-            stack_buf.clear();
-            for &f in &data.stacks[stack as usize] {
-                let table_id = frames.ids[f as usize];
-                let local = &mut self.local_of[table_id as usize];
-                if *local == u32::MAX {
-                    *local = self.table_ids.len() as u32;
-                    self.table_ids.push(table_id);
-                }
-                stack_buf.push(*local);
-            }
-            let key = (ty, stack_buf.as_slice());
-            match self.stacks.get_mut(&key as &dyn StackKey) {
+            let key = (ty, frames.stacks[stack as usize]);
+            match self.pending.get_mut(&key) {
                 Some(v) => v[side] += value,
                 None => {
-                    if self.stacks.len() >= MAX_STACKS {
+                    if self.pending.len() >= MAX_STACKS {
                         return Err(AggregateError::TooManyStacks);
                     }
                     let mut v = [0; 2];
                     v[side] = value;
-                    self.stacks.insert((ty, stack_buf.clone().into()), v);
+                    self.pending.insert(key, v);
                 }
             }
         }
         Ok(())
     }
 
-    /// Copies the frames the stacks use out of the frame table, their
-    /// strings into this aggregate's.
+    /// Copies the stacks and the frames they use out of the frame table
+    /// (numbered locally, in order of first use), their strings into this
+    /// aggregate's.
     pub fn finish(&mut self, table: &FrameTable) -> Result<(), AggregateError> {
         let t = table.read();
         if self.generation.is_some_and(|g| g != t.generation) {
             return Err(AggregateError::GenerationChanged);
         }
+        let mut local: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut ids: Vec<u32> = Vec::new();
+        let pending = std::mem::take(&mut self.pending);
+        self.stacks.reserve(pending.len());
+        for ((ty, stack), v) in pending {
+            let frames: Box<[u32]> = t.stacks[stack as usize]
+                .iter()
+                .map(|&id| {
+                    *local.entry(id).or_insert_with(|| {
+                        ids.push(id);
+                        ids.len() as u32 - 1
+                    })
+                })
+                .collect();
+            self.stacks.insert((ty, frames), v);
+        }
         let mut strings: FxHashMap<u32, u32> = FxHashMap::default();
         let mut s = |agg: &mut Self, i: u32| -> u32 {
             *strings.entry(i).or_insert_with(|| agg.intern(t.str(i)))
         };
-        let ids = std::mem::take(&mut self.table_ids);
         self.frames.reserve(ids.len());
         for &id in &ids {
             let f = &t.frames[id as usize];
@@ -287,37 +279,11 @@ impl Aggregate {
             };
             self.frames.push(raw);
         }
-        self.local_of = Vec::new();
         Ok(())
     }
 
     /// Keeps only the stacks of one profile type.
     pub fn retain_type(&mut self, ty: u32) {
         self.stacks.retain(|(t, _), _| *t == ty);
-    }
-}
-
-/// Lets the stack map be probed with a borrowed slice (no allocation per
-/// lookup), the `indexmap::Equivalent` way.
-trait StackKey {
-    fn key(&self) -> (u32, &[u32]);
-}
-
-impl StackKey for (u32, &[u32]) {
-    fn key(&self) -> (u32, &[u32]) {
-        (self.0, self.1)
-    }
-}
-
-impl std::hash::Hash for dyn StackKey + '_ {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.key().hash(state)
-    }
-}
-
-impl indexmap::Equivalent<(u32, Box<[u32]>)> for dyn StackKey + '_ {
-    fn equivalent(&self, key: &(u32, Box<[u32]>)) -> bool {
-        let (t, s) = self.key();
-        t == key.0 && s == &key.1[..]
     }
 }

@@ -25,6 +25,16 @@ impl Segment {
         }
     }
 
+    /// The segment's frames numbered by `table`, if that was done already
+    /// (in the table's current generation).
+    pub fn mapped_frames(&self, table: &FrameTable) -> Option<Arc<SegmentFrames>> {
+        let frames = self.frames.lock().expect("segment frames");
+        frames
+            .as_ref()
+            .filter(|f| f.generation == table.generation())
+            .cloned()
+    }
+
     /// The segment's frames numbered by `table` (mapped on first use, and
     /// again after the table started over). CPU work: call it off the
     /// async workers.
@@ -73,8 +83,8 @@ impl SegmentCache {
     }
 
     pub fn insert(&self, sha256: &str, data: Arc<Segment>) {
-        // The frame numbering adds 4 bytes per frame.
-        let bytes = estimated_bytes(&data.data) + data.data.frames.len() as u64 * 4;
+        // The stack numbering adds 4 bytes per stack.
+        let bytes = estimated_bytes(&data.data) + data.data.stacks.len() as u64 * 4;
         if bytes > self.budget {
             return;
         }

@@ -1,12 +1,13 @@
-//! One numbering of frames for the whole process. Each segment numbers its
-//! frames on its own; mapping them to a common numbering costs a hash probe
-//! per frame, and a query over an hour of uncompacted exports would pay it
-//! millions of times. So the mapping is done once per segment (and kept
-//! with the decoded segment in the cache), and queries only index arrays.
+//! One numbering of frames and stacks for the whole process. Each segment
+//! numbers its frames and stacks on its own; mapping them to a common
+//! numbering costs a hash probe per frame, and a query over an hour of
+//! uncompacted exports would pay it tens of millions of times. So the
+//! mapping is done once per segment (and kept with the decoded segment in
+//! the cache), and a query only adds values per stack number.
 //!
-//! The table only grows; past [`MAX_FRAMES`] it starts over with a new
-//! generation, and mappings of an older generation are redone (a query
-//! that sees the generation change mid-way runs again).
+//! The tables only grow; past [`MAX_FRAMES`] frames or stacks they start
+//! over with a new generation, and mappings of an older generation are
+//! redone (a query that sees the generation change mid-way runs again).
 
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -16,7 +17,7 @@ use rustc_hash::FxBuildHasher;
 use super::aggregate::RawFrame;
 use crate::profiles::model::SegmentData;
 
-/// Frames kept before the table starts over (~64 bytes each).
+/// Frames (~64 bytes each), and stacks, kept before the tables start over.
 pub const MAX_FRAMES: usize = 4_000_000;
 
 #[derive(Default)]
@@ -25,6 +26,8 @@ pub struct Tables {
     pub strings: IndexSet<Box<str>, FxBuildHasher>,
     /// Frames whose string fields are indexes into `strings`.
     pub frames: IndexSet<RawFrame, FxBuildHasher>,
+    /// Stacks of `frames` numbers, leaf first.
+    pub stacks: IndexSet<Box<[u32]>, FxBuildHasher>,
 }
 
 impl Tables {
@@ -40,11 +43,11 @@ impl Tables {
     }
 }
 
-/// A segment's frames in the table's numbering.
+/// A segment's stacks in the tables' numbering.
 pub struct SegmentFrames {
     pub generation: u64,
-    /// Table frame of each segment frame.
-    pub ids: Vec<u32>,
+    /// Table stack of each segment stack.
+    pub stacks: Vec<u32>,
 }
 
 #[derive(Default)]
@@ -65,7 +68,9 @@ impl FrameTable {
     /// workers). The write lock is held for the inserts only.
     pub fn map(&self, data: &SegmentData) -> SegmentFrames {
         let mut t = self.tables.write().expect("frame table");
-        if t.frames.len() + data.frames.len() > MAX_FRAMES {
+        if t.frames.len() + data.frames.len() > MAX_FRAMES
+            || t.stacks.len() + data.stacks.len() > MAX_FRAMES
+        {
             let generation = t.generation + 1;
             *t = Tables {
                 generation,
@@ -80,7 +85,7 @@ impl FrameTable {
             }
             *slot
         };
-        let ids = data
+        let ids: Vec<u32> = data
             .frames
             .iter()
             .map(|frame| {
@@ -107,9 +112,20 @@ impl FrameTable {
                 t.frames.insert_full(raw).0 as u32
             })
             .collect();
+        let stacks = data
+            .stacks
+            .iter()
+            .map(|stack| {
+                let mapped: Box<[u32]> = stack.iter().map(|&f| ids[f as usize]).collect();
+                match t.stacks.get_index_of(&mapped) {
+                    Some(i) => i as u32,
+                    None => t.stacks.insert_full(mapped).0 as u32,
+                }
+            })
+            .collect();
         SegmentFrames {
             generation: t.generation,
-            ids,
+            stacks,
         }
     }
 }

@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::stream::{self, StreamExt};
 
 use crate::app::AppState;
 use crate::federation::Forwarding;
@@ -49,7 +49,7 @@ pub const DEFAULT_TYPE: &str = "samples:count:cpu:nanoseconds";
 pub const NAME_CACHE_ADDRESSES: usize = 4_000_000;
 
 /// Segments read ahead while the previous one is aggregated.
-const READ_AHEAD: usize = 4;
+const READ_AHEAD: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct QueryLimits {
@@ -194,6 +194,9 @@ async fn aggregate(
         .map(|(sha256, size)| async move {
             let segment = read(state, &sha256).await?;
             let table = state.frame_table.clone();
+            if let Some(frames) = segment.mapped_frames(&table) {
+                return Ok((size, segment, frames));
+            }
             tokio::task::spawn_blocking(move || {
                 let frames = segment.frames(&table);
                 (size, segment, frames)
@@ -201,19 +204,24 @@ async fn aggregate(
             .await
             .map_err(internal)
         })
-        .buffered(READ_AHEAD);
+        .buffered(READ_AHEAD)
+        // Segments ready together are aggregated in one trip to the pool.
+        .ready_chunks(READ_AHEAD);
     let aggregate_error = |e: aggregate::AggregateError| match e {
         aggregate::AggregateError::GenerationChanged => QueryError::Retry,
         e => QueryError::BadRequest(e.to_string()),
     };
-    while let Some((size, segment, frames)) = reads.try_next().await? {
+    while let Some(ready) = reads.next().await {
+        let ready = ready.into_iter().collect::<Result<Vec<_>, _>>()?;
         let sides = sides.clone();
         agg = tokio::task::spawn_blocking(move || {
-            for (side, sel) in sides.iter().enumerate() {
-                agg.add_segment(&segment.data, &frames, sel, side)?;
+            for (size, segment, frames) in ready {
+                for (side, sel) in sides.iter().enumerate() {
+                    agg.add_segment(&segment.data, &frames, sel, side)?;
+                }
+                agg.segments_read += 1;
+                agg.bytes_read += size as u64;
             }
-            agg.segments_read += 1;
-            agg.bytes_read += size as u64;
             Ok::<_, aggregate::AggregateError>(agg)
         })
         .await
