@@ -240,7 +240,8 @@ impl Aggregate {
         if self.generation.is_some_and(|g| g != t.generation) {
             return Err(AggregateError::GenerationChanged);
         }
-        let mut local: FxHashMap<u32, u32> = FxHashMap::default();
+        // Table frame → local number (dense: an array beats a hash map here).
+        let mut local: Vec<u32> = vec![u32::MAX; t.frames.len()];
         let mut ids: Vec<u32> = Vec::new();
         let pending = std::mem::take(&mut self.pending);
         self.stacks.reserve(pending.len());
@@ -248,10 +249,12 @@ impl Aggregate {
             let frames: Box<[u32]> = t.stacks[stack as usize]
                 .iter()
                 .map(|&id| {
-                    *local.entry(id).or_insert_with(|| {
+                    let slot = &mut local[id as usize];
+                    if *slot == u32::MAX {
+                        *slot = ids.len() as u32;
                         ids.push(id);
-                        ids.len() as u32 - 1
-                    })
+                    }
+                    *slot
                 })
                 .collect();
             self.stacks.insert((ty, frames), v);
