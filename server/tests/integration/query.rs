@@ -584,6 +584,15 @@ fn web_ui_in_headless_chromium() {
         r["search_stats"].as_str().unwrap().contains("30.00%"),
         "{r}"
     );
+    assert_eq!(
+        r["diff_summary"], "baseline 0 samples · comparison 100 samples",
+        "{r}"
+    );
+    let diff_frames = r["diff_frames"].to_string();
+    assert!(
+        diff_frames.contains("alpha_work") && diff_frames.contains("gamma_inline"),
+        "{r}"
+    );
     assert_eq!(r["spans"].as_array().unwrap().len(), 2, "{r}");
     assert!(
         r["spans"][0].as_str().unwrap().contains(SPAN_A),
@@ -608,6 +617,7 @@ fn web_ui_in_headless_chromium() {
     for shot in [
         "ui-flamegraph-zoomed.png",
         "ui-flamegraph-search.png",
+        "ui-diff.png",
         "ui-trace.png",
         "ui-span.png",
         "ui-svg.png",

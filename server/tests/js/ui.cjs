@@ -1,6 +1,7 @@
 // Drives the web UI in headless Chromium (Debian's chromium, npm's
 // playwright-core): loads a service's flamegraph, zooms a frame, searches
-// a function, opens a trace ID and a span's flamegraph, opens the SVG
+// a function, compares with the previous period, opens a trace ID and a
+// span's flamegraph, opens the SVG
 // export. Prints a JSON report; screenshots go to ARTIFACTS.
 // Usage: node ui.cjs URL SERVICE FUNCTION SEARCH TRACE_ID ARTIFACTS
 "use strict";
@@ -33,7 +34,7 @@ const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
     const frame = page.locator(`.frame[data-name="${fn}"]`).first();
     await frame.waitFor();
     report.summary = await page.textContent("#summary");
-    report.frames = await page.locator(".frame").count();
+    report.frames = await page.locator("#flame .frame").count();
     report.top = await page.locator("#top tbody tr").allTextContents();
     const before = await frame.boundingBox();
     // Hover shows file:line.
@@ -53,6 +54,13 @@ const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
     report.match_names = await page.locator(".frame.match").evaluateAll((els) => els.map((e) => e.dataset.name));
     report.search_stats = await page.textContent("#search-stats");
     await page.screenshot({ path: path.join(artifacts, "ui-flamegraph-search.png"), fullPage: true });
+    // The diff view: the previous period (empty) against this one.
+    await page.click('.tab[data-tab="diff"]');
+    await page.click("#load-diff");
+    await page.waitForFunction(() => document.getElementById("diff-summary").textContent !== "");
+    report.diff_summary = await page.textContent("#diff-summary");
+    report.diff_frames = await page.locator("#diff .frame").evaluateAll((els) => els.map((e) => e.dataset.name));
+    await page.screenshot({ path: path.join(artifacts, "ui-diff.png"), fullPage: true });
     await page.fill("#trace-id", traceId);
     await page.click("#open-trace");
     await page.waitForSelector("#spans tbody tr");
@@ -61,7 +69,7 @@ const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
     await page.locator("#spans a.span-flame").first().click();
     await page.waitForFunction(() => document.getElementById("summary").textContent.startsWith("span"));
     report.span_summary = await page.textContent("#summary");
-    report.span_frames = await page.locator(".frame").evaluateAll((els) => els.map((e) => e.dataset.name));
+    report.span_frames = await page.locator("#flame .frame").evaluateAll((els) => els.map((e) => e.dataset.name));
     await page.screenshot({ path: path.join(artifacts, "ui-span.png"), fullPage: true });
     // The SVG export, opened by the browser itself.
     const svgUrl = await page.getAttribute("#download-svg", "href");
