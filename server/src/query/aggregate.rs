@@ -4,11 +4,12 @@
 //! segments is one row. Work per segment is one pass over its samples plus
 //! one per distinct stack, not per event.
 
-use indexmap::{IndexMap, IndexSet};
+use indexmap::IndexMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use super::frame_table::{FrameTable, SegmentFrames};
 use super::params::Selection;
+use super::strings::Strings;
 use crate::profiles::model::{BuildIdKind, SegmentData};
 use crate::profiles::store::profile_type;
 
@@ -40,8 +41,9 @@ impl RawFrame {
 pub type Side = usize;
 
 /// Stacks with their values, per side.
+#[derive(Default)]
 pub struct Aggregate {
-    pub strings: IndexSet<Box<str>, FxBuildHasher>,
+    pub strings: Strings,
     /// The frames the stacks use (filled by [`Aggregate::finish`]).
     pub frames: Vec<RawFrame>,
     /// The frame table's generation the numbers are of.
@@ -79,34 +81,13 @@ pub enum AggregateError {
     TooManyStacks,
 }
 
-impl Default for Aggregate {
-    fn default() -> Self {
-        let mut strings = IndexSet::default();
-        strings.insert(Box::from(""));
-        Self {
-            strings,
-            frames: Vec::new(),
-            generation: None,
-            pending: FxHashMap::default(),
-            stacks: IndexMap::default(),
-            types: FxHashMap::default(),
-            points: FxHashMap::default(),
-            segments_read: 0,
-            bytes_read: 0,
-        }
-    }
-}
-
 impl Aggregate {
     pub fn intern(&mut self, s: &str) -> u32 {
-        match self.strings.get_index_of(s) {
-            Some(i) => i as u32,
-            None => self.strings.insert_full(Box::from(s)).0 as u32,
-        }
+        self.strings.intern(s)
     }
 
     pub fn str(&self, i: u32) -> &str {
-        &self.strings[i as usize]
+        self.strings.get(i)
     }
 
     /// Adds the samples of `data` that `sel` selects to `side`; `frames`

@@ -15,6 +15,7 @@ use indexmap::IndexSet;
 use rustc_hash::FxBuildHasher;
 
 use super::aggregate::RawFrame;
+use super::strings::Strings;
 use crate::profiles::model::SegmentData;
 
 /// Frames (~64 bytes each), and stacks, kept before the tables start over.
@@ -23,7 +24,7 @@ pub const MAX_FRAMES: usize = 4_000_000;
 #[derive(Default)]
 pub struct Tables {
     pub generation: u64,
-    pub strings: IndexSet<Box<str>, FxBuildHasher>,
+    pub strings: Strings,
     /// Frames whose string fields are indexes into `strings`.
     pub frames: IndexSet<RawFrame, FxBuildHasher>,
     /// Stacks of `frames` numbers, leaf first.
@@ -32,14 +33,7 @@ pub struct Tables {
 
 impl Tables {
     pub fn str(&self, i: u32) -> &str {
-        &self.strings[i as usize]
-    }
-
-    fn intern(&mut self, s: &str) -> u32 {
-        match self.strings.get_index_of(s) {
-            Some(i) => i as u32,
-            None => self.strings.insert_full(Box::from(s)).0 as u32,
-        }
+        self.strings.get(i)
     }
 }
 
@@ -81,7 +75,7 @@ impl FrameTable {
         let mut s = |t: &mut Tables, i: u32| {
             let slot = &mut strings[i as usize];
             if *slot == u32::MAX {
-                *slot = t.intern(data.str(i));
+                *slot = t.strings.intern(data.str(i));
             }
             *slot
         };

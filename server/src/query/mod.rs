@@ -20,6 +20,7 @@ pub mod params;
 mod pprof;
 mod render;
 pub mod selector;
+mod strings;
 mod svg;
 mod traces;
 pub mod tree;
@@ -105,12 +106,23 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The shown profile type's number in the aggregate's strings.
+    fn type_id(&self) -> Option<u32> {
+        self.agg.strings.find(self.profile_type.as_deref()?)
+    }
+
     pub fn type_info(&self) -> aggregate::TypeInfo {
-        self.profile_type
-            .as_deref()
-            .and_then(|t| self.agg.strings.get_index_of(t))
-            .and_then(|i| self.agg.types.get(&(i as u32)))
+        self.type_id()
+            .and_then(|t| self.agg.types.get(&t))
             .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Events of the shown type, per side.
+    pub fn points(&self) -> [u64; 2] {
+        self.type_id()
+            .and_then(|t| self.agg.points.get(&t))
+            .copied()
             .unwrap_or_default()
     }
 }
@@ -319,16 +331,4 @@ fn choose_type(agg: &mut Aggregate, requested: Option<&str>) -> Result<Option<St
         agg.retain_type(chosen);
     }
     Ok(Some(agg.str(chosen).to_owned()))
-}
-
-impl Answer {
-    /// Events of the shown type, per side.
-    pub fn points(&self) -> [u64; 2] {
-        self.profile_type
-            .as_deref()
-            .and_then(|t| self.agg.strings.get_index_of(t))
-            .and_then(|i| self.agg.points.get(&(i as u32)))
-            .copied()
-            .unwrap_or_default()
-    }
 }
