@@ -7,6 +7,7 @@ mod debuginfod;
 mod error;
 mod federation;
 mod ingest;
+mod lru;
 mod metrics;
 mod profiles;
 mod query;

@@ -3,11 +3,10 @@
 //! entry never goes stale; a compacted-away segment just stops being asked
 //! for and ages out.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::frame_table::{FrameTable, SegmentFrames};
+use crate::lru::WeightedLru;
 use crate::profiles::model::SegmentData;
 
 /// A decoded segment and, once a query asked, its frames in the frame
@@ -51,64 +50,25 @@ impl Segment {
     }
 }
 
-struct Entry {
-    data: Arc<Segment>,
-    bytes: u64,
-    last_used: AtomicU64,
-}
-
-pub struct SegmentCache {
-    budget: u64,
-    clock: AtomicU64,
-    entries: Mutex<HashMap<String, Entry>>,
-}
+pub struct SegmentCache(WeightedLru<Arc<Segment>>);
 
 impl SegmentCache {
     pub fn new(budget: u64) -> Self {
-        Self {
-            budget,
-            clock: AtomicU64::new(0),
-            entries: Mutex::new(HashMap::new()),
-        }
+        Self(WeightedLru::new(budget))
     }
 
     pub fn get(&self, sha256: &str) -> Option<Arc<Segment>> {
-        let entries = self.entries.lock().expect("segment cache");
-        let e = entries.get(sha256)?;
-        e.last_used.store(
-            self.clock.fetch_add(1, Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
-        Some(e.data.clone())
+        self.0.get_if(sha256, |_| true)
     }
 
     pub fn insert(&self, sha256: &str, data: Arc<Segment>) {
         // The stack numbering adds 4 bytes per stack.
         let bytes = estimated_bytes(&data.data) + data.data.stacks.len() as u64 * 4;
-        if bytes > self.budget {
+        if bytes > self.0.budget() {
             return;
         }
-        let mut entries = self.entries.lock().expect("segment cache");
-        let mut used: u64 = entries.values().map(|e| e.bytes).sum::<u64>() + bytes;
-        while used > self.budget {
-            let Some(oldest) = entries
-                .iter()
-                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            used -= entries.remove(&oldest).map_or(0, |e| e.bytes);
-        }
-        entries.insert(
-            sha256.to_owned(),
-            Entry {
-                data,
-                bytes,
-                last_used: AtomicU64::new(self.clock.fetch_add(1, Ordering::Relaxed)),
-            },
-        );
-        metrics::gauge!("symtrace_segment_cache_bytes").set(used as f64);
+        let total = self.0.insert(sha256, data, bytes);
+        metrics::gauge!("symtrace_segment_cache_bytes").set(total as f64);
     }
 }
 
