@@ -3,7 +3,12 @@
 //! request belongs to the tenant `default`. Tenants never see each other's
 //! data: every profile query is scoped to the caller's tenant.
 
+use std::net::SocketAddr;
+
 use axum::http::HeaderMap;
+
+use crate::auth::{Auth, Scope};
+use crate::error::ApiError;
 
 pub const HEADER: &str = "x-scope-orgid";
 pub const DEFAULT: &str = "default";
@@ -19,6 +24,13 @@ pub fn from_headers(headers: &HeaderMap) -> Result<String, String> {
             validate(value).map(str::to_owned)
         }
     }
+}
+
+/// A read request's tenant, once it is allowed to read (as every read
+/// endpoint of profiles checks them).
+pub fn reader(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<String, ApiError> {
+    auth.check(headers, peer, Scope::Read)?;
+    from_headers(headers).map_err(ApiError::bad_request)
 }
 
 /// 1–64 characters of `[A-Za-z0-9_.-]`.

@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 use super::model::{BuildIdKind, SegmentData};
 use super::store::profile_type;
 use crate::app::SharedState;
-use crate::auth::Scope;
 use crate::error::ApiError;
 use crate::store::model::{SegmentRef, SeriesQuery};
 use crate::zerocopy::PeerAddr;
@@ -44,8 +43,7 @@ async fn samples(
     headers: HeaderMap,
     Query(q): Query<SamplesQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.check(&headers, peer, Scope::Read)?;
-    let tenant = crate::tenant::from_headers(&headers).map_err(ApiError::bad_request)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     let from = q.from.unwrap_or(0);
     let to = q.to.unwrap_or(i64::MAX);
     if from >= to {

@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use super::params::{self, RawSelection, Selection};
 use super::{render, traces, QueryError};
 use crate::app::SharedState;
-use crate::auth::Scope;
 use crate::error::ApiError;
 use crate::store::model::SeriesQuery;
 use crate::zerocopy::PeerAddr;
@@ -85,16 +84,6 @@ fn selection(params: &Params, prefix: &str, tenant: &str) -> Result<Selection, A
     })
 }
 
-/// Auth and tenant, as every read endpoint does them.
-fn reader(
-    state: &SharedState,
-    headers: &HeaderMap,
-    peer: std::net::SocketAddr,
-) -> Result<String, ApiError> {
-    state.auth.check(headers, peer, Scope::Read)?;
-    crate::tenant::from_headers(headers).map_err(ApiError::bad_request)
-}
-
 const SELECTION: &[&str] = &[
     "service", "type", "from", "to", "selector", "trace_id", "span_id",
 ];
@@ -125,7 +114,7 @@ async fn services(
     headers: HeaderMap,
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = reader(&state, &headers, peer)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     known(&params, &["from", "to"])?;
     let mut by_service: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for row in series(&state, &params, &tenant).await? {
@@ -147,7 +136,7 @@ async fn profile_types(
     headers: HeaderMap,
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = reader(&state, &headers, peer)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     known(&params, &["service", "from", "to"])?;
     let types: BTreeSet<String> = series(&state, &params, &tenant)
         .await?
@@ -189,7 +178,7 @@ async fn labels(
     headers: HeaderMap,
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = reader(&state, &headers, peer)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     known(&params, &["service", "type", "from", "to"])?;
     let labels: Vec<Value> = label_index(&state, &params, &tenant)
         .await?
@@ -212,7 +201,7 @@ async fn label_values(
     Path(name): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = reader(&state, &headers, peer)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     known(&params, &["service", "type", "from", "to"])?;
     let mut index = label_index(&state, &params, &tenant).await?;
     let values = index.remove(&name);
@@ -229,7 +218,7 @@ async fn flamegraph(
     headers: HeaderMap,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let tenant = reader(&state, &headers, peer)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     let mut allowed = SELECTION.to_vec();
     allowed.extend(["max_nodes", "format"]);
     known(&params, &allowed)?;
@@ -279,7 +268,7 @@ async fn diff(
     headers: HeaderMap,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
-    let tenant = reader(&state, &headers, peer)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     let mut allowed: Vec<String> = Vec::new();
     for p in SELECTION {
         allowed.push(p.to_string());
@@ -313,7 +302,7 @@ async fn trace(
     headers: HeaderMap,
     Path(trace_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = reader(&state, &headers, peer)?;
+    let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     let id = params::parse_trace_id(&trace_id).map_err(ApiError::bad_request)?;
     let out = tokio::time::timeout(
         state.query_limits.timeout,
