@@ -67,7 +67,7 @@ impl Zipf {
     }
 }
 
-fn kv(key: &str, value: any_value::Value) -> KeyValue {
+pub fn kv(key: &str, value: any_value::Value) -> KeyValue {
     KeyValue {
         key: key.into(),
         value: Some(AnyValue { value: Some(value) }),

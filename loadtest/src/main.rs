@@ -5,7 +5,6 @@ mod generate;
 mod query;
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -83,45 +82,10 @@ enum Cmd {
     /// at real function addresses of the given ELF files (uploaded first as
     /// their own debug info with --upload), Zipf-distributed stacks, one
     /// export per 10 s window.
-    QuerySeed {
-        #[arg(long, default_value = "http://127.0.0.1:8002")]
-        url: String,
-        #[arg(long, default_value = "loadtest")]
-        tenant: String,
-        #[arg(long, default_value = "bench-svc")]
-        service: String,
-        /// ELF files with GNU build-IDs and symbols (each a distinct build-ID).
-        #[arg(long, required = true, num_args = 1..)]
-        elf: Vec<PathBuf>,
-        /// Distinct stacks.
-        #[arg(long, default_value_t = 50_000)]
-        stacks: usize,
-        /// Samples (timestamps) in all.
-        #[arg(long, default_value_t = 1_000_000)]
-        samples: usize,
-        /// Seconds of profile time covered.
-        #[arg(long, default_value_t = 3600)]
-        seconds: u64,
-        /// How many seconds ago the covered time starts.
-        #[arg(long, default_value_t = 3600)]
-        ago: u64,
-        /// Upload each ELF file as the debuginfo of its build-ID first.
-        #[arg(long)]
-        upload: bool,
-    },
+    QuerySeed(query::SeedArgs),
     /// Times flamegraph queries: one first request (cold after a restart),
     /// then N more; prints latency percentiles, exits non-zero on errors.
-    Query {
-        #[arg(long, default_value = "http://127.0.0.1:8002")]
-        url: String,
-        #[arg(long, default_value = "loadtest")]
-        tenant: String,
-        /// The query string of /api/v1/flamegraph.
-        #[arg(long, default_value = "service=bench-svc&from=now-2h&to=now")]
-        query: String,
-        #[arg(long, default_value_t = 30)]
-        iterations: usize,
-    },
+    Query(query::QueryArgs),
     /// The physical limit on this core: gunzip + prost decoding of the same
     /// payloads, in a loop on the calling thread (pin it with taskset).
     DecodeBaseline {
@@ -410,44 +374,11 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Cmd::QuerySeed {
-            url,
-            tenant,
-            service,
-            elf,
-            stacks,
-            samples,
-            seconds,
-            ago,
-            upload,
-        } => {
-            let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(query::seed(query::SeedArgs {
-                url,
-                tenant,
-                service,
-                elf,
-                stacks,
-                samples,
-                seconds,
-                ago,
-                upload,
-            }))?;
+        Cmd::QuerySeed(args) => {
+            tokio::runtime::Runtime::new()?.block_on(query::seed(args))?;
         }
-        Cmd::Query {
-            url,
-            tenant,
-            query: q,
-            iterations,
-        } => {
-            let rt = tokio::runtime::Runtime::new()?;
-            let ok = rt.block_on(query::query(query::QueryArgs {
-                url,
-                tenant,
-                query: q,
-                iterations,
-            }))?;
-            if !ok {
+        Cmd::Query(args) => {
+            if !tokio::runtime::Runtime::new()?.block_on(query::query(args))? {
                 std::process::exit(1);
             }
         }

@@ -13,23 +13,40 @@ use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use symtrace_proto::collector::ExportProfilesServiceRequest;
-use symtrace_proto::common::{any_value, AnyValue, KeyValue};
+use symtrace_proto::common::{any_value, AnyValue};
 use symtrace_proto::profiles::{
     KeyValueAndUnit, Link, Location, Mapping, Profile, ProfilesDictionary, ResourceProfiles,
     Sample, ScopeProfiles, Stack, ValueType,
 };
 
-use crate::generate::Zipf;
+use crate::generate::{kv, Zipf};
+use any_value::Value::StringValue;
 
+#[derive(clap::Args)]
 pub struct SeedArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8002")]
     pub url: String,
+    #[arg(long, default_value = "loadtest")]
     pub tenant: String,
+    #[arg(long, default_value = "bench-svc")]
     pub service: String,
+    /// ELF files with GNU build-IDs and symbols (each a distinct build-ID).
+    #[arg(long, required = true, num_args = 1..)]
     pub elf: Vec<PathBuf>,
+    /// Distinct stacks.
+    #[arg(long, default_value_t = 50_000)]
     pub stacks: usize,
+    /// Samples (timestamps) in all.
+    #[arg(long, default_value_t = 1_000_000)]
     pub samples: usize,
+    /// Seconds of profile time covered.
+    #[arg(long, default_value_t = 3600)]
     pub seconds: u64,
+    /// How many seconds ago the covered time starts.
+    #[arg(long, default_value_t = 3600)]
     pub ago: u64,
+    /// Upload each ELF file as the debuginfo of its build-ID first.
+    #[arg(long)]
     pub upload: bool,
 }
 
@@ -73,16 +90,6 @@ fn read_binary(path: &PathBuf) -> anyhow::Result<Binary> {
 
 fn hex_of(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.into())),
-        }),
-        ..Default::default()
-    }
 }
 
 /// Stacks (leaf first) of (binary, address): 80% extend a prefix of an
@@ -303,7 +310,10 @@ fn export(
     ExportProfilesServiceRequest {
         resource_profiles: vec![ResourceProfiles {
             resource: Some(symtrace_proto::resource::Resource {
-                attributes: vec![kv("service.name", service), kv("host.name", "bench-host")],
+                attributes: vec![
+                    kv("service.name", StringValue(service.into())),
+                    kv("host.name", StringValue("bench-host".into())),
+                ],
                 ..Default::default()
             }),
             scope_profiles: vec![ScopeProfiles {
@@ -330,11 +340,16 @@ fn export(
     }
 }
 
+#[derive(clap::Args)]
 pub struct QueryArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8002")]
     pub url: String,
+    #[arg(long, default_value = "loadtest")]
     pub tenant: String,
-    /// The query string after `/api/v1/flamegraph?`.
+    /// The query string of /api/v1/flamegraph.
+    #[arg(long, default_value = "service=bench-svc&from=now-2h&to=now")]
     pub query: String,
+    #[arg(long, default_value_t = 30)]
     pub iterations: usize,
 }
 
