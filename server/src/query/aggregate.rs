@@ -4,6 +4,8 @@
 //! segments is one row. Work per segment is one pass over its samples plus
 //! one per distinct stack, not per event.
 
+use std::collections::BTreeSet;
+
 use indexmap::IndexMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
@@ -266,8 +268,15 @@ impl Aggregate {
         Ok(())
     }
 
-    /// Keeps only the stacks of one profile type.
+    /// The profile types the stacks have (before [`Aggregate::finish`]).
+    pub fn pending_types(&self) -> BTreeSet<u32> {
+        self.pending.keys().map(|&(t, _)| t).collect()
+    }
+
+    /// Keeps only the stacks of one profile type (before
+    /// [`Aggregate::finish`], so frames only the others use are neither
+    /// copied nor symbolized).
     pub fn retain_type(&mut self, ty: u32) {
-        self.stacks.retain(|(t, _), _| *t == ty);
+        self.pending.retain(|&(t, _), _| t == ty);
     }
 }

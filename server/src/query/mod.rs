@@ -163,12 +163,11 @@ async fn run_unbounded(
     }
     let started = std::time::Instant::now();
     let sides: Arc<Vec<Selection>> = Arc::new(sides.to_vec());
-    let mut agg = match aggregate(state, &segments, &sides).await {
+    let (mut agg, profile_type) = match aggregate(state, &segments, &sides).await {
         // The frame table started over meanwhile (rare): once more.
         Err(QueryError::Retry) => aggregate(state, &segments, &sides).await?,
         other => other?,
     };
-    let profile_type = choose_type(&mut agg, sides[0].profile_type.as_deref())?;
     let aggregated = started.elapsed();
     let resolved = frames::resolve(&mut agg, &state.symbolizer, &state.name_cache, from).await;
     tracing::debug!(
@@ -189,12 +188,12 @@ async fn run_unbounded(
 }
 
 /// Reads the segments (a few ahead) and adds each to the aggregate on the
-/// blocking pool.
+/// blocking pool; keeps one profile type; copies the frames out.
 async fn aggregate(
     state: &AppState,
     segments: &[SegmentRef],
     sides: &Arc<Vec<Selection>>,
-) -> Result<Aggregate, QueryError> {
+) -> Result<(Aggregate, Option<String>), QueryError> {
     let mut agg = Aggregate::default();
     let owned: Vec<(String, i64)> = segments
         .iter()
@@ -240,11 +239,13 @@ async fn aggregate(
         .map_err(internal)?
         .map_err(aggregate_error)?;
     }
+    let profile_type = choose_type(&mut agg, sides[0].profile_type.as_deref())?;
     let table = state.frame_table.clone();
-    tokio::task::spawn_blocking(move || agg.finish(&table).map(|()| agg))
+    let agg = tokio::task::spawn_blocking(move || agg.finish(&table).map(|()| agg))
         .await
         .map_err(internal)?
-        .map_err(aggregate_error)
+        .map_err(aggregate_error)?;
+    Ok((agg, profile_type))
 }
 
 /// An unknown service is a mistake worth naming (a typo), unlike a known
@@ -312,7 +313,7 @@ fn choose_type(agg: &mut Aggregate, requested: Option<&str>) -> Result<Option<St
     if let Some(t) = requested {
         return Ok(Some(t.to_owned()));
     }
-    let present: BTreeSet<u32> = agg.stacks.keys().map(|(t, _)| *t).collect();
+    let present = agg.pending_types();
     let chosen = match present.len() {
         0 => return Ok(None),
         1 => *present.first().expect("one"),
