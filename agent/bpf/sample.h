@@ -1,0 +1,55 @@
+/* The records the BPF program hands to userspace through the ring buffer.
+ * Mirrored by agent/src/bpf/record.rs (#[repr(C)], size asserted there):
+ * change both together. */
+#ifndef SYMTRACE_SAMPLE_H
+#define SYMTRACE_SAMPLE_H
+
+#define USER_STACK_DEPTH 127   /* the kernel's default perf_event_max_stack */
+#define KERNEL_STACK_DEPTH 64
+
+enum record_kind {
+	RECORD_SAMPLE = 1,
+	RECORD_EXEC = 2,   /* a process called execve: its mappings are new */
+	RECORD_EXIT = 3,   /* a process (its last thread) exited */
+};
+
+/* The thread's trace context at sample time (OTEP 4947 record header:
+ * trace_id, span_id, valid, trace_flags). Zero until the trace-context
+ * reader fills it. */
+struct trace_ctx {
+	__u8 trace_id[16];
+	__u8 span_id[8];
+	__u8 valid;
+	__u8 trace_flags;
+	__u8 _pad[6];
+};
+
+struct cpu_sample {
+	__u32 kind;          /* RECORD_SAMPLE */
+	__u32 cpu;
+	__u32 pid;           /* tgid */
+	__u32 tid;
+	__u64 boot_ns;       /* bpf_ktime_get_boot_ns() */
+	__s32 user_bytes;    /* bpf_get_stack's answer: bytes, or -errno */
+	__s32 kernel_bytes;
+	char comm[16];       /* the thread's name */
+	struct trace_ctx trace;
+	__u64 user[USER_STACK_DEPTH];     /* return addresses, leaf first */
+	__u64 kernel[KERNEL_STACK_DEPTH];
+};
+
+struct process_event_record {
+	__u32 kind;          /* RECORD_EXEC or RECORD_EXIT */
+	__u32 pid;
+};
+
+/* Indices of the per-CPU `counters` array. */
+enum counter {
+	COUNTER_SAMPLES = 0,       /* samples written to the ring buffer */
+	COUNTER_LOST = 1,          /* samples dropped: the ring buffer was full */
+	COUNTER_KERNEL_THREAD = 2, /* samples of kernel threads, not recorded */
+	COUNTER_EVENTS_LOST = 3,   /* exec/exit events dropped: ring buffer full */
+	COUNTER_COUNT = 4,
+};
+
+#endif

@@ -1,0 +1,162 @@
+//! What the agent needs of an executable or library: its GNU build-ID and
+//! its PT_LOAD segments (to turn a file offset into an ELF virtual address).
+//! Read once per file (device + inode) through the sampled process's view of
+//! it — `/proc/PID/map_files/…`, else `/proc/PID/root/PATH` — so files inside
+//! containers and deleted files work.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use object::{Object, ObjectSegment};
+
+use crate::maps::MapEntry;
+
+/// A loaded ELF file.
+#[derive(Debug)]
+pub struct Binary {
+    /// Lowercase hex GNU build-ID; `None` when the file has none.
+    pub build_id: Option<String>,
+    /// PT_LOAD segments: (file offset, file size, virtual address).
+    loads: Vec<(u64, u64, u64)>,
+}
+
+impl Binary {
+    pub fn parse(data: &[u8]) -> Result<Binary, object::Error> {
+        let file = object::File::parse(data)?;
+        let build_id = file.build_id()?.filter(|id| !id.is_empty()).map(hex);
+        let loads = file
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (offset, size, s.address())
+            })
+            .collect();
+        Ok(Binary { build_id, loads })
+    }
+
+    /// The ELF virtual address (what the symbolizer and the debug info
+    /// speak) of the first byte of a mapping of this file at `map_offset`.
+    ///
+    /// The mapping is the PT_LOAD segment whose offset rounds down to
+    /// `map_offset`: the page-aligned start of a mapping can lie in the
+    /// previous segment's file range, and linkers like lld do not keep
+    /// virtual address = file offset, so the segment is chosen by the
+    /// mapping, not by the offset alone.
+    pub fn vaddr_of_mapping(&self, map_offset: u64) -> u64 {
+        let page = page_size();
+        let segment = self
+            .loads
+            .iter()
+            .find(|(off, _, _)| off & !(page - 1) == map_offset)
+            .or_else(|| {
+                self.loads
+                    .iter()
+                    .find(|(off, size, _)| (*off..off + size).contains(&map_offset))
+            });
+        match segment {
+            Some(&(off, _, vaddr)) => (vaddr as i128 - off as i128 + map_offset as i128) as u64,
+            None => map_offset,
+        }
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Binaries by (device, inode); a file that could not be read is cached as
+/// `None` too, so it is not retried for every sample.
+#[derive(Default)]
+pub struct Binaries {
+    by_file: HashMap<(u64, u64), Option<Arc<Binary>>>,
+}
+
+impl Binaries {
+    pub fn get(&mut self, proc_root: &Path, pid: u32, map: &MapEntry) -> Option<Arc<Binary>> {
+        if !map.is_file() {
+            return None;
+        }
+        if let Some(found) = self.by_file.get(&(map.dev, map.inode)) {
+            return found.clone();
+        }
+        let read = read(proc_root, pid, map);
+        if let Err(e) = &read {
+            tracing::debug!(pid, path = %map.path, "cannot read binary: {e}");
+        }
+        let binary = read.ok().map(Arc::new);
+        self.by_file.insert((map.dev, map.inode), binary.clone());
+        binary
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_file.len()
+    }
+
+    /// Forgets every binary: run now and then, so a file replaced under the
+    /// same inode (rare: inodes are reused after deletion) is read again.
+    pub fn clear(&mut self) {
+        self.by_file.clear();
+    }
+}
+
+fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> anyhow::Result<Binary> {
+    let process = proc_root.join(pid.to_string());
+    // map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), which the
+    // agent does not ask for; it is the only way to a deleted file.
+    let via_map_files = process
+        .join("map_files")
+        .join(format!("{:x}-{:x}", map.start, map.end));
+    let via_root = process.join("root").join(map.path.trim_start_matches('/'));
+    let file = std::fs::File::open(&via_map_files).or_else(|_| std::fs::File::open(&via_root))?;
+    // SAFETY: read-only private mapping; a file truncated underneath us
+    // could fault, which is why only headers and notes are touched.
+    let data = unsafe { memmap2::Mmap::map(&file)? };
+    Ok(Binary::parse(&data)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_our_own_build_id_and_translates_offsets() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let binary = Binary::parse(&exe).unwrap();
+        let id = binary
+            .build_id
+            .as_deref()
+            .expect("rustc links with a build-ID");
+        assert!(id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()));
+        // Every segment: its mapping starts at the page holding p_offset,
+        // and p_offset itself lands on p_vaddr.
+        for &(off, _, vaddr) in &binary.loads {
+            let map_offset = off & !(page_size() - 1);
+            let start = binary.vaddr_of_mapping(map_offset);
+            assert_eq!(start + (off - map_offset), vaddr);
+        }
+        assert!(Binary::parse(b"not an elf file").is_err());
+    }
+
+    #[test]
+    fn segments_whose_address_is_not_their_offset() {
+        // lld's layout: text at offset 0x1d570 but address 0x1e570; its
+        // mapping starts at offset 0x1d000, inside the first segment's range.
+        let binary = Binary {
+            build_id: None,
+            loads: vec![(0, 0x1d570, 0), (0x1d570, 0x4eb80, 0x1e570)],
+        };
+        assert_eq!(binary.vaddr_of_mapping(0x1d000), 0x1e000);
+        assert_eq!(binary.vaddr_of_mapping(0), 0);
+    }
+}

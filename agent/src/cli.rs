@@ -1,0 +1,149 @@
+//! Command-line flags (each with a `SYMTRACE_AGENT_…` environment twin).
+
+use std::time::Duration;
+
+use clap::Parser;
+
+/// symtrace-agent: samples the on-CPU stacks of every process on this host
+/// with eBPF (a CPU-clock perf event per CPU, frame-pointer unwinding) and
+/// ships them, unsymbolized with their build-IDs, to a symtrace server (or
+/// any OTLP profiles receiver) over OTLP/gRPC.
+///
+/// Needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (root has them); never
+/// privileged mode. The server symbolizes at query time from the debug info
+/// your CI uploads.
+#[derive(Parser, Debug)]
+#[command(name = "symtrace-agent", version)]
+pub struct Args {
+    /// OTLP/gRPC endpoint of the server (`symtrace-server`'s --grpc-addr).
+    #[arg(
+        long,
+        env = "SYMTRACE_AGENT_SERVER",
+        default_value = "http://127.0.0.1:4317"
+    )]
+    pub server: String,
+
+    /// Tenant, sent as `X-Scope-OrgID` (the server's default tenant when
+    /// unset).
+    #[arg(long, env = "SYMTRACE_AGENT_TENANT")]
+    pub tenant: Option<String>,
+
+    /// Bearer token with upload scope, when the server asks for one.
+    #[arg(long, env = "SYMTRACE_AGENT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Samples per second per CPU. Must be prime (19, 47, 97, …): a
+    /// frequency sharing a factor with periodic work (10/100/1000 Hz timers)
+    /// samples it in lockstep and biases the profile.
+    #[arg(long, env = "SYMTRACE_AGENT_FREQUENCY", default_value_t = 19, value_parser = parse_frequency)]
+    pub frequency: u64,
+
+    /// How often a batch is built and exported.
+    #[arg(long, env = "SYMTRACE_AGENT_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub interval: Duration,
+
+    /// Bound of the batches waiting for the server (oldest dropped first,
+    /// and counted, when the server stays away).
+    #[arg(long, env = "SYMTRACE_AGENT_BUFFER_BYTES", default_value_t = 64 << 20)]
+    pub buffer_bytes: usize,
+
+    /// Size of the BPF ring buffer between the sampler and the agent (a
+    /// power of two, at least 64 KiB); samples that find it full are lost and
+    /// counted.
+    #[arg(long, env = "SYMTRACE_AGENT_RING_BUFFER_BYTES", default_value_t = 8 << 20, value_parser = parse_ring_size)]
+    pub ring_buffer_bytes: u32,
+
+    /// Also record kernel threads (kworker, ksoftirqd, …).
+    #[arg(long, env = "SYMTRACE_AGENT_KERNEL_THREADS")]
+    pub kernel_threads: bool,
+
+    /// host.name of every profile (default: this host's name; in Kubernetes
+    /// set it from spec.nodeName).
+    #[arg(long, env = "SYMTRACE_AGENT_HOST_NAME")]
+    pub host_name: Option<String>,
+
+    /// Print, every interval, samples/s, lost samples, processes tracked,
+    /// delivery, the agent's own CPU and the BPF programs' run time.
+    #[arg(long, env = "SYMTRACE_AGENT_STATS")]
+    pub stats: bool,
+
+    /// Timeout of one export call.
+    #[arg(long, env = "SYMTRACE_AGENT_EXPORT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub export_timeout: Duration,
+
+    /// On SIGINT/SIGTERM, how long to keep trying to deliver what is
+    /// buffered before exiting (what is left is reported as dropped).
+    #[arg(long, env = "SYMTRACE_AGENT_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+pub fn parse_frequency(s: &str) -> Result<u64, String> {
+    let hz: u64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number of Hz"))?;
+    if !(2..=1000).contains(&hz) {
+        return Err(format!("{hz} Hz is outside 2..=1000"));
+    }
+    if !(2..hz)
+        .take_while(|d| d * d <= hz)
+        .all(|d| !hz.is_multiple_of(d))
+    {
+        return Err(format!(
+            "{hz} Hz is not prime: a sampling frequency that shares a factor with periodic \
+             work (10, 100 or 1000 Hz timers, once-a-second jobs) samples it in lockstep and \
+             over- or under-counts it; use a prime such as 19 (the default), 47 or 97"
+        ));
+    }
+    Ok(hz)
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (e.g. 10s, 500ms)"))?;
+    if d.is_zero() {
+        return Err("must be more than zero".to_owned());
+    }
+    Ok(d)
+}
+
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte count"))?;
+    if n < 64 << 10 || !n.is_power_of_two() {
+        return Err(format!("{n} is not a power of two of at least 65536"));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_prime_frequencies() {
+        for hz in [19, 47, 97, 2, 997] {
+            assert_eq!(parse_frequency(&hz.to_string()), Ok(hz));
+        }
+        for hz in ["100", "99", "20", "1", "1009", "0", "x"] {
+            assert!(parse_frequency(hz).is_err(), "{hz}");
+        }
+        assert!(parse_frequency("100").unwrap_err().contains("not prime"));
+    }
+
+    #[test]
+    fn durations_and_ring_sizes() {
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert_eq!(parse_ring_size("65536"), Ok(65536));
+        assert!(parse_ring_size("100000").is_err());
+        assert!(parse_ring_size("4096").is_err());
+    }
+
+    #[test]
+    fn help_is_consistent() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+    }
+}

@@ -1,0 +1,159 @@
+//! The sampler thread: drains the ring buffer every `POLL`, turns records
+//! into samples of the current batch, hands finished batches to the export
+//! queue every interval, follows CPU hotplug, and prints stats.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::batch::{Batch, Observed};
+use crate::export::Queue;
+use crate::kallsyms::KernelSymbols;
+use crate::procs::Processes;
+use crate::record::Record;
+use crate::sampler::Sampler;
+use crate::stats;
+
+/// How often the ring buffer is drained (the BPF side never wakes us).
+const POLL: Duration = Duration::from_millis(100);
+/// How often online CPUs are compared with the ones sampled.
+const CPU_SYNC: Duration = Duration::from_secs(5);
+
+pub struct Collector {
+    pub sampler: Sampler,
+    pub queue: Arc<Queue>,
+    pub interval: Duration,
+    pub frequency: u64,
+    pub host_name: String,
+    pub print_stats: bool,
+}
+
+impl Collector {
+    pub fn run(mut self, stop: &AtomicBool) -> anyhow::Result<()> {
+        let kernel = KernelSymbols::read().unwrap_or_else(|e| {
+            tracing::warn!("cannot read /proc/kallsyms ({e}): kernel frames stay unnamed");
+            KernelSymbols::parse("")
+        });
+        tracing::debug!(symbols = kernel.len(), "kernel symbols read");
+        if kernel.is_empty() {
+            tracing::warn!(
+                "/proc/kallsyms shows no addresses (kernel.kptr_restrict; add CAP_SYSLOG to \
+                 name kernel frames): kernel frames stay unnamed"
+            );
+        }
+        let mut procs = Processes::new(Path::new("/proc"));
+        let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
+        let mut boot_to_unix = boot_to_unix_ns();
+        let mut user = Vec::with_capacity(128);
+        let mut kernel_frames: Vec<(u64, Option<&str>)> = Vec::with_capacity(64);
+        let start = Instant::now();
+        let mut next_flush = start + self.interval;
+        let mut next_cpu_sync = start + CPU_SYNC;
+        let mut last = self.reading();
+        let first = last;
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(POLL);
+            self.sampler.drain(|record| match record {
+                Record::Sample(s) => {
+                    let comm = s.thread_name();
+                    let process = procs.info(s.pid, &comm);
+                    user.clear();
+                    procs.resolve(s.pid, &comm, s.user_stack(), &mut user);
+                    kernel_frames.clear();
+                    for (i, &ret) in s.kernel_stack().iter().enumerate() {
+                        let address = if i == 0 { ret } else { ret.saturating_sub(1) };
+                        kernel_frames.push((address, kernel.name(address)));
+                    }
+                    batch.add(&Observed {
+                        process: &process,
+                        thread_name: &comm,
+                        unix_ns: s.boot_ns.saturating_add_signed(boot_to_unix),
+                        user: &user,
+                        kernel: &kernel_frames,
+                        trace: &s.trace,
+                    });
+                }
+                Record::Exec(pid) | Record::Exit(pid) => procs.forget(pid),
+            });
+            let now = Instant::now();
+            if now >= next_cpu_sync {
+                next_cpu_sync = now + CPU_SYNC;
+                if let Err(e) = self.sampler.sync_cpus() {
+                    tracing::warn!("following CPU hotplug: {e:#}");
+                }
+            }
+            if now >= next_flush {
+                next_flush = now + self.interval;
+                let end = unix_now_ns();
+                let done =
+                    std::mem::replace(&mut batch, Batch::new(end, self.frequency, &self.host_name));
+                self.flush(done, end);
+                boot_to_unix = boot_to_unix_ns();
+                procs.age();
+                if self.print_stats {
+                    let reading = self.reading();
+                    println!("{}", stats::line(&last, &reading, &self.gauges(&procs)));
+                    last = reading;
+                }
+            }
+        }
+        self.sampler.drain(|_| {});
+        self.flush(batch, unix_now_ns());
+        self.queue.close();
+        let end = self.reading();
+        println!(
+            "{}",
+            stats::line(&first, &end, &self.gauges(&procs)).replacen("stats:", "total:", 1)
+        );
+        Ok(())
+    }
+
+    fn flush(&self, batch: Batch, end_ns: u64) {
+        let samples = batch.samples() as u64;
+        if let Some(request) = batch.finish(end_ns) {
+            tracing::debug!(samples, "batch built");
+            self.queue.push(request, samples);
+        }
+    }
+
+    fn reading(&self) -> stats::Reading {
+        let (bpf_time, bpf_runs) = self.sampler.run_time();
+        stats::Reading {
+            at: Instant::now(),
+            counters: self.sampler.counters(),
+            agent_cpu: stats::own_cpu(),
+            bpf_time,
+            bpf_runs,
+        }
+    }
+
+    fn gauges(&self, procs: &Processes) -> stats::Gauges {
+        stats::Gauges {
+            cpus: self.sampler.cpus(),
+            frequency: self.frequency,
+            processes: procs.len(),
+            binaries: procs.binaries(),
+            delivery: self.queue.stats(),
+        }
+    }
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn unix_now_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME) as u64
+}
+
+/// What to add to a `bpf_ktime_get_boot_ns()` time to get a Unix time.
+fn boot_to_unix_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_BOOTTIME)
+}

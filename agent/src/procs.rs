@@ -1,0 +1,342 @@
+//! The processes the agent has seen: who they are (service name, executable,
+//! container) and where their code is (executable mappings → build-ID and
+//! ELF virtual address). Entries are read on a process's first sample and
+//! dropped on exec and exit; the mappings are read again when an address
+//! falls outside them (a new `dlopen`) or when they are older than
+//! `MAPS_MAX_AGE`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::binaries::Binaries;
+use crate::maps::{self, MapEntry};
+
+/// Mappings older than this are read again on the next sample.
+const MAPS_MAX_AGE: Duration = Duration::from_secs(10);
+/// A miss reads the mappings again at most this often per process.
+const MAPS_MISS_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Who a process is: its OTLP resource.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub service_name: String,
+    pub executable_name: String,
+    pub executable_path: Option<String>,
+    pub container_id: Option<String>,
+}
+
+/// A mapping as the profile names it: a file's range in ELF virtual
+/// addresses (the OpenTelemetry eBPF profiler's convention), or a range of
+/// memory that is no file (`[anon]`, `[vdso]`) in runtime addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    pub path: String,
+    pub build_id: Option<String>,
+    pub start: u64,
+    pub limit: u64,
+    pub file_offset: u64,
+}
+
+/// A user frame: its mapping and address (an ELF virtual address when the
+/// mapping is a file).
+pub type UserFrame = (Arc<Mapping>, u64);
+
+struct Process {
+    info: Arc<ProcessInfo>,
+    maps: Vec<MapEntry>,
+    /// Per entry of `maps`, made on first use.
+    mappings: Vec<Option<Arc<Mapping>>>,
+    maps_read: Instant,
+}
+
+pub struct Processes {
+    proc_root: PathBuf,
+    by_pid: HashMap<u32, Process>,
+    binaries: Binaries,
+    unknown: Arc<Mapping>,
+    /// Processes gone before their first sample was read.
+    pub vanished: u64,
+}
+
+impl Processes {
+    pub fn new(proc_root: &Path) -> Self {
+        Self {
+            proc_root: proc_root.to_owned(),
+            by_pid: HashMap::new(),
+            binaries: Binaries::default(),
+            unknown: Arc::new(Mapping {
+                path: "[unknown]".to_owned(),
+                build_id: None,
+                start: 0,
+                limit: u64::MAX,
+                file_offset: 0,
+            }),
+            vanished: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_pid.len()
+    }
+
+    pub fn binaries(&self) -> usize {
+        self.binaries.len()
+    }
+
+    /// exec: new mappings, maybe a new service name.
+    pub fn forget(&mut self, pid: u32) {
+        self.by_pid.remove(&pid);
+    }
+
+    /// Runs at every flush: cached files are read again from time to time.
+    pub fn age(&mut self) {
+        if self.binaries.len() > 4096 {
+            self.binaries.clear();
+        }
+    }
+
+    /// The process `pid` (read now if new); `comm` names it if it is gone.
+    pub fn info(&mut self, pid: u32, comm: &str) -> Arc<ProcessInfo> {
+        self.entry(pid, comm).info.clone()
+    }
+
+    fn entry(&mut self, pid: u32, comm: &str) -> &mut Process {
+        entry(
+            &mut self.by_pid,
+            &self.proc_root,
+            &mut self.vanished,
+            pid,
+            comm,
+        )
+    }
+
+    /// Resolves a user stack (return addresses, leaf first) into `out`.
+    /// Every caller's return address is moved back one byte, into its call
+    /// instruction, so that line and inline lookups name the call site.
+    pub fn resolve(&mut self, pid: u32, comm: &str, stack: &[u64], out: &mut Vec<UserFrame>) {
+        let now = Instant::now();
+        let Processes {
+            proc_root: root,
+            by_pid,
+            binaries,
+            unknown,
+            vanished,
+        } = self;
+        let process = entry(by_pid, root, vanished, pid, comm);
+        if now.duration_since(process.maps_read) > MAPS_MAX_AGE {
+            reread(root, pid, process, now);
+        }
+        for (i, &ret) in stack.iter().enumerate() {
+            let address = if i == 0 { ret } else { ret.saturating_sub(1) };
+            let mut at = maps::find(&process.maps, address);
+            if at.is_none() && now.duration_since(process.maps_read) > MAPS_MISS_INTERVAL {
+                reread(root, pid, process, now);
+                at = maps::find(&process.maps, address);
+            }
+            let frame = match at {
+                Some(i) => {
+                    let mapping = match &process.mappings[i] {
+                        Some(m) => m.clone(),
+                        None => {
+                            let m = Arc::new(mapping_of(binaries, root, pid, &process.maps[i]));
+                            process.mappings[i] = Some(m.clone());
+                            m
+                        }
+                    };
+                    let address = address - process.maps[i].start + mapping.start;
+                    (mapping, address)
+                }
+                None => (unknown.clone(), address),
+            };
+            out.push(frame);
+        }
+    }
+}
+
+fn entry<'a>(
+    by_pid: &'a mut HashMap<u32, Process>,
+    root: &Path,
+    vanished: &mut u64,
+    pid: u32,
+    comm: &str,
+) -> &'a mut Process {
+    by_pid.entry(pid).or_insert_with(|| {
+        let maps = maps::read(root, pid).unwrap_or_else(|_| {
+            *vanished += 1;
+            Vec::new()
+        });
+        Process {
+            info: Arc::new(read_info(root, pid, comm)),
+            mappings: vec![None; maps.len()],
+            maps,
+            maps_read: Instant::now(),
+        }
+    })
+}
+
+fn reread(root: &Path, pid: u32, process: &mut Process, now: Instant) {
+    if let Ok(maps) = maps::read(root, pid) {
+        if maps != process.maps {
+            process.mappings = vec![None; maps.len()];
+            process.maps = maps;
+        }
+    }
+    process.maps_read = now;
+}
+
+fn mapping_of(binaries: &mut Binaries, root: &Path, pid: u32, map: &MapEntry) -> Mapping {
+    let binary = binaries.get(root, pid, map);
+    match binary {
+        Some(b) => {
+            let start = b.vaddr_of_mapping(map.offset);
+            Mapping {
+                path: map.path.clone(),
+                build_id: b.build_id.clone(),
+                start,
+                limit: start + (map.end - map.start),
+                file_offset: map.offset,
+            }
+        }
+        // A file we could not read still has a name; its addresses become
+        // file offsets, which equal virtual addresses for most PIEs.
+        None if map.is_file() => Mapping {
+            path: map.path.clone(),
+            build_id: None,
+            start: map.offset,
+            limit: map.offset + (map.end - map.start),
+            file_offset: map.offset,
+        },
+        None => Mapping {
+            path: if map.path.is_empty() {
+                "[anon]".to_owned()
+            } else {
+                map.path.clone()
+            },
+            build_id: None,
+            start: map.start,
+            limit: map.end,
+            file_offset: 0,
+        },
+    }
+}
+
+fn read_info(root: &Path, pid: u32, comm: &str) -> ProcessInfo {
+    let dir = root.join(pid.to_string());
+    let executable_path = std::fs::read_link(dir.join("exe")).ok().map(|p| {
+        let p = p.to_string_lossy();
+        p.strip_suffix(" (deleted)").unwrap_or(&p).to_owned()
+    });
+    let executable_name = executable_path
+        .as_deref()
+        .and_then(|p| p.rsplit('/').next())
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            std::fs::read_to_string(dir.join("comm"))
+                .ok()
+                .map(|c| c.trim_end().to_owned())
+        })
+        .unwrap_or_else(|| comm.to_owned());
+    let environ = std::fs::read(dir.join("environ")).unwrap_or_default();
+    let service_name = service_from_environ(&environ).unwrap_or_else(|| executable_name.clone());
+    let container_id = std::fs::read_to_string(dir.join("cgroup"))
+        .ok()
+        .and_then(|c| container_id(&c));
+    ProcessInfo {
+        pid,
+        service_name,
+        executable_name,
+        executable_path,
+        container_id,
+    }
+}
+
+/// `OTEL_SERVICE_NAME`, else `service.name` of `OTEL_RESOURCE_ATTRIBUTES`
+/// (as the OpenTelemetry SDKs read them), from a NUL-separated environment.
+fn service_from_environ(environ: &[u8]) -> Option<String> {
+    let var = |name: &str| {
+        environ.split(|&b| b == 0).find_map(|kv| {
+            let kv = std::str::from_utf8(kv).ok()?;
+            kv.strip_prefix(name)?.strip_prefix('=').map(str::to_owned)
+        })
+    };
+    if let Some(name) = var("OTEL_SERVICE_NAME").filter(|n| !n.is_empty()) {
+        return Some(name);
+    }
+    var("OTEL_RESOURCE_ATTRIBUTES")?.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k.trim() == "service.name" && !v.trim().is_empty()).then(|| v.trim().to_owned())
+    })
+}
+
+/// The container ID in a `/proc/PID/cgroup`: a 64-hex path segment, bare
+/// or as `docker-…`, `cri-containerd-…`, `crio-…`, `libpod-…` with `.scope`.
+fn container_id(cgroup: &str) -> Option<String> {
+    cgroup.lines().find_map(|line| {
+        let path = line.splitn(3, ':').nth(2)?;
+        path.rsplit('/').find_map(|segment| {
+            let segment = segment.strip_suffix(".scope").unwrap_or(segment);
+            let id = segment.rsplit('-').next()?;
+            (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_name_from_the_environment() {
+        let env = b"PATH=/bin\0OTEL_SERVICE_NAME=checkout\0HOME=/\0";
+        assert_eq!(service_from_environ(env).as_deref(), Some("checkout"));
+        let env = b"OTEL_RESOURCE_ATTRIBUTES=deployment.environment=prod, service.name=cart\0";
+        assert_eq!(service_from_environ(env).as_deref(), Some("cart"));
+        let env = b"OTEL_SERVICE_NAME=\0OTEL_SERVICE_NAMES=x\0";
+        assert_eq!(service_from_environ(env), None);
+    }
+
+    #[test]
+    fn container_ids_of_common_runtimes() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        for cgroup in [
+            format!("0::/system.slice/docker-{id}.scope\n"),
+            format!("0::/kubepods/burstable/pod1234/{id}\n"),
+            format!("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope\n"),
+            format!("12:cpu:/crio-{id}.scope\n"),
+        ] {
+            assert_eq!(container_id(&cgroup).as_deref(), Some(id), "{cgroup}");
+        }
+        assert_eq!(
+            container_id("0::/user.slice/user-0.slice/session-1.scope\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn resolves_our_own_stack_to_our_build_id() {
+        let mut procs = Processes::new(Path::new("/proc"));
+        let here = resolves_our_own_stack_to_our_build_id as *const () as u64;
+        let pid = std::process::id();
+        let mut out = Vec::new();
+        procs.resolve(pid, "test", &[here, here + 1], &mut out);
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let ours = crate::binaries::Binary::parse(&exe).unwrap().build_id;
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].0.build_id, ours);
+        assert!(out[0]
+            .0
+            .path
+            .ends_with(&procs.info(pid, "test").executable_name));
+        // The caller frame moved back one byte; both within the mapping.
+        assert_eq!(out[1].1, out[0].1);
+        assert!((out[0].0.start..out[0].0.limit).contains(&out[0].1));
+        // An address in no mapping keeps its value, in the unknown mapping.
+        out.clear();
+        procs.resolve(pid, "test", &[8], &mut out);
+        assert_eq!((out[0].0.path.as_str(), out[0].1), ("[unknown]", 8));
+    }
+}

@@ -1,0 +1,149 @@
+//! The ring-buffer records of `bpf/sample.h`, byte for byte.
+
+/// Frames of a user stack (`USER_STACK_DEPTH`).
+pub const USER_STACK_DEPTH: usize = 127;
+/// Frames of a kernel stack (`KERNEL_STACK_DEPTH`).
+pub const KERNEL_STACK_DEPTH: usize = 64;
+
+pub const RECORD_SAMPLE: u32 = 1;
+pub const RECORD_EXEC: u32 = 2;
+pub const RECORD_EXIT: u32 = 3;
+
+/// `enum counter`: indices of the per-CPU `counters` map.
+pub const COUNTER_SAMPLES: u32 = 0;
+pub const COUNTER_LOST: u32 = 1;
+pub const COUNTER_KERNEL_THREAD: u32 = 2;
+pub const COUNTER_EVENTS_LOST: u32 = 3;
+
+/// `struct trace_ctx`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceCtx {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+    pub valid: u8,
+    pub trace_flags: u8,
+    pub _pad: [u8; 6],
+}
+
+/// `struct cpu_sample`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CpuSample {
+    pub kind: u32,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub boot_ns: u64,
+    pub user_bytes: i32,
+    pub kernel_bytes: i32,
+    pub comm: [u8; 16],
+    pub trace: TraceCtx,
+    pub user: [u64; USER_STACK_DEPTH],
+    pub kernel: [u64; KERNEL_STACK_DEPTH],
+}
+
+const _: () = assert!(std::mem::size_of::<TraceCtx>() == 32);
+const _: () = assert!(
+    std::mem::size_of::<CpuSample>()
+        == 16 + 8 + 8 + 16 + 32 + 8 * (USER_STACK_DEPTH + KERNEL_STACK_DEPTH)
+);
+
+/// A record as read from the ring buffer.
+pub enum Record {
+    Sample(Box<CpuSample>),
+    Exec(u32),
+    Exit(u32),
+}
+
+impl Record {
+    /// Reads a record; `None` for a record of an unknown kind or size
+    /// (a BPF object of another version: a bug, counted by the caller).
+    pub fn parse(bytes: &[u8]) -> Option<Record> {
+        let word = |at: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+        };
+        match word(0)? {
+            RECORD_SAMPLE if bytes.len() >= std::mem::size_of::<CpuSample>() => {
+                // SAFETY: CpuSample is plain old data (integers and byte
+                // arrays, every bit pattern valid) and `bytes` holds at
+                // least one; read_unaligned makes no alignment assumption.
+                let sample =
+                    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CpuSample>()) };
+                Some(Record::Sample(Box::new(sample)))
+            }
+            RECORD_EXEC => Some(Record::Exec(word(4)?)),
+            RECORD_EXIT => Some(Record::Exit(word(4)?)),
+            _ => None,
+        }
+    }
+}
+
+impl CpuSample {
+    /// The user stack's return addresses, leaf first (empty when the walk
+    /// failed, e.g. a kernel thread).
+    pub fn user_stack(&self) -> &[u64] {
+        frames(&self.user, self.user_bytes)
+    }
+
+    pub fn kernel_stack(&self) -> &[u64] {
+        frames(&self.kernel, self.kernel_bytes)
+    }
+
+    /// The thread name (`comm`), up to its NUL.
+    pub fn thread_name(&self) -> String {
+        let end = self.comm.iter().position(|&b| b == 0).unwrap_or(16);
+        String::from_utf8_lossy(&self.comm[..end]).into_owned()
+    }
+}
+
+fn frames(all: &[u64], bytes: i32) -> &[u64] {
+    let n = (bytes.max(0) as usize / 8).min(all.len());
+    let frames = &all[..n];
+    // bpf_get_stack pads nothing, but a walk can end on a zero frame.
+    let end = frames.iter().position(|&a| a == 0).unwrap_or(n);
+    &frames[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_sample_and_its_stacks() {
+        let mut s: CpuSample = unsafe { std::mem::zeroed() };
+        s.kind = RECORD_SAMPLE;
+        s.pid = 42;
+        s.tid = 43;
+        s.comm[..4].copy_from_slice(b"work");
+        s.user[..3].copy_from_slice(&[0x1000, 0x2000, 0x3000]);
+        s.user_bytes = 24;
+        s.kernel_bytes = -14; // -EFAULT: sampled in user mode
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&s as *const CpuSample).cast::<u8>(),
+                std::mem::size_of::<CpuSample>(),
+            )
+        };
+        let Some(Record::Sample(parsed)) = Record::parse(bytes) else {
+            panic!("not parsed as a sample")
+        };
+        assert_eq!((parsed.pid, parsed.tid), (42, 43));
+        assert_eq!(parsed.user_stack(), &[0x1000, 0x2000, 0x3000]);
+        assert!(parsed.kernel_stack().is_empty());
+        assert_eq!(parsed.thread_name(), "work");
+        // A truncated sample is not read past its end.
+        assert!(Record::parse(&bytes[..100]).is_none());
+    }
+
+    #[test]
+    fn parses_process_events() {
+        let mut bytes = RECORD_EXEC.to_ne_bytes().to_vec();
+        bytes.extend_from_slice(&7u32.to_ne_bytes());
+        assert!(matches!(Record::parse(&bytes), Some(Record::Exec(7))));
+        bytes[..4].copy_from_slice(&RECORD_EXIT.to_ne_bytes());
+        assert!(matches!(Record::parse(&bytes), Some(Record::Exit(7))));
+        bytes[..4].copy_from_slice(&99u32.to_ne_bytes());
+        assert!(Record::parse(&bytes).is_none());
+    }
+}

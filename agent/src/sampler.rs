@@ -1,0 +1,184 @@
+//! The BPF side, from userspace: loads `bpf/profile.bpf.c` (CO-RE, relocated
+//! against the running kernel's BTF), attaches the sampler to a CPU-clock
+//! perf event on every online CPU (again as CPUs come and go), hooks exec and
+//! exit, and drains the ring buffer.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use anyhow::Context;
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{
+    PerfEvent, PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
+};
+use aya::programs::RawTracePoint;
+use aya::{Btf, Ebpf, EbpfLoader};
+
+use crate::record::{self, Record};
+
+static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
+
+const SAMPLER: &str = "on_cpu_sample";
+const PROGRAMS: [&str; 3] = [SAMPLER, "on_exec", "on_exit"];
+
+/// Counters kept by the BPF program (summed over CPUs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    pub samples: u64,
+    pub lost: u64,
+    pub kernel_thread: u64,
+    pub events_lost: u64,
+}
+
+pub struct Sampler {
+    bpf: Ebpf,
+    records: RingBuf<MapData>,
+    counters: PerCpuArray<MapData, u64>,
+    frequency: u64,
+    attached: BTreeMap<u32, PerfEventLinkId>,
+    /// Keeps the kernel's BPF run-time accounting on while we live.
+    _stats: Option<OwnedFd>,
+    /// Records of an unknown kind (a BPF object of another layout: a bug).
+    pub malformed: u64,
+}
+
+pub struct Options {
+    pub frequency: u64,
+    pub ring_buffer_bytes: u32,
+    pub kernel_threads: bool,
+}
+
+impl Sampler {
+    pub fn load(options: &Options) -> anyhow::Result<Sampler> {
+        let btf = Btf::from_sys_fs()
+            .context("reading the kernel's BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF)")?;
+        let kernel_threads = u32::from(options.kernel_threads);
+        let mut bpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .map_max_entries("records", options.ring_buffer_bytes)
+            .override_global("record_kernel_threads", &kernel_threads, true)
+            .load(BPF_OBJECT)
+            .context("loading the BPF object")?;
+        for name in PROGRAMS {
+            let program = bpf.program_mut(name).expect("program in the object");
+            match program {
+                aya::programs::Program::PerfEvent(p) => p.load(),
+                aya::programs::Program::RawTracePoint(p) => p.load(),
+                _ => unreachable!("{name}: unexpected program type"),
+            }
+            .with_context(|| format!("verifying BPF program {name}"))?;
+        }
+        for (name, tracepoint) in [
+            ("on_exec", "sched_process_exec"),
+            ("on_exit", "sched_process_exit"),
+        ] {
+            let program: &mut RawTracePoint = bpf.program_mut(name).unwrap().try_into()?;
+            program
+                .attach(tracepoint)
+                .with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
+        }
+        let records = RingBuf::try_from(bpf.take_map("records").unwrap())?;
+        let counters = PerCpuArray::try_from(bpf.take_map("counters").unwrap())?;
+        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .map_err(|e| tracing::warn!("BPF run-time statistics unavailable: {e}"))
+            .ok();
+        let mut sampler = Sampler {
+            bpf,
+            records,
+            counters,
+            frequency: options.frequency,
+            attached: BTreeMap::new(),
+            _stats: stats,
+            malformed: 0,
+        };
+        sampler.sync_cpus()?;
+        Ok(sampler)
+    }
+
+    fn perf_program(&mut self) -> &mut PerfEvent {
+        self.bpf
+            .program_mut(SAMPLER)
+            .unwrap()
+            .try_into()
+            .expect("perf_event program")
+    }
+
+    /// Attaches to CPUs that came online and detaches from those that went
+    /// offline (their events are dead; they get new ones if they return).
+    /// Returns the number of CPUs sampled.
+    pub fn sync_cpus(&mut self) -> anyhow::Result<usize> {
+        let online =
+            aya::util::online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
+        let gone: Vec<u32> = self
+            .attached
+            .keys()
+            .filter(|c| !online.contains(c))
+            .copied()
+            .collect();
+        for cpu in gone {
+            let link = self.attached.remove(&cpu).unwrap();
+            let _ = self.perf_program().detach(link);
+            tracing::info!(cpu, "CPU went offline: detached");
+        }
+        let frequency = self.frequency;
+        for cpu in online {
+            if self.attached.contains_key(&cpu) {
+                continue;
+            }
+            let link = self
+                .perf_program()
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(frequency),
+                    false,
+                )
+                .with_context(|| format!("opening the CPU-clock perf event on CPU {cpu}"))?;
+            self.attached.insert(cpu, link);
+        }
+        Ok(self.attached.len())
+    }
+
+    pub fn cpus(&self) -> usize {
+        self.attached.len()
+    }
+
+    /// Hands every record in the ring buffer to `each`.
+    pub fn drain(&mut self, mut each: impl FnMut(Record)) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.records.next() {
+            n += 1;
+            match Record::parse(&item) {
+                Some(r) => each(r),
+                None => self.malformed += 1,
+            }
+        }
+        n
+    }
+
+    pub fn counters(&self) -> Counters {
+        let sum = |i: u32| -> u64 {
+            self.counters
+                .get(&i, 0)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0)
+        };
+        Counters {
+            samples: sum(record::COUNTER_SAMPLES),
+            lost: sum(record::COUNTER_LOST),
+            kernel_thread: sum(record::COUNTER_KERNEL_THREAD),
+            events_lost: sum(record::COUNTER_EVENTS_LOST),
+        }
+    }
+
+    /// Total run time and runs of our BPF programs (kernel accounting).
+    pub fn run_time(&self) -> (Duration, u64) {
+        PROGRAMS
+            .iter()
+            .filter_map(|name| self.bpf.program(name)?.info().ok())
+            .fold((Duration::ZERO, 0), |(t, n), info| {
+                (t + info.run_time(), n + info.run_count())
+            })
+    }
+}

@@ -1,0 +1,120 @@
+//! Self-observation: what the agent costs and what it saw, per interval.
+
+use std::time::{Duration, Instant};
+
+use crate::export::Delivery;
+use crate::sampler::Counters;
+
+/// This process's CPU time (user + system) so far.
+pub fn own_cpu() -> Duration {
+    // SAFETY: getrusage writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// A reading of every counter at one instant.
+#[derive(Clone, Copy)]
+pub struct Reading {
+    pub at: Instant,
+    pub counters: Counters,
+    pub agent_cpu: Duration,
+    pub bpf_time: Duration,
+    pub bpf_runs: u64,
+}
+
+/// What the stats line shows besides the deltas.
+pub struct Gauges {
+    pub cpus: usize,
+    pub frequency: u64,
+    pub processes: usize,
+    pub binaries: usize,
+    pub delivery: Delivery,
+}
+
+/// One line: rates and shares over `[before, now]`, totals since start.
+pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
+    let wall = now.at.duration_since(before.at).as_secs_f64().max(1e-9);
+    let machine = wall * g.cpus.max(1) as f64;
+    let share = |d: Duration| 100.0 * d.as_secs_f64() / machine;
+    let agent = now.agent_cpu.saturating_sub(before.agent_cpu);
+    let bpf = now.bpf_time.saturating_sub(before.bpf_time);
+    let d = &g.delivery;
+    format!(
+        "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
+         kernel-thread samples skipped {kt}, exec/exit events lost {ev} | processes {procs}, binaries {bins} | \
+         delivered {delivered} samples in {batches} batches, buffered {queued} batches \
+         ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
+         agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, BPF {bpf_ms:.1} ms over {runs} runs \
+         = {bpf_pct:.3}%",
+        cpus = g.cpus,
+        hz = g.frequency,
+        rate = (now.counters.samples - before.counters.samples) as f64 / wall,
+        lost = now.counters.lost - before.counters.lost,
+        lost_total = now.counters.lost,
+        kt = now.counters.kernel_thread,
+        ev = now.counters.events_lost,
+        procs = g.processes,
+        bins = g.binaries,
+        delivered = d.delivered_samples,
+        batches = d.delivered_batches,
+        queued = d.queued_batches,
+        queued_bytes = d.queued_bytes,
+        dropped = d.dropped_samples,
+        rejected = d.rejected_samples,
+        failed = d.failed_attempts,
+        agent_ms = agent.as_secs_f64() * 1e3,
+        agent_pct = share(agent),
+        bpf_ms = bpf.as_secs_f64() * 1e3,
+        runs = now.bpf_runs - before.bpf_runs,
+        bpf_pct = share(bpf),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_of_the_whole_machine() {
+        let t0 = Instant::now();
+        let before = Reading {
+            at: t0,
+            counters: Counters::default(),
+            agent_cpu: Duration::from_millis(100),
+            bpf_time: Duration::ZERO,
+            bpf_runs: 0,
+        };
+        let now = Reading {
+            at: t0 + Duration::from_secs(10),
+            counters: Counters {
+                samples: 1940,
+                lost: 2,
+                ..Default::default()
+            },
+            agent_cpu: Duration::from_millis(140),
+            bpf_time: Duration::from_millis(20),
+            bpf_runs: 1940,
+        };
+        let g = Gauges {
+            cpus: 2,
+            frequency: 97,
+            processes: 3,
+            binaries: 5,
+            delivery: Delivery::default(),
+        };
+        let text = line(&before, &now, &g);
+        // 40 ms of 20 CPU-seconds = 0.2%; 20 ms = 0.1%.
+        assert!(text.contains("samples 194.0/s"), "{text}");
+        assert!(
+            text.contains("agent CPU 40.0 ms = 0.200% of machine"),
+            "{text}"
+        );
+        assert!(
+            text.contains("BPF 20.0 ms over 1940 runs = 0.100%"),
+            "{text}"
+        );
+        assert!(text.contains("lost 2 (total 2)"), "{text}");
+    }
+}

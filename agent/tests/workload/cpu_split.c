@@ -1,0 +1,68 @@
+/* Test workload: two threads, each burning a given amount of its own CPU
+ * time (CLOCK_THREAD_CPUTIME_ID, not wall time) in a function of its own,
+ * alpha_work and beta_work; prints the thread CPU times it measured.
+ * Build: clang -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer
+ *        -fno-optimize-sibling-calls -pthread */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static volatile unsigned long sink;
+
+static double thread_cpu_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) static void spin(void)
+{
+	for (int i = 0; i < 100000; i++)
+		sink += i;
+}
+
+__attribute__((noinline)) void alpha_work(double seconds, double *used)
+{
+	double start = thread_cpu_seconds();
+	while (thread_cpu_seconds() - start < seconds)
+		spin();
+	*used = thread_cpu_seconds() - start;
+}
+
+__attribute__((noinline)) void beta_work(double seconds, double *used)
+{
+	double start = thread_cpu_seconds();
+	while (thread_cpu_seconds() - start < seconds)
+		spin();
+	*used = thread_cpu_seconds() - start;
+}
+
+struct job {
+	void (*work)(double, double *);
+	double seconds, used;
+};
+
+static void *run(void *arg)
+{
+	struct job *j = arg;
+	j->work(j->seconds, &j->used);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s ALPHA_CPU_SECONDS BETA_CPU_SECONDS\n", argv[0]);
+		return 2;
+	}
+	struct job jobs[2] = {{alpha_work, atof(argv[1]), 0}, {beta_work, atof(argv[2]), 0}};
+	pthread_t threads[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&threads[i], NULL, run, &jobs[i]);
+	for (int i = 0; i < 2; i++)
+		pthread_join(threads[i], NULL);
+	printf("alpha_work %.6f\nbeta_work %.6f\n", jobs[0].used, jobs[1].used);
+	return 0;
+}
