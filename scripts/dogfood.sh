@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dogfooding: publish our own binaries (this build's symtrace-server and
-# symtrace-upload, frame pointers kept by .cargo/config.toml) with our own
+# symtrace-upload and symtrace-agent, frame pointers kept by .cargo/config.toml) with our own
 # uploader to a throwaway server, through the frame-pointer gate, and fetch
 # the debug info back with elfutils' debuginfod-find.
 #
@@ -8,12 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=${1:-debug}
-if [ "$PROFILE" = release ]; then cargo build --release -q -p symtrace-server -p symtrace-upload; else cargo build -q -p symtrace-server -p symtrace-upload; fi
+if [ "$PROFILE" = release ]; then cargo build --release -q -p symtrace-server -p symtrace-upload -p symtrace-agent; else cargo build -q -p symtrace-server -p symtrace-upload -p symtrace-agent; fi
 BIN=target/$PROFILE
 W=$(mktemp -d /tmp/symtrace-dogfood.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 mkdir -p "$W/publish"
-cp "$BIN/symtrace-server" "$BIN/symtrace-upload" "$W/publish/"
+cp "$BIN/symtrace-server" "$BIN/symtrace-upload" "$BIN/symtrace-agent" "$W/publish/"
 "$BIN/symtrace-server" --http-addr 127.0.0.1:0 --data-dir "$W/data" > "$W/server.log" 2>&1 &
 for _ in $(seq 100); do grep -q "listening on http://" "$W/server.log" 2>/dev/null && break; sleep 0.1; done
 URL=$(grep -o "listening on http://[0-9.:]*" "$W/server.log" | head -1 | sed 's/listening on //')

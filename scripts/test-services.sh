@@ -2,7 +2,8 @@
 # Installs and starts what the test suite needs, on a fresh Debian 12 machine
 # as root: the debuginfod clients (elfutils' debuginfod-find, gdb), binutils
 # gcc, clang and dwz for fixtures, llvm-symbolizer-19 as the symbolizer
-# reference, PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
+# reference, clang-19 + libbpf-dev for the agent's BPF program and capsh
+# for its capability test, PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
 # venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client,
 # chromium + npm's playwright-core for the UI test, npm's pprof-format as the
 # independent pprof reader, and inferno's inferno-flamegraph.
@@ -21,10 +22,13 @@ log() { echo "test-services: $*" >&2; }
 need_apt=()
 for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:binutils gcc:gcc \
             pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++ dwz:dwz \
-            llvm-symbolizer-19:llvm-19 chromium:chromium node:nodejs npm:npm; do
+            llvm-symbolizer-19:llvm-19 chromium:chromium node:nodejs npm:npm \
+            clang-19:clang-19 capsh:libcap2-bin; do
   tool=${pair%%:*}; pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# The agent's BPF program is C compiled by clang-19 against libbpf's headers.
+[ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
 # debuginfod (the server) is what the benchmark compares against.
 command -v debuginfod >/dev/null 2>&1 || need_apt+=(debuginfod)
 if [ ${#need_apt[@]} -gt 0 ]; then

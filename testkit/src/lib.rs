@@ -36,6 +36,16 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+/// Whether something a test needs (root, a kernel feature) is there.
+/// Missing under `CI=true` is a failure, not a skip.
+pub fn require(available: bool, what: &str) -> bool {
+    if !available {
+        assert!(!in_ci(), "{what} is required in CI");
+        eprintln!("SKIP: {what} is not available");
+    }
+    available
+}
+
 /// Whether a tool is on PATH. Missing under `CI=true` is a failure, not a skip.
 pub fn have(tool: &str) -> bool {
     let found = Command::new("sh")
