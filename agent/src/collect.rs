@@ -29,8 +29,17 @@ pub struct Collector {
     pub print_stats: bool,
 }
 
+/// What the collector saw over its whole run, for the final summary.
+pub struct Totals {
+    pub first: stats::Reading,
+    pub last: stats::Reading,
+    /// Gauges at the end; `delivery` is filled in by the caller once the
+    /// export queue has drained.
+    pub gauges: stats::Gauges,
+}
+
 impl Collector {
-    pub fn run(mut self, stop: &AtomicBool) -> anyhow::Result<()> {
+    pub fn run(mut self, stop: &AtomicBool) -> anyhow::Result<Totals> {
         let kernel = KernelSymbols::read().unwrap_or_else(|e| {
             tracing::warn!("cannot read /proc/kallsyms ({e}): kernel frames stay unnamed");
             KernelSymbols::parse("")
@@ -101,12 +110,11 @@ impl Collector {
         self.sampler.drain(|_| {});
         self.flush(batch, unix_now_ns());
         self.queue.close();
-        let end = self.reading();
-        println!(
-            "{}",
-            stats::line(&first, &end, &self.gauges(&procs)).replacen("stats:", "total:", 1)
-        );
-        Ok(())
+        Ok(Totals {
+            first,
+            last: self.reading(),
+            gauges: self.gauges(&procs),
+        })
     }
 
     fn flush(&self, batch: Batch, end_ns: u64) {
@@ -133,6 +141,7 @@ impl Collector {
             cpus: self.sampler.cpus(),
             frequency: self.frequency,
             processes: procs.len(),
+            vanished: procs.vanished,
             binaries: procs.binaries(),
             delivery: self.queue.stats(),
         }

@@ -83,27 +83,23 @@ fn main() -> anyhow::Result<()> {
     })?;
     tracing::info!("stopping: sending what is buffered");
     stop.store(true, Ordering::Relaxed);
-    collecting
+    let mut totals = collecting
         .join()
         .map_err(|_| anyhow::anyhow!("the sampler thread panicked"))??;
     let delivered =
         runtime.block_on(async { tokio::time::timeout(args.shutdown_timeout, exporter).await });
-    let d = queue.stats();
     match delivered {
         Ok(result) => result.context("export task")??,
         Err(_) => tracing::warn!(
             "gave up after {:?}: {} buffered batches not delivered",
             args.shutdown_timeout,
-            d.queued_batches
+            queue.stats().queued_batches
         ),
     }
-    tracing::info!(
-        delivered = d.delivered_samples,
-        dropped = d.dropped_samples,
-        rejected = d.rejected_samples,
-        undelivered_batches = d.queued_batches,
-        "stopped"
-    );
+    totals.gauges.delivery = queue.stats();
+    let total = stats::line(&totals.first, &totals.last, &totals.gauges);
+    println!("{}", total.replacen("stats:", "total:", 1));
+    tracing::info!("stopped");
     Ok(())
 }
 

@@ -50,7 +50,12 @@ struct Process {
     /// Per entry of `maps`, made on first use.
     mappings: Vec<Option<Arc<Mapping>>>,
     maps_read: Instant,
+    last_sample: Instant,
 }
+
+/// An entry without samples for this long is dropped at the next flush
+/// (its exit event may have been lost).
+const IDLE_MAX_AGE: Duration = Duration::from_secs(120);
 
 pub struct Processes {
     proc_root: PathBuf,
@@ -91,8 +96,13 @@ impl Processes {
         self.by_pid.remove(&pid);
     }
 
-    /// Runs at every flush: cached files are read again from time to time.
+    /// Runs at every flush: entries of processes not sampled for a while
+    /// go (their exit event may have been lost), and cached files are read
+    /// again from time to time.
     pub fn age(&mut self) {
+        let now = Instant::now();
+        self.by_pid
+            .retain(|_, p| now.duration_since(p.last_sample) < IDLE_MAX_AGE);
         if self.binaries.len() > 4096 {
             self.binaries.clear();
         }
@@ -126,6 +136,7 @@ impl Processes {
             vanished,
         } = self;
         let process = entry(by_pid, root, vanished, pid, comm);
+        process.last_sample = now;
         if now.duration_since(process.maps_read) > MAPS_MAX_AGE {
             reread(root, pid, process, now);
         }
@@ -173,6 +184,7 @@ fn entry<'a>(
             mappings: vec![None; maps.len()],
             maps,
             maps_read: Instant::now(),
+            last_sample: Instant::now(),
         }
     })
 }

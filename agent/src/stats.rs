@@ -29,6 +29,8 @@ pub struct Gauges {
     pub cpus: usize,
     pub frequency: u64,
     pub processes: usize,
+    /// Processes gone before the agent could read them (short-lived).
+    pub vanished: u64,
     pub binaries: usize,
     pub delivery: Delivery,
 }
@@ -43,7 +45,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     let d = &g.delivery;
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
-         kernel-thread samples skipped {kt}, exec/exit events lost {ev} | processes {procs}, binaries {bins} | \
+         kernel-thread samples skipped {kt}, exec/exit events lost {ev} | processes {procs} ({vanished} gone before read), binaries {bins} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, BPF {bpf_ms:.1} ms over {runs} runs \
@@ -56,6 +58,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         kt = now.counters.kernel_thread,
         ev = now.counters.events_lost,
         procs = g.processes,
+        vanished = g.vanished,
         bins = g.binaries,
         delivered = d.delivered_samples,
         batches = d.delivered_batches,
@@ -101,6 +104,7 @@ mod tests {
             cpus: 2,
             frequency: 97,
             processes: 3,
+            vanished: 0,
             binaries: 5,
             delivery: Delivery::default(),
         };
