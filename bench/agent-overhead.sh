@@ -17,8 +17,8 @@ BIN=$PWD/target/release
 W=$(mktemp -d /tmp/symtrace-agent-bench.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
 NCPU=$(nproc)
-TCK=$(getconf CLK_TCK)
-cpu_ms() { awk -v t="$TCK" '{print ($14 + $15) * 1000 / t}' "/proc/$1/stat"; }
+# On-CPU time in ms at nanosecond resolution (schedstat), not clock ticks.
+cpu_ms() { awk '{print $1 / 1e6}' "/proc/$1/schedstat"; }
 rss_mb() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
 clang-19 -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
@@ -57,4 +57,4 @@ c0=$(cpu_ms "$P"); sleep "$SECS"; c1=$(cpu_ms "$P"); rss=$(rss_mb "$P")
 wait "$P"
 size=$(du -m "$W/perf.data" | cut -f1)
 awk -v c0="$c0" -v c1="$c1" -v n="$NCPU" -v s="$SECS" -v rss="$rss" -v size="$size" 'BEGIN {
-  printf "perf record -F 97 -g -a: perf CPU %.3f%% of the machine | RSS %s MB | %s MB written\n", 100 * (c1 - c0) / 1000 / (n * s), rss, size }'
+  printf "perf record -F 97 -g -a: perf CPU %.4f%% of the machine (%.1f ms) | RSS %s MB | %s MB written\n", 100 * (c1 - c0) / 1000 / (n * s), c1 - c0, rss, size }'
