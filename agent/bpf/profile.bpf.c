@@ -28,11 +28,54 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* Per process (tgid): where `otel_thread_ctx_v1` is relative to the thread
+ * pointer (set by userspace from the executable's symbol and TLS segment). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __s64);
+} thread_ctx_offsets SEC(".maps");
+
 static __always_inline void count(__u32 which)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &which);
 	if (c)
 		*c += 1; /* per-CPU: no other writer */
+}
+
+/* Copies the sampled thread's OTEP 4947 record: thread pointer (fsbase,
+ * CO-RE) + offset → the TLS slot → the record. Anything unreadable leaves
+ * `valid` 0: a garbage pointer costs a failed probe read, nothing more. */
+static __always_inline void read_trace_ctx(struct task_struct *task, __u32 tgid,
+					   struct trace_ctx *out)
+{
+	__s64 *offset = bpf_map_lookup_elem(&thread_ctx_offsets, &tgid);
+	if (!offset)
+		return;
+	__u64 tp = BPF_CORE_READ(task, thread.fsbase);
+	__u64 record = 0;
+	if (!tp || bpf_probe_read_user(&record, sizeof(record), (void *)(tp + *offset))) {
+		count(COUNTER_CTX_UNREADABLE);
+		return;
+	}
+	if (!record)
+		return; /* this thread never published */
+	if (bpf_probe_read_user(out, TRACE_CTX_HEADER, (void *)record)) {
+		count(COUNTER_CTX_UNREADABLE);
+		__builtin_memset(out, 0, TRACE_CTX_HEADER);
+		return;
+	}
+	if (out->valid != 1) {
+		out->valid = 0;
+		return;
+	}
+	__u32 n = out->attrs_size;
+	if (n > TRACE_CTX_ATTRS)
+		n = TRACE_CTX_ATTRS;
+	if (n && bpf_probe_read_user(out->attrs, n, (void *)(record + TRACE_CTX_HEADER)))
+		out->attrs_size = 0;
+	count(COUNTER_CTX_READ);
 }
 
 SEC("perf_event")
@@ -59,6 +102,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	s->boot_ns = bpf_ktime_get_boot_ns();
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 	__builtin_memset(&s->trace, 0, sizeof(s->trace));
+	read_trace_ctx(task, s->pid, &s->trace);
 	s->user_bytes = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	/* Userspace drains on a timer: no wakeup per sample. */

@@ -13,15 +13,21 @@ enum record_kind {
 	RECORD_EXIT = 3,   /* a process (its last thread) exited */
 };
 
-/* The thread's trace context at sample time (OTEP 4947 record header:
- * trace_id, span_id, valid, trace_flags). Zero until the trace-context
- * reader fills it. */
+#define TRACE_CTX_HEADER 28      /* OTEP 4947 record header */
+#define TRACE_CTX_ATTRS 100      /* attribute bytes copied per sample */
+
+/* The thread's trace context at sample time: the OpenTelemetry thread
+ * context record (OTEP 4947) the thread's `otel_thread_ctx_v1` TLS slot
+ * points to, its header and the first TRACE_CTX_ATTRS attribute bytes.
+ * `valid` is 1 only when a record was read and its writer marked it
+ * consistent. */
 struct trace_ctx {
 	__u8 trace_id[16];
 	__u8 span_id[8];
 	__u8 valid;
 	__u8 trace_flags;
-	__u8 _pad[6];
+	__u16 attrs_size;        /* as the writer set it (may exceed the copy) */
+	__u8 attrs[TRACE_CTX_ATTRS];
 };
 
 struct cpu_sample {
@@ -49,7 +55,9 @@ enum counter {
 	COUNTER_LOST = 1,          /* samples dropped: the ring buffer was full */
 	COUNTER_KERNEL_THREAD = 2, /* samples of kernel threads, not recorded */
 	COUNTER_EVENTS_LOST = 3,   /* exec/exit events dropped: ring buffer full */
-	COUNTER_COUNT = 4,
+	COUNTER_CTX_READ = 4,      /* samples with a valid trace context */
+	COUNTER_CTX_UNREADABLE = 5,/* TLS slot or record not readable (garbage) */
+	COUNTER_COUNT = 6,
 };
 
 #endif

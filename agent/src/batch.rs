@@ -62,8 +62,8 @@ pub struct Observed<'a> {
 
 struct ProcessSamples {
     info: Arc<ProcessInfo>,
-    /// (stack, thread attribute, link) → timestamps.
-    samples: HashMap<(i32, i32, i32), Vec<u64>>,
+    /// (stack, attributes, link) → timestamps.
+    samples: HashMap<(i32, Vec<i32>, i32), Vec<u64>>,
 }
 
 pub struct Batch {
@@ -246,18 +246,28 @@ impl Batch {
             }
         };
         self.scratch = stack;
-        let thread = self.attribute("thread.name", s.thread_name);
-        let link = if s.trace.valid == 1 {
-            let (i, new) = self.links.intern((s.trace.trace_id, s.trace.span_id));
-            if new {
-                self.dict.link_table.push(Link {
-                    trace_id: s.trace.trace_id.to_vec(),
-                    span_id: s.trace.span_id.to_vec(),
-                });
+        let mut attributes = vec![self.attribute("thread.name", s.thread_name)];
+        let link = match s.trace.ids() {
+            Some((trace_id, span_id)) => {
+                let (i, new) = self.links.intern((trace_id, span_id));
+                if new {
+                    self.dict.link_table.push(Link {
+                        trace_id: trace_id.to_vec(),
+                        span_id: span_id.to_vec(),
+                    });
+                }
+                // The thread context's attributes, named by the process
+                // context's key map.
+                for (key, value) in s.trace.attributes() {
+                    let name = match s.process.attribute_keys.get(key as usize) {
+                        Some(name) if !name.is_empty() => name.clone(),
+                        _ => format!("thread.context.attribute.{key}"),
+                    };
+                    attributes.push(self.attribute(&name, &value));
+                }
+                i
             }
-            i
-        } else {
-            0
+            None => 0,
         };
         self.processes
             .entry(Arc::as_ptr(s.process) as usize)
@@ -266,7 +276,7 @@ impl Batch {
                 samples: HashMap::new(),
             })
             .samples
-            .entry((stack_index, thread, link))
+            .entry((stack_index, attributes, link))
             .or_default()
             .push(s.unix_ns);
         self.samples += 1;
@@ -293,19 +303,25 @@ impl Batch {
                 let mut samples: Vec<Sample> = p
                     .samples
                     .into_iter()
-                    .map(|((stack_index, thread, link_index), mut timestamps)| {
-                        timestamps.sort_unstable();
-                        Sample {
-                            stack_index,
-                            attribute_indices: vec![thread],
-                            link_index,
-                            values: vec![],
-                            timestamps_unix_nano: timestamps,
-                        }
-                    })
+                    .map(
+                        |((stack_index, attribute_indices, link_index), mut timestamps)| {
+                            timestamps.sort_unstable();
+                            Sample {
+                                stack_index,
+                                attribute_indices,
+                                link_index,
+                                values: vec![],
+                                timestamps_unix_nano: timestamps,
+                            }
+                        },
+                    )
                     .collect();
-                samples.sort_unstable_by_key(|s| {
-                    (s.stack_index, s.attribute_indices[0], s.link_index)
+                samples.sort_unstable_by(|a, b| {
+                    (a.stack_index, &a.attribute_indices, a.link_index).cmp(&(
+                        b.stack_index,
+                        &b.attribute_indices,
+                        b.link_index,
+                    ))
                 });
                 ResourceProfiles {
                     resource: Some(Resource {
@@ -373,6 +389,9 @@ fn resource_attributes(p: &ProcessInfo, host_name: &str) -> Vec<KeyValue> {
     if let Some(id) = &p.container_id {
         attributes.push(kv("container.id", Value::StringValue(id.clone())));
     }
+    for (k, v) in &p.resource {
+        attributes.push(kv(k, Value::StringValue(v.clone())));
+    }
     attributes
 }
 
@@ -387,6 +406,8 @@ mod tests {
             executable_name: "checkout".into(),
             executable_path: Some("/usr/bin/checkout".into()),
             container_id: None,
+            resource: vec![("deployment.environment".into(), "prod".into())],
+            attribute_keys: vec!["http.route".into()],
         })
     }
 
@@ -420,6 +441,8 @@ mod tests {
         trace.valid = 1;
         trace.trace_id = [0xab; 16];
         trace.span_id = [0xcd; 8];
+        trace.attrs[..7].copy_from_slice(b"\x00\x05/cart");
+        trace.attrs_size = 7;
         batch.add(&Observed {
             process: &p,
             thread_name: "worker",
@@ -467,6 +490,9 @@ mod tests {
             d.link_table[linked.link_index as usize].trace_id,
             vec![0xab; 16]
         );
+        let route = &d.attribute_table[linked.attribute_indices[1] as usize];
+        assert_eq!(str_of(route.key_strindex), "http.route");
+        assert!(attrs.contains(&"deployment.environment"));
         // Kernel frame named, user frames raw with the build-ID on the mapping.
         let with_kernel = profile
             .samples

@@ -19,6 +19,9 @@ pub struct Binary {
     pub build_id: Option<String>,
     /// PT_LOAD segments: (file offset, file size, virtual address).
     loads: Vec<(u64, u64, u64)>,
+    /// When this file, as a process's executable, defines the OTEP 4947
+    /// `otel_thread_ctx_v1` slot: its offset from the thread pointer.
+    pub thread_ctx_offset: Option<i64>,
 }
 
 impl Binary {
@@ -32,7 +35,11 @@ impl Binary {
                 (offset, size, s.address())
             })
             .collect();
-        Ok(Binary { build_id, loads })
+        Ok(Binary {
+            build_id,
+            loads,
+            thread_ctx_offset: crate::threadctx::executable_offset(data),
+        })
     }
 
     /// The ELF virtual address (what the symbolizer and the debug info
@@ -155,6 +162,7 @@ mod tests {
         let binary = Binary {
             build_id: None,
             loads: vec![(0, 0x1d570, 0), (0x1d570, 0x4eb80, 0x1e570)],
+            thread_ctx_offset: None,
         };
         assert_eq!(binary.vaddr_of_mapping(0x1d000), 0x1e000);
         assert_eq!(binary.vaddr_of_mapping(0), 0);

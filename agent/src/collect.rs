@@ -85,6 +85,9 @@ impl Collector {
                 }
                 Record::Exec(pid) | Record::Exit(pid) => procs.forget(pid),
             });
+            for (pid, offset) in procs.take_tls_changes() {
+                self.sampler.set_thread_ctx_offset(pid, offset);
+            }
             let now = Instant::now();
             if now >= next_cpu_sync {
                 next_cpu_sync = now + CPU_SYNC;

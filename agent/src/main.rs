@@ -13,6 +13,7 @@ mod procs;
 mod record;
 mod sampler;
 mod stats;
+mod threadctx;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::binaries::Binaries;
 use crate::maps::{self, MapEntry};
+use crate::threadctx;
 
 /// Mappings older than this are read again on the next sample.
 const MAPS_MAX_AGE: Duration = Duration::from_secs(10);
@@ -19,13 +20,17 @@ const MAPS_MAX_AGE: Duration = Duration::from_secs(10);
 const MAPS_MISS_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Who a process is: its OTLP resource.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct ProcessInfo {
     pub pid: u32,
     pub service_name: String,
     pub executable_name: String,
     pub executable_path: Option<String>,
     pub container_id: Option<String>,
+    /// Other resource attributes from the OpenTelemetry process context.
+    pub resource: Vec<(String, String)>,
+    /// Names of the thread-context attribute keys, by key index.
+    pub attribute_keys: Vec<String>,
 }
 
 /// A mapping as the profile names it: a file's range in ELF virtual
@@ -51,6 +56,9 @@ struct Process {
     mappings: Vec<Option<Arc<Mapping>>>,
     maps_read: Instant,
     last_sample: Instant,
+    /// Its executable defines `otel_thread_ctx_v1` (the BPF program reads
+    /// its threads' contexts).
+    publishes_context: bool,
 }
 
 /// An entry without samples for this long is dropped at the next flush
@@ -64,6 +72,9 @@ pub struct Processes {
     unknown: Arc<Mapping>,
     /// Processes gone before their first sample was read.
     pub vanished: u64,
+    /// Trace-context offsets to hand to the BPF program: `Some` for a new
+    /// process that publishes thread contexts, `None` for one that is gone.
+    tls_changes: Vec<(u32, Option<i64>)>,
 }
 
 impl Processes {
@@ -80,7 +91,14 @@ impl Processes {
                 file_offset: 0,
             }),
             vanished: 0,
+            tls_changes: Vec::new(),
         }
+    }
+
+    /// What changed for the BPF program's trace-context offsets since the
+    /// last call.
+    pub fn take_tls_changes(&mut self) -> Vec<(u32, Option<i64>)> {
+        std::mem::take(&mut self.tls_changes)
     }
 
     pub fn len(&self) -> usize {
@@ -93,7 +111,11 @@ impl Processes {
 
     /// exec: new mappings, maybe a new service name.
     pub fn forget(&mut self, pid: u32) {
-        self.by_pid.remove(&pid);
+        if let Some(p) = self.by_pid.remove(&pid) {
+            if p.publishes_context {
+                self.tls_changes.push((pid, None));
+            }
+        }
     }
 
     /// Runs at every flush: entries of processes not sampled for a while
@@ -101,8 +123,14 @@ impl Processes {
     /// again from time to time.
     pub fn age(&mut self) {
         let now = Instant::now();
-        self.by_pid
-            .retain(|_, p| now.duration_since(p.last_sample) < IDLE_MAX_AGE);
+        let changes = &mut self.tls_changes;
+        self.by_pid.retain(|&pid, p| {
+            let keep = now.duration_since(p.last_sample) < IDLE_MAX_AGE;
+            if !keep && p.publishes_context {
+                changes.push((pid, None));
+            }
+            keep
+        });
         if self.binaries.len() > 4096 {
             self.binaries.clear();
         }
@@ -117,6 +145,8 @@ impl Processes {
         entry(
             &mut self.by_pid,
             &self.proc_root,
+            &mut self.binaries,
+            &mut self.tls_changes,
             &mut self.vanished,
             pid,
             comm,
@@ -134,8 +164,9 @@ impl Processes {
             binaries,
             unknown,
             vanished,
+            tls_changes,
         } = self;
-        let process = entry(by_pid, root, vanished, pid, comm);
+        let process = entry(by_pid, root, binaries, tls_changes, vanished, pid, comm);
         process.last_sample = now;
         if now.duration_since(process.maps_read) > MAPS_MAX_AGE {
             reread(root, pid, process, now);
@@ -170,6 +201,8 @@ impl Processes {
 fn entry<'a>(
     by_pid: &'a mut HashMap<u32, Process>,
     root: &Path,
+    binaries: &mut Binaries,
+    tls_changes: &mut Vec<(u32, Option<i64>)>,
     vanished: &mut u64,
     pid: u32,
     comm: &str,
@@ -179,12 +212,27 @@ fn entry<'a>(
             *vanished += 1;
             Vec::new()
         });
+        let info = read_info(root, pid, comm);
+        // The executable's thread-context slot, if it has one.
+        let offset = info.executable_path.as_deref().and_then(|exe| {
+            let map = maps.iter().find(|m| m.path == exe)?;
+            binaries.get(root, pid, map)?.thread_ctx_offset
+        });
+        if let Some(offset) = offset {
+            tracing::debug!(
+                pid,
+                offset,
+                "process publishes OpenTelemetry thread contexts"
+            );
+            tls_changes.push((pid, Some(offset)));
+        }
         Process {
-            info: Arc::new(read_info(root, pid, comm)),
+            info: Arc::new(info),
             mappings: vec![None; maps.len()],
             maps,
             maps_read: Instant::now(),
             last_sample: Instant::now(),
+            publishes_context: offset.is_some(),
         }
     })
 }
@@ -252,8 +300,20 @@ fn read_info(root: &Path, pid: u32, comm: &str) -> ProcessInfo {
                 .map(|c| c.trim_end().to_owned())
         })
         .unwrap_or_else(|| comm.to_owned());
+    let context = threadctx::read_process_context(root, pid).unwrap_or_default();
     let environ = std::fs::read(dir.join("environ")).unwrap_or_default();
-    let service_name = service_from_environ(&environ).unwrap_or_else(|| executable_name.clone());
+    let service_name = context
+        .resource
+        .iter()
+        .find(|(k, v)| k == "service.name" && !v.is_empty())
+        .map(|(_, v)| v.clone())
+        .or_else(|| service_from_environ(&environ))
+        .unwrap_or_else(|| executable_name.clone());
+    let resource = context
+        .resource
+        .into_iter()
+        .filter(|(k, _)| k != "service.name")
+        .collect();
     let container_id = std::fs::read_to_string(dir.join("cgroup"))
         .ok()
         .and_then(|c| container_id(&c));
@@ -263,6 +323,8 @@ fn read_info(root: &Path, pid: u32, comm: &str) -> ProcessInfo {
         executable_name,
         executable_path,
         container_id,
+        resource,
+        attribute_keys: context.attribute_keys,
     }
 }
 

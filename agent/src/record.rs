@@ -14,16 +14,60 @@ pub const COUNTER_SAMPLES: u32 = 0;
 pub const COUNTER_LOST: u32 = 1;
 pub const COUNTER_KERNEL_THREAD: u32 = 2;
 pub const COUNTER_EVENTS_LOST: u32 = 3;
+pub const COUNTER_CTX_READ: u32 = 4;
+pub const COUNTER_CTX_UNREADABLE: u32 = 5;
 
-/// `struct trace_ctx`.
+/// Attribute bytes of a trace context copied per sample (`TRACE_CTX_ATTRS`).
+pub const TRACE_CTX_ATTRS: usize = 100;
+
+/// `struct trace_ctx`: the OTEP 4947 record header and the first attribute
+/// bytes.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceCtx {
     pub trace_id: [u8; 16],
     pub span_id: [u8; 8],
     pub valid: u8,
     pub trace_flags: u8,
-    pub _pad: [u8; 6],
+    pub attrs_size: u16,
+    pub attrs: [u8; TRACE_CTX_ATTRS],
+}
+
+impl Default for TraceCtx {
+    fn default() -> Self {
+        Self {
+            trace_id: [0; 16],
+            span_id: [0; 8],
+            valid: 0,
+            trace_flags: 0,
+            attrs_size: 0,
+            attrs: [0; TRACE_CTX_ATTRS],
+        }
+    }
+}
+
+impl TraceCtx {
+    /// The IDs when a span was active (valid record, non-zero IDs).
+    pub fn ids(&self) -> Option<([u8; 16], [u8; 8])> {
+        (self.valid == 1 && self.trace_id != [0; 16] && self.span_id != [0; 8])
+            .then_some((self.trace_id, self.span_id))
+    }
+
+    /// The attributes copied: `(key index, value)`, complete ones only.
+    pub fn attributes(&self) -> Vec<(u8, String)> {
+        let data = &self.attrs[..(self.attrs_size as usize).min(TRACE_CTX_ATTRS)];
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at + 2 <= data.len() {
+            let (key, len) = (data[at], data[at + 1] as usize);
+            let Some(value) = data.get(at + 2..at + 2 + len) else {
+                break; // cut by the copy limit
+            };
+            out.push((key, String::from_utf8_lossy(value).into_owned()));
+            at += 2 + len;
+        }
+        out
+    }
 }
 
 /// `struct cpu_sample`.
@@ -43,10 +87,10 @@ pub struct CpuSample {
     pub kernel: [u64; KERNEL_STACK_DEPTH],
 }
 
-const _: () = assert!(std::mem::size_of::<TraceCtx>() == 32);
+const _: () = assert!(std::mem::size_of::<TraceCtx>() == 128);
 const _: () = assert!(
     std::mem::size_of::<CpuSample>()
-        == 16 + 8 + 8 + 16 + 32 + 8 * (USER_STACK_DEPTH + KERNEL_STACK_DEPTH)
+        == 16 + 8 + 8 + 16 + 128 + 8 * (USER_STACK_DEPTH + KERNEL_STACK_DEPTH)
 );
 
 /// A record as read from the ring buffer.
@@ -134,6 +178,28 @@ mod tests {
         assert_eq!(parsed.thread_name(), "work");
         // A truncated sample is not read past its end.
         assert!(Record::parse(&bytes[..100]).is_none());
+    }
+
+    #[test]
+    fn trace_context_ids_and_attributes() {
+        let mut t = TraceCtx::default();
+        assert_eq!(t.ids(), None);
+        t.trace_id = [1; 16];
+        t.span_id = [2; 8];
+        assert_eq!(t.ids(), None, "not valid");
+        t.valid = 1;
+        assert_eq!(t.ids(), Some(([1; 16], [2; 8])));
+        let attrs = b"\x00\x03GET\x02\x02eu";
+        t.attrs[..attrs.len()].copy_from_slice(attrs);
+        t.attrs_size = attrs.len() as u16;
+        assert_eq!(t.attributes(), vec![(0, "GET".into()), (2, "eu".into())]);
+        // A pair cut by the copy limit is left out.
+        t.attrs_size = 300;
+        t.attrs[9] = 1;
+        t.attrs[10] = 200;
+        assert_eq!(t.attributes().len(), 2);
+        t.span_id = [0; 8];
+        assert_eq!(t.ids(), None, "zero span ID: no span");
     }
 
     #[test]

@@ -29,12 +29,15 @@ pub struct Counters {
     pub lost: u64,
     pub kernel_thread: u64,
     pub events_lost: u64,
+    pub ctx_read: u64,
+    pub ctx_unreadable: u64,
 }
 
 pub struct Sampler {
     bpf: Ebpf,
     records: RingBuf<MapData>,
     counters: PerCpuArray<MapData, u64>,
+    thread_ctx_offsets: aya::maps::HashMap<MapData, u32, i64>,
     frequency: u64,
     attached: BTreeMap<u32, PerfEventLinkId>,
     /// Keeps the kernel's BPF run-time accounting on while we live.
@@ -80,6 +83,8 @@ impl Sampler {
         }
         let records = RingBuf::try_from(bpf.take_map("records").unwrap())?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").unwrap())?;
+        let thread_ctx_offsets =
+            aya::maps::HashMap::try_from(bpf.take_map("thread_ctx_offsets").unwrap())?;
         let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
             .map_err(|e| tracing::warn!("BPF run-time statistics unavailable: {e}"))
             .ok();
@@ -87,6 +92,7 @@ impl Sampler {
             bpf,
             records,
             counters,
+            thread_ctx_offsets,
             frequency: options.frequency,
             attached: BTreeMap::new(),
             _stats: stats,
@@ -157,6 +163,21 @@ impl Sampler {
         n
     }
 
+    /// Where process `pid`'s threads keep their trace-context pointer
+    /// (relative to the thread pointer), or `None` to stop reading it.
+    pub fn set_thread_ctx_offset(&mut self, pid: u32, offset: Option<i64>) {
+        let result = match offset {
+            Some(off) => self.thread_ctx_offsets.insert(pid, off, 0),
+            None => match self.thread_ctx_offsets.remove(&pid) {
+                Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                other => other,
+            },
+        };
+        if let Err(e) = result {
+            tracing::warn!(pid, "updating the trace-context offsets map: {e}");
+        }
+    }
+
     pub fn counters(&self) -> Counters {
         let sum = |i: u32| -> u64 {
             self.counters
@@ -169,6 +190,8 @@ impl Sampler {
             lost: sum(record::COUNTER_LOST),
             kernel_thread: sum(record::COUNTER_KERNEL_THREAD),
             events_lost: sum(record::COUNTER_EVENTS_LOST),
+            ctx_read: sum(record::COUNTER_CTX_READ),
+            ctx_unreadable: sum(record::COUNTER_CTX_UNREADABLE),
         }
     }
 

@@ -45,7 +45,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     let d = &g.delivery;
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
-         kernel-thread samples skipped {kt}, exec/exit events lost {ev} | processes {procs} ({vanished} gone before read), binaries {bins} | \
+         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, trace contexts read {ctx}, unreadable {bad} | processes {procs} ({vanished} gone before read), binaries {bins} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, BPF {bpf_ms:.1} ms over {runs} runs \
@@ -57,6 +57,8 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         lost_total = now.counters.lost,
         kt = now.counters.kernel_thread,
         ev = now.counters.events_lost,
+        ctx = now.counters.ctx_read,
+        bad = now.counters.ctx_unreadable,
         procs = g.processes,
         vanished = g.vanished,
         bins = g.binaries,
