@@ -52,6 +52,17 @@ impl Collector {
             );
         }
         let mut procs = Processes::new(Path::new("/proc"));
+        let priming = Instant::now();
+        let primed = procs.prime();
+        let publishing = procs.take_tls_changes();
+        tracing::info!(
+            "read {primed} running processes in {:?}; {} publish OpenTelemetry thread contexts",
+            priming.elapsed(),
+            publishing.len()
+        );
+        for (pid, offset) in publishing {
+            self.sampler.set_thread_ctx_offset(pid, offset);
+        }
         let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
         let mut boot_to_unix = boot_to_unix_ns();
         let mut user = Vec::with_capacity(128);

@@ -61,8 +61,8 @@ struct Process {
     publishes_context: bool,
 }
 
-/// An entry without samples for this long is dropped at the next flush
-/// (its exit event may have been lost).
+/// An entry without samples for this long is dropped at the next flush if
+/// its process is gone (its exit event may have been lost).
 const IDLE_MAX_AGE: Duration = Duration::from_secs(120);
 
 pub struct Processes {
@@ -118,14 +118,35 @@ impl Processes {
         }
     }
 
-    /// Runs at every flush: entries of processes not sampled for a while
-    /// go (their exit event may have been lost), and cached files are read
-    /// again from time to time.
+    /// Reads every running process now (at start-up), so that the trace
+    /// contexts of processes that were running before the agent are read
+    /// from their very first sample. Returns how many were read.
+    pub fn prime(&mut self) -> usize {
+        let Ok(dir) = std::fs::read_dir(&self.proc_root) else {
+            return 0;
+        };
+        let pids: Vec<u32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for pid in pids {
+            // Kernel threads have no executable; gone processes neither.
+            if std::fs::read_link(self.proc_root.join(pid.to_string()).join("exe")).is_ok() {
+                self.entry(pid, "");
+            }
+        }
+        self.by_pid.len()
+    }
+
+    /// Runs at every flush: entries of processes that are gone and were not
+    /// sampled for a while go (their exit event may have been lost), and
+    /// cached files are read again from time to time.
     pub fn age(&mut self) {
         let now = Instant::now();
         let changes = &mut self.tls_changes;
+        let root = &self.proc_root;
         self.by_pid.retain(|&pid, p| {
-            let keep = now.duration_since(p.last_sample) < IDLE_MAX_AGE;
+            let keep = now.duration_since(p.last_sample) < IDLE_MAX_AGE
+                || root.join(pid.to_string()).exists();
             if !keep && p.publishes_context {
                 changes.push((pid, None));
             }

@@ -4,124 +4,22 @@
 //! works; a skip there is a failure).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use symtrace_testkit::agent::{bpf_available, number_after, Agent};
 use symtrace_testkit::{self as kit, Backend, Server};
 
+/// The agent's frequency in these tests.
 const HZ: f64 = 97.0;
 
-fn bpf_available() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    kit::require(root, "root (to load BPF programs)")
-        && kit::require(
-            Path::new("/sys/kernel/btf/vmlinux").exists(),
-            "kernel BTF (/sys/kernel/btf/vmlinux)",
-        )
-}
-
-/// A running `symtrace-agent` with its output in files.
-struct Agent {
-    child: Option<Child>,
-    stdout: PathBuf,
-    stderr: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn start(grpc_addr: &str, extra: &[&str]) -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let (stdout, stderr) = (dir.path().join("stdout"), dir.path().join("stderr"));
-        let child = Command::new(env!("CARGO_BIN_EXE_symtrace-agent"))
-            .args(["--server", &format!("http://{grpc_addr}")])
-            .args(["--frequency", "97", "--interval", "1s", "--stats"])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("spawn symtrace-agent");
-        let mut agent = Agent {
-            child: Some(child),
-            stdout,
-            stderr,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !agent.stderr().contains("sampling ") {
-            if let Some(status) = agent.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("agent exited with {status}:\n{}", agent.stderr());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent did not start:\n{}",
-                agent.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        agent
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn stdout(&self) -> String {
-        std::fs::read_to_string(&self.stdout).unwrap_or_default()
-    }
-
-    /// The last line starting with `prefix` (`stats:` or `total:`).
-    fn last_line(&self, prefix: &str) -> Option<String> {
-        self.stdout()
-            .lines()
-            .rev()
-            .find(|l| l.starts_with(prefix))
-            .map(str::to_owned)
-    }
-
-    /// SIGTERM, then wait for the exit (it flushes and reports).
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        // SAFETY: kill has no memory preconditions.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent did not stop:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The number after `label` in a stats line ("dropped 12 samples").
-fn number_after(line: &str, label: &str) -> u64 {
-    let rest = &line[line
-        .find(label)
-        .unwrap_or_else(|| panic!("{label:?} in {line}"))
-        + label.len()..];
-    rest.trim_start()
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap_or_else(|_| panic!("number after {label:?} in {line}"))
+/// This package's agent binary, started against `grpc_addr`.
+fn start_agent(grpc_addr: &str, extra: &[&str]) -> Agent {
+    Agent::start(
+        Path::new(env!("CARGO_BIN_EXE_symtrace-agent")),
+        grpc_addr,
+        extra,
+    )
 }
 
 /// The C workload, built as the issue asks: clang with frame pointers in
@@ -260,7 +158,7 @@ fn flamegraph_shows_the_measured_cpu_split_of_c_and_rust_workloads() {
     }
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&Backend::local(), &[]);
-    let mut agent = Agent::start(&server.grpc_addr, &[]);
+    let mut agent = start_agent(&server.grpc_addr, &[]);
     for (name, bin) in [("c", c_workload(dir.path())), ("rust", rust_workload())] {
         server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
         let service = kit::unique(&format!("split-{name}-"));
@@ -345,8 +243,8 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
 
     // Two agents, two tenants: one with room for the whole outage, one
     // with room for a few batches only.
-    let mut roomy = Agent::start(&server.grpc_addr, &["--tenant", "roomy"]);
-    let mut tight = Agent::start(
+    let mut roomy = start_agent(&server.grpc_addr, &["--tenant", "roomy"]);
+    let mut tight = start_agent(
         &server.grpc_addr,
         &["--tenant", "tight", "--buffer-bytes", "16384"],
     );

@@ -5,7 +5,7 @@
 //! span.
 //!
 //! ```sh
-//! cargo run -p symtrace-context --features tracing --example http_service -- 127.0.0.1:8080
+//! cargo run -p symtrace-context --example http_service -- 127.0.0.1:8080 [SERVICE_NAME]
 //! curl 'http://127.0.0.1:8080/work?alpha_ms=300&beta_ms=100'
 //! curl 'http://127.0.0.1:8080/interleave?ms=200'
 //! ```
@@ -16,7 +16,9 @@
 //! slices, yielding in between, interleaved on one thread.
 //! `GET /noop`: nothing (for latency benchmarks).
 //! Answers JSON with the trace ID, each span's ID and its CPU time.
-//! `SYMTRACE_CONTEXT=off` leaves `TraceContextLayer` out (benchmark baseline).
+//! The service name (in the process context) is the second argument, else
+//! `OTEL_SERVICE_NAME`, else `context-demo`. `SYMTRACE_CONTEXT=off` leaves
+//! `TraceContextLayer` out (benchmark baseline).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -149,7 +151,10 @@ fn main() -> std::io::Result<()> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:8080".into());
-    let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "context-demo".into());
+    let service = std::env::args()
+        .nth(2)
+        .or_else(|| std::env::var("OTEL_SERVICE_NAME").ok())
+        .unwrap_or_else(|| "context-demo".into());
     symtrace_context::process::publish(&[("service.name", &service)], &[])?;
 
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();

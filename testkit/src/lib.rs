@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod agent;
+
 /// The `symtrace-server` binary of this build: `SYMTRACE_SERVER_BIN`, or the
 /// one beside the test executable's `deps/` directory (cargo builds it for
 /// `cargo test --workspace`).
@@ -18,18 +20,28 @@ pub fn server_bin() -> PathBuf {
     if let Ok(bin) = std::env::var("SYMTRACE_SERVER_BIN") {
         return PathBuf::from(bin);
     }
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
-    let bin = dir.join("symtrace-server");
+    workspace_bin("symtrace-server")
+}
+
+/// A binary of this workspace, beside the test executable's `deps/`
+/// directory (cargo builds every binary for `cargo test --workspace`).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let bin = target_dir().join(name);
     assert!(
         bin.exists(),
-        "{} not built: run `cargo build -p symtrace-server` (or `cargo test --workspace`)",
+        "{} not built: run `cargo build -p {name}` (or `cargo test --workspace`)",
         bin.display()
     );
     bin
+}
+
+/// `target/debug` (or the profile's directory) of this test run.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target directory")
+        .to_owned()
 }
 
 fn in_ci() -> bool {

@@ -1,0 +1,410 @@
+//! Trace-context correlation end to end, for real: applications publish
+//! with this crate (Rust, tokio + tracing-opentelemetry) or its C ABI, or
+//! with a hand-written C writer; `symtrace-agent` (started after them)
+//! loads its BPF program, reads each sampled thread's context and exports;
+//! `symtrace-server` answers span flamegraphs and trace views. Root + BTF
+//! (CI runs as root on a VM where BPF works; a skip there is a failure).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use symtrace_testkit::agent::{bpf_available, number_after, Agent};
+use symtrace_testkit::{self as kit, Backend, Server};
+
+const HZ: f64 = 97.0;
+
+/// One BPF test at a time: each starts an agent and CPU-bound workloads,
+/// and on 2 CPUs four at once starve the agents of the CPU they need to
+/// register new processes in time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A short account of a flamegraph for assertion messages.
+fn summary(stacks: &[(String, u64)]) -> String {
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let named = [
+        "alpha_work",
+        "beta_work",
+        "x_work",
+        "y_work",
+        "c_alpha_work",
+        "c_beta_work",
+        "raw_work",
+    ]
+    .iter()
+    .map(|f| format!("{f}={}", count(stacks, f)))
+    .collect::<Vec<_>>()
+    .join(" ");
+    format!("{total} samples, {named}")
+}
+
+fn start_agent(server: &Server) -> Agent {
+    Agent::start(
+        &kit::workspace_bin("symtrace-agent"),
+        &server.grpc_addr,
+        &[],
+    )
+}
+
+/// The example service, on a free port, publishing `service` in its
+/// process context only (no OTEL_SERVICE_NAME in its environment).
+struct Service {
+    child: Child,
+    url: String,
+    bin: PathBuf,
+}
+
+impl Service {
+    fn start(service: &str) -> Service {
+        let bin = kit::target_dir().join("examples/http_service");
+        assert!(
+            bin.exists(),
+            "{} not built (cargo test builds examples)",
+            bin.display()
+        );
+        let mut child = Command::new(&bin)
+            .args(["127.0.0.1:0", service])
+            .env_remove("OTEL_SERVICE_NAME")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("service said {line:?}"))
+            .to_owned();
+        Service { child, url, bin }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let resp = kit::client()
+            .get(format!("{}{path}", self.url))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.json().unwrap()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Samples per function in the folded flamegraph of `query`.
+fn folded(server: &Server, query: &str) -> Vec<(String, u64)> {
+    let resp = server.get(&format!("/api/v1/flamegraph?format=folded&{query}"));
+    if resp.status() != 200 {
+        return vec![];
+    }
+    resp.text()
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (frames, n) = l.rsplit_once(' ').unwrap();
+            (frames.to_owned(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Samples whose stack holds `function` (by name, or `crate::function`).
+fn count(stacks: &[(String, u64)], function: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(frames, _)| {
+            frames
+                .split(';')
+                .any(|f| f == function || f.ends_with(&format!("::{function}")))
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Waits until the span's flamegraph has at least `min` samples.
+fn span_stacks(server: &Server, trace: &str, span: &str, min: u64) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stacks = folded(server, &format!("trace_id={trace}&span_id={span}"));
+        let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+        if total >= min || Instant::now() > deadline {
+            return stacks;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn expected_samples(cpu_ns: f64) -> f64 {
+    cpu_ns / 1e9 * HZ
+}
+
+#[test]
+fn span_flamegraphs_and_the_trace_view_match_each_spans_work() {
+    if !bpf_available() {
+        return;
+    }
+    let _one = exclusive();
+    let server = Server::start(&Backend::local(), &[]);
+    let name = kit::unique("ctx-demo-");
+    let service = Service::start(&name);
+    server.upload(&kit::build_id_of(&service.bin), "debuginfo", &service.bin);
+    // The agent starts after the service has published its contexts.
+    service.get("/work?alpha_ms=1&beta_ms=1");
+    let mut agent = start_agent(&server);
+
+    let work = service.get("/work?alpha_ms=1000&beta_ms=500");
+    let trace = work["trace_id"].as_str().unwrap();
+    for (span, mine, other) in [
+        ("alpha", "alpha_work", "beta_work"),
+        ("beta", "beta_work", "alpha_work"),
+    ] {
+        let id = work["spans"][span]["span_id"].as_str().unwrap();
+        let cpu = work["spans"][span]["cpu_ns"].as_f64().unwrap();
+        let stacks = span_stacks(&server, trace, id, (expected_samples(cpu) * 0.8) as u64);
+        let (hits, misses) = (count(&stacks, mine), count(&stacks, other));
+        assert!(
+            hits as f64 >= expected_samples(cpu) * 0.7,
+            "span {span}: {hits} samples in {mine} for {cpu} ns of CPU: {}",
+            summary(&stacks)
+        );
+        assert_eq!(
+            misses,
+            0,
+            "span {span}'s flamegraph shows {other}: {}",
+            summary(&stacks)
+        );
+    }
+
+    // The trace view: each span's CPU time within ±15% of what it measured.
+    let (status, view) = kit::json_of(server.get(&format!("/api/v1/traces/{trace}")));
+    assert_eq!(status, 200, "{view}");
+    for span in ["alpha", "beta"] {
+        let id = work["spans"][span]["span_id"].as_str().unwrap();
+        let measured = work["spans"][span]["cpu_ns"].as_f64().unwrap();
+        let row = view["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["span_id"] == id)
+            .unwrap_or_else(|| panic!("span {span} not in {view}"));
+        let seen = row["cpu_ns"].as_f64().unwrap();
+        assert!(
+            (seen - measured).abs() <= 0.15 * measured,
+            "span {span}: trace view says {seen} ns of CPU, the span measured {measured}"
+        );
+        assert_eq!(
+            row["service"],
+            name.as_str(),
+            "service.name from the process context"
+        );
+    }
+    let stats = agent.last_line("stats:").unwrap();
+    assert!(number_after(&stats, "trace contexts read") > 0, "{stats}");
+    assert!(agent.stop().success());
+}
+
+#[test]
+fn tokio_tasks_interleaved_on_one_thread_keep_their_own_spans() {
+    if !bpf_available() {
+        return;
+    }
+    let _one = exclusive();
+    let server = Server::start(&Backend::local(), &[]);
+    let service = Service::start(&kit::unique("ctx-tokio-"));
+    server.upload(&kit::build_id_of(&service.bin), "debuginfo", &service.bin);
+    let _agent = start_agent(&server);
+
+    let run = service.get("/interleave?ms=800");
+    let trace = run["trace_id"].as_str().unwrap();
+    for (span, mine, other) in [("x", "x_work", "y_work"), ("y", "y_work", "x_work")] {
+        let id = run["spans"][span]["span_id"].as_str().unwrap();
+        let cpu = run["spans"][span]["cpu_ns"].as_f64().unwrap();
+        let stacks = span_stacks(&server, trace, id, (expected_samples(cpu) * 0.8) as u64);
+        let (right, wrong) = (count(&stacks, mine), count(&stacks, other));
+        assert!(
+            right > 0,
+            "span {span}: no samples of {mine}: {}",
+            summary(&stacks)
+        );
+        let share = right as f64 / (right + wrong) as f64;
+        assert!(
+            share >= 0.9,
+            "span {span}: only {:.0}% of its {mine}/{other} samples are {mine} ({right} vs {wrong})",
+            share * 100.0
+        );
+    }
+}
+
+/// The newest `libsymtrace_context-*.a` cargo built (the staticlib of this
+/// crate: `crate-type` includes it).
+fn staticlib() -> PathBuf {
+    let deps = kit::target_dir().join("deps");
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("libsymtrace_context-") && name.ends_with(".a")
+        })
+        .max_by_key(|e| e.metadata().unwrap().modified().unwrap())
+        .map(|e| e.path())
+        .expect("libsymtrace_context-*.a in target/*/deps")
+}
+
+fn clang(out: &Path, sources: &[PathBuf], extra: &[&str]) {
+    kit::run(
+        Command::new("clang-19")
+            .args([
+                "-O1",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer",
+            ])
+            .args(["-fno-optimize-sibling-calls", "-pthread"])
+            .args(sources)
+            .args(extra)
+            .arg("-Wl,--export-dynamic-symbol=otel_thread_ctx_v1")
+            .arg("-o")
+            .arg(out),
+    );
+}
+
+#[test]
+fn a_c_program_correlates_through_the_c_abi() {
+    if !bpf_available() || !kit::have("clang-19") {
+        return;
+    }
+    let _one = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("traced");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    clang(
+        &bin,
+        &[root.join("examples/c/traced.c"), staticlib()],
+        &[
+            &format!("-I{}", root.join("include").display()),
+            "-ldl",
+            "-lm",
+        ],
+    );
+    let server = Server::start(&Backend::local(), &[]);
+    server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
+    let mut agent = start_agent(&server);
+    let name = kit::unique("c-traced-");
+    let out = kit::run(Command::new(&bin).args([name.as_str(), "1.0", "0.5"]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for (span, mine, other) in [
+        ("alpha", "c_alpha_work", "c_beta_work"),
+        ("beta", "c_beta_work", "c_alpha_work"),
+    ] {
+        let line = text.lines().find(|l| l.starts_with(span)).unwrap();
+        let f: Vec<&str> = line.split(' ').collect();
+        let (trace, id, cpu) = (f[1], f[2], f[3].parse::<f64>().unwrap() * 1e9);
+        let stacks = span_stacks(&server, trace, id, (expected_samples(cpu) * 0.8) as u64);
+        let hits = count(&stacks, mine);
+        assert!(
+            hits as f64 >= expected_samples(cpu) * 0.7,
+            "C span {span}: {hits} samples of {mine}: {}",
+            summary(&stacks)
+        );
+        assert_eq!(count(&stacks, other), 0, "{}", summary(&stacks));
+    }
+    // service.name came from the process context the C program published.
+    let (status, services) = kit::json_of(server.get("/api/v1/services"));
+    assert_eq!(status, 200);
+    assert!(services.to_string().contains(&name), "{services}");
+    assert!(agent.stop().success());
+}
+
+#[test]
+fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
+    if !bpf_available() || !kit::have("clang-19") {
+        return;
+    }
+    let _one = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let writer = dir.path().join("raw_writer");
+    clang(
+        &writer,
+        &[root.join("tests/c/raw_writer.c")],
+        &["-mtls-dialect=gnu2"],
+    );
+    let server = Server::start(&Backend::local(), &[]);
+    server.upload(&kit::build_id_of(&writer), "debuginfo", &writer);
+    let mut agent = start_agent(&server);
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let span = "b7ad6b7169203331";
+    let run = |mode: &str, service: &str| {
+        kit::run(
+            Command::new(&writer)
+                .args([mode, trace, span, "0.6"])
+                .env("OTEL_SERVICE_NAME", service),
+        );
+    };
+    // A valid record from a writer that is not ours: read, linked.
+    let ok = kit::unique("raw-ok-");
+    run("ok", &ok);
+    let linked = span_stacks(&server, trace, span, (0.6 * HZ * 0.7) as u64);
+    assert!(
+        count(&linked, "raw_work") as f64 >= 0.6 * HZ * 0.6,
+        "{}",
+        summary(&linked)
+    );
+    // valid = 0 and a garbage pointer: samples, but no links.
+    let (invalid, garbage) = (kit::unique("raw-invalid-"), kit::unique("raw-garbage-"));
+    run("invalid", &invalid);
+    run("garbage", &garbage);
+    for service in [&invalid, &garbage] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let stacks = loop {
+            let stacks = folded(&server, &format!("service={service}"));
+            if count(&stacks, "raw_work") as f64 >= 0.6 * HZ * 0.6 || Instant::now() > deadline {
+                break stacks;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        assert!(
+            count(&stacks, "raw_work") > 0,
+            "{service}: no samples: {}",
+            summary(&stacks)
+        );
+        let (status, samples) =
+            kit::json_of(server.get(&format!("/api/v1/profiles/samples?service={service}")));
+        assert_eq!(status, 200);
+        for s in samples["samples"].as_array().unwrap() {
+            assert!(
+                s.get("trace_id").is_none_or(|t| t.is_null()),
+                "{service}: linked sample {s}"
+            );
+        }
+    }
+    // Still only the valid writer's samples in the trace.
+    let (_, view) = kit::json_of(server.get(&format!("/api/v1/traces/{trace}")));
+    let services: Vec<&str> = view["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["service"].as_str().unwrap())
+        .collect();
+    assert!(services.iter().all(|s| *s == ok), "{view}");
+    let stats = agent.last_line("stats:").unwrap();
+    assert!(
+        number_after(&stats, "unreadable") > 0,
+        "the garbage pointer is counted: {stats}"
+    );
+    assert!(!agent.stderr().contains("ERROR"), "{}", agent.stderr());
+    assert!(agent.stop().success());
+}
