@@ -43,4 +43,6 @@ fn main() {
     );
     // Optional: DWARF is 600 KB of the object, and only BTF is used.
     let _ = Command::new("llvm-strip-19").arg("-g").arg(&out).status();
+    // The interop example publishes thread contexts: export the TLS slot.
+    println!("cargo:rustc-link-arg-examples=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1");
 }

@@ -297,3 +297,80 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
         0
     );
 }
+
+/// Our reader on another writer's records: Datadog's libdd-otel-thread-ctx
+/// (`examples/dd_writer.rs`).
+#[test]
+fn reads_thread_contexts_written_by_libdd_otel_thread_ctx() {
+    if !bpf_available() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let writer = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/dd_writer");
+    assert!(
+        writer.exists(),
+        "{} not built (cargo test builds examples)",
+        writer.display()
+    );
+    let server = Server::start(&Backend::local(), &[]);
+    server.upload(&kit::build_id_of(&writer), "debuginfo", &writer);
+    let mut agent = start_agent(&server.grpc_addr, &[]);
+    let (trace, span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    kit::run(Command::new(&writer).args([trace, span, "1.0"]));
+    let url = format!(
+        "{}/api/v1/flamegraph?format=folded&trace_id={trace}&span_id={span}",
+        server.url
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let samples = loop {
+        let resp = kit::client().get(&url).send().unwrap();
+        let text = if resp.status() == 200 {
+            resp.text().unwrap()
+        } else {
+            String::new()
+        };
+        let n: u64 = text
+            .lines()
+            .filter(|l| l.contains("dd_work"))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        if n as f64 >= HZ * 0.8 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        samples as f64 >= HZ * 0.6,
+        "{samples} samples of dd_work linked to its span for 1 s of CPU"
+    );
+    assert!(agent.stop().success());
+}
+
+/// Our writers pass the other writer's layout checks: the TLS slot exported
+/// as a global TLS symbol in .dynsym, accessed through TLSDESC (or relaxed
+/// to local-exec) only.
+#[test]
+fn our_writers_pass_libdd_otel_thread_ctx_layout_checks() {
+    let service = kit::target_dir().join("examples/http_service");
+    assert!(
+        service.exists(),
+        "{} not built: cargo build -p symtrace-context --examples (cargo test --workspace does)",
+        service.display()
+    );
+    libdd_otel_thread_ctx::sanity_check::check_tls_slot_in(&service)
+        .unwrap_or_else(|e| panic!("http_service: {e:#}"));
+    // And the check can fail: the test workload publishes nothing.
+    let workload = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/cpu_split");
+    assert!(libdd_otel_thread_ctx::sanity_check::check_tls_slot_in(&workload).is_err());
+}
