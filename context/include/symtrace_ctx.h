@@ -23,7 +23,7 @@ typedef struct symtrace_ctx_ids {
 	uint8_t span_id[8];
 	uint8_t trace_flags;
 	bool active;
-} symtrace_ctx_ids;
+} __attribute__((aligned(16))) symtrace_ctx_ids;
 
 /* Publish a span as this thread's context (W3C byte order; flags bit 0 =
  * sampled). All-zero IDs publish "no span". Returns the previous context. */

@@ -5,7 +5,7 @@
 //! future enters its span at every poll and exits when the poll returns,
 //! the published span follows the task across tokio's worker threads.
 //!
-//! ```ignore
+//! ```text
 //! tracing_subscriber::registry()
 //!     .with(tracing_opentelemetry::layer().with_tracer(tracer))
 //!     .with(symtrace_context::TraceContextLayer)

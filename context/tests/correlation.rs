@@ -363,6 +363,17 @@ fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
         "{}",
         summary(&linked)
     );
+    // The record's attribute (key 0; no process context names it) is on
+    // the linked samples.
+    let (status, samples) = kit::json_of(server.get(&format!("/api/v1/profiles/samples?service={ok}")));
+    assert_eq!(status, 200);
+    let labelled = samples["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["labels"]["thread.context.attribute.0"] == "raw!")
+        .count();
+    assert!(labelled > 0, "no sample carries the record's attribute: {samples}");
     // valid = 0 and a garbage pointer: samples, but no links.
     let (invalid, garbage) = (kit::unique("raw-invalid-"), kit::unique("raw-garbage-"));
     run("invalid", &invalid);
