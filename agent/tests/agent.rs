@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use symtrace_testkit::agent::{bpf_available, number_after, Agent};
+use symtrace_testkit::agent::{bpf_available, clang_with_frame_pointers, number_after, Agent};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 /// The agent's frequency in these tests.
@@ -26,19 +26,8 @@ fn start_agent(grpc_addr: &str, extra: &[&str]) -> Agent {
 /// leaf functions too, no sibling calls.
 fn c_workload(dir: &Path) -> PathBuf {
     let bin = dir.join("cpu_split_c");
-    kit::run(
-        Command::new("clang-19")
-            .args([
-                "-O1",
-                "-g",
-                "-fno-omit-frame-pointer",
-                "-mno-omit-leaf-frame-pointer",
-            ])
-            .args(["-fno-optimize-sibling-calls", "-pthread"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workload/cpu_split.c"))
-            .arg("-o")
-            .arg(&bin),
-    );
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workload/cpu_split.c");
+    clang_with_frame_pointers(&bin, &[source], &[]);
     bin
 }
 

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use symtrace_testkit::agent::{bpf_available, number_after, Agent};
+use symtrace_testkit::agent::{bpf_available, clang_with_frame_pointers, number_after, Agent};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 const HZ: f64 = 97.0;
@@ -263,22 +263,11 @@ fn staticlib() -> PathBuf {
         .expect("libsymtrace_context-*.a in target/*/deps")
 }
 
+/// A C program that publishes contexts: the slot exported to .dynsym.
 fn clang(out: &Path, sources: &[PathBuf], extra: &[&str]) {
-    kit::run(
-        Command::new("clang-19")
-            .args([
-                "-O1",
-                "-g",
-                "-fno-omit-frame-pointer",
-                "-mno-omit-leaf-frame-pointer",
-            ])
-            .args(["-fno-optimize-sibling-calls", "-pthread"])
-            .args(sources)
-            .args(extra)
-            .arg("-Wl,--export-dynamic-symbol=otel_thread_ctx_v1")
-            .arg("-o")
-            .arg(out),
-    );
+    let mut extra = extra.to_vec();
+    extra.push("-Wl,--export-dynamic-symbol=otel_thread_ctx_v1");
+    clang_with_frame_pointers(out, sources, &extra);
 }
 
 #[test]
@@ -365,7 +354,8 @@ fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
     );
     // The record's attribute (key 0; no process context names it) is on
     // the linked samples.
-    let (status, samples) = kit::json_of(server.get(&format!("/api/v1/profiles/samples?service={ok}")));
+    let (status, samples) =
+        kit::json_of(server.get(&format!("/api/v1/profiles/samples?service={ok}")));
     assert_eq!(status, 200);
     let labelled = samples["samples"]
         .as_array()
@@ -373,7 +363,10 @@ fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
         .iter()
         .filter(|s| s["labels"]["thread.context.attribute.0"] == "raw!")
         .count();
-    assert!(labelled > 0, "no sample carries the record's attribute: {samples}");
+    assert!(
+        labelled > 0,
+        "no sample carries the record's attribute: {samples}"
+    );
     // valid = 0 and a garbage pointer: samples, but no links.
     let (invalid, garbage) = (kit::unique("raw-invalid-"), kit::unique("raw-garbage-"));
     run("invalid", &invalid);

@@ -121,3 +121,23 @@ pub fn number_after(line: &str, label: &str) -> u64 {
         .parse()
         .unwrap_or_else(|_| panic!("number after {label:?} in {line}"))
 }
+
+/// Builds a C workload the way the agent needs it: clang-19 with frame
+/// pointers in leaf functions too and no sibling calls (so every caller
+/// shows), debug info, pthreads; `extra` goes after the sources.
+pub fn clang_with_frame_pointers(out: &Path, sources: &[PathBuf], extra: &[&str]) {
+    crate::run(
+        Command::new("clang-19")
+            .args([
+                "-O1",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer",
+            ])
+            .args(["-fno-optimize-sibling-calls", "-pthread"])
+            .args(sources)
+            .args(extra)
+            .arg("-o")
+            .arg(out),
+    );
+}
