@@ -22,6 +22,9 @@ pub struct Binary {
     /// When this file, as a process's executable, defines the OTEP 4947
     /// `otel_thread_ctx_v1` slot: its offset from the thread pointer.
     pub thread_ctx_offset: Option<i64>,
+    /// When this file, as a shared library, defines the slot: the ELF
+    /// address of its TLSDESC GOT entry.
+    pub thread_ctx_tlsdesc_got: Option<u64>,
 }
 
 impl Binary {
@@ -39,6 +42,7 @@ impl Binary {
             build_id,
             loads,
             thread_ctx_offset: crate::threadctx::executable_offset(data),
+            thread_ctx_tlsdesc_got: crate::threadctx::library_tlsdesc_got(data),
         })
     }
 
@@ -163,6 +167,7 @@ mod tests {
             build_id: None,
             loads: vec![(0, 0x1d570, 0), (0x1d570, 0x4eb80, 0x1e570)],
             thread_ctx_offset: None,
+            thread_ctx_tlsdesc_got: None,
         };
         assert_eq!(binary.vaddr_of_mapping(0x1d000), 0x1e000);
         assert_eq!(binary.vaddr_of_mapping(0), 0);

@@ -234,11 +234,7 @@ fn entry<'a>(
             Vec::new()
         });
         let info = read_info(root, pid, comm);
-        // The executable's thread-context slot, if it has one.
-        let offset = info.executable_path.as_deref().and_then(|exe| {
-            let map = maps.iter().find(|m| m.path == exe)?;
-            binaries.get(root, pid, map)?.thread_ctx_offset
-        });
+        let offset = thread_ctx_offset(root, pid, &info, &maps, binaries);
         if let Some(offset) = offset {
             tracing::debug!(
                 pid,
@@ -256,6 +252,41 @@ fn entry<'a>(
             publishes_context: offset.is_some(),
         }
     })
+}
+
+/// Where the process's threads keep their OTEP 4947 slot, relative to the
+/// thread pointer: the executable's own symbol first (the one symbol lookup
+/// finds first), else a shared library's, through its resolved TLSDESC GOT
+/// entry (static TLS only: libraries loaded at start-up).
+fn thread_ctx_offset(
+    root: &Path,
+    pid: u32,
+    info: &ProcessInfo,
+    maps: &[MapEntry],
+    binaries: &mut Binaries,
+) -> Option<i64> {
+    let exe = info.executable_path.as_deref();
+    if let Some(map) = exe.and_then(|exe| maps.iter().find(|m| m.path == exe)) {
+        if let Some(offset) = binaries
+            .get(root, pid, map)
+            .and_then(|b| b.thread_ctx_offset)
+        {
+            return Some(offset);
+        }
+    }
+    maps.iter()
+        .filter(|m| m.is_file() && Some(m.path.as_str()) != exe)
+        .find_map(|map| {
+            let binary = binaries.get(root, pid, map)?;
+            let got = binary.thread_ctx_tlsdesc_got?;
+            let bias = map.start.wrapping_sub(binary.vaddr_of_mapping(map.offset));
+            let entry = threadctx::read_tlsdesc_entry(root, pid, got.wrapping_add(bias))?;
+            let offset = threadctx::tlsdesc_offset(entry);
+            if offset.is_none() {
+                tracing::debug!(pid, library = %map.path, "thread-context slot in dynamic TLS: not read");
+            }
+            offset
+        })
 }
 
 fn reread(root: &Path, pid: u32, process: &mut Process, now: Instant) {

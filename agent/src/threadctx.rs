@@ -39,6 +39,53 @@ pub fn executable_offset(elf: &[u8]) -> Option<i64> {
     Some(symbol.address() as i64 - block as i64)
 }
 
+/// When a shared library defines `otel_thread_ctx_v1` and reaches it
+/// through TLSDESC (what OTEP 4947 asks of writers): the ELF address of the
+/// GOT entry of its `R_X86_64_TLSDESC` relocation. Once the dynamic loader
+/// has resolved it, the entry's second word is the slot's offset from the
+/// thread pointer when the library's TLS is static (loaded at start-up).
+pub fn library_tlsdesc_got(elf: &[u8]) -> Option<u64> {
+    use object::{ObjectSymbolTable, RelocationFlags, RelocationTarget};
+    const R_X86_64_TLSDESC: u32 = 36;
+    let file = object::File::parse(elf).ok()?;
+    let dynsym = file.dynamic_symbol_table()?;
+    let symbol = dynsym
+        .symbols()
+        .find(|s| s.name() == Ok(SYMBOL) && s.kind() == SymbolKind::Tls && !s.is_undefined())?;
+    file.dynamic_relocations()?.find_map(|(offset, r)| {
+        let tlsdesc =
+            matches!(r.flags(), RelocationFlags::Elf { r_type } if r_type == R_X86_64_TLSDESC);
+        let ours = match r.target() {
+            RelocationTarget::Symbol(i) => i == symbol.index(),
+            // Resolved locally (-Bsymbolic): no symbol, the value as addend.
+            RelocationTarget::Absolute => r.addend() == symbol.address() as i64,
+            _ => false,
+        };
+        (tlsdesc && ours).then_some(offset)
+    })
+}
+
+/// The slot's offset from the thread pointer, from a resolved TLSDESC GOT
+/// entry (`resolver`, `argument`): glibc's static-TLS resolver returns the
+/// argument as the offset, a small negative number on x86-64. A library
+/// loaded with dlopen gets dynamic TLS (the argument is then a pointer):
+/// not read.
+pub fn tlsdesc_offset(entry: [u64; 2]) -> Option<i64> {
+    let offset = entry[1] as i64;
+    (entry[0] != 0 && (-(1 << 30)..0).contains(&offset)).then_some(offset)
+}
+
+/// Reads a resolved TLSDESC GOT entry of process `pid`.
+pub fn read_tlsdesc_entry(proc_root: &Path, pid: u32, address: u64) -> Option<[u64; 2]> {
+    let mem = std::fs::File::open(proc_root.join(pid.to_string()).join("mem")).ok()?;
+    let mut bytes = [0u8; 16];
+    mem.read_exact_at(&mut bytes, address).ok()?;
+    Some([
+        u64::from_ne_bytes(bytes[..8].try_into().ok()?),
+        u64::from_ne_bytes(bytes[8..].try_into().ok()?),
+    ])
+}
+
 struct TlsSegment {
     vaddr: u64,
     memsz: u64,
@@ -234,6 +281,20 @@ mod tests {
         assert_eq!(
             process_context_address("7f00-7f01 rw-p 0 00:00 0 [anon:other]\n"),
             None
+        );
+    }
+
+    #[test]
+    fn tlsdesc_entries_of_static_tls_only() {
+        assert_eq!(
+            tlsdesc_offset([0x7f00_0000_1000, (-0x48i64) as u64]),
+            Some(-0x48)
+        );
+        assert_eq!(tlsdesc_offset([0, (-0x48i64) as u64]), None, "unresolved");
+        assert_eq!(
+            tlsdesc_offset([0x7f00_0000_1000, 0x5555_0000_2000]),
+            None,
+            "dynamic TLS"
         );
     }
 

@@ -412,3 +412,42 @@ fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
     assert!(!agent.stderr().contains("ERROR"), "{}", agent.stderr());
     assert!(agent.stop().success());
 }
+
+/// The slot in a shared library loaded at start-up, reached through
+/// TLSDESC as OTEP 4947 recommends (`tests/c/raw_lib.c`): read through the
+/// library's resolved GOT entry.
+#[test]
+fn a_slot_in_a_shared_library_is_read_through_its_tlsdesc_entry() {
+    if !bpf_available() || !kit::have("clang-19") {
+        return;
+    }
+    let _one = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let lib = dir.path().join("libraw_ctx.so");
+    clang_with_frame_pointers(
+        &lib,
+        &[c.join("raw_lib.c")],
+        &["-shared", "-fPIC", "-mtls-dialect=gnu2"],
+    );
+    let main = dir.path().join("raw_lib_main");
+    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
+    let libdir = format!("-L{}", dir.path().display());
+    clang_with_frame_pointers(
+        &main,
+        &[c.join("raw_lib_main.c")],
+        &[&libdir, "-lraw_ctx", &rpath],
+    );
+    let server = Server::start(&Backend::local(), &[]);
+    server.upload(&kit::build_id_of(&main), "debuginfo", &main);
+    let mut agent = start_agent(&server);
+    let (trace, span) = ("5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174");
+    kit::run(Command::new(&main).args([trace, span, "1.0"]));
+    let stacks = span_stacks(&server, trace, span, (HZ * 0.8) as u64);
+    assert!(
+        count(&stacks, "lib_user_work") as f64 >= HZ * 0.6,
+        "{}",
+        summary(&stacks)
+    );
+    assert!(agent.stop().success());
+}
