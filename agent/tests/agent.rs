@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use symtrace_testkit::agent::{bpf_available, clang_with_frame_pointers, number_after, Agent};
+use symtrace_testkit::agent::{
+    bpf_available, clang_with_frame_pointers, number_after, one_at_a_time, Agent,
+};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 /// The agent's frequency in these tests.
@@ -145,6 +147,7 @@ fn flamegraph_shows_the_measured_cpu_split_of_c_and_rust_workloads() {
     if !bpf_available() || !kit::have("clang-19") {
         return;
     }
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&Backend::local(), &[]);
     let mut agent = start_agent(&server.grpc_addr, &[]);
@@ -223,6 +226,7 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
     if !bpf_available() || !kit::have("clang-19") {
         return;
     }
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let bin = c_workload(dir.path());
     let mut server = Server::start(&Backend::local(), &[]);
@@ -294,6 +298,7 @@ fn reads_thread_contexts_written_by_libdd_otel_thread_ctx() {
     if !bpf_available() {
         return;
     }
+    let _one = one_at_a_time();
     let exe = std::env::current_exe().unwrap();
     let writer = exe
         .parent()

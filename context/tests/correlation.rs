@@ -11,19 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use symtrace_testkit::agent::{bpf_available, clang_with_frame_pointers, number_after, Agent};
+use symtrace_testkit::agent::{
+    bpf_available, clang_with_frame_pointers, number_after, one_at_a_time, Agent,
+};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 const HZ: f64 = 97.0;
-
-/// One BPF test at a time: each starts an agent and CPU-bound workloads,
-/// and on 2 CPUs four at once starve the agents of the CPU they need to
-/// register new processes in time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A short account of a flamegraph for assertion messages.
 fn summary(stacks: &[(String, u64)]) -> String {
@@ -155,7 +148,7 @@ fn span_flamegraphs_and_the_trace_view_match_each_spans_work() {
     if !bpf_available() {
         return;
     }
-    let _one = exclusive();
+    let _one = one_at_a_time();
     let server = Server::start(&Backend::local(), &[]);
     let name = kit::unique("ctx-demo-");
     let service = Service::start(&name);
@@ -220,7 +213,7 @@ fn tokio_tasks_interleaved_on_one_thread_keep_their_own_spans() {
     if !bpf_available() {
         return;
     }
-    let _one = exclusive();
+    let _one = one_at_a_time();
     let server = Server::start(&Backend::local(), &[]);
     let service = Service::start(&kit::unique("ctx-tokio-"));
     server.upload(&kit::build_id_of(&service.bin), "debuginfo", &service.bin);
@@ -275,7 +268,7 @@ fn a_c_program_correlates_through_the_c_abi() {
     if !bpf_available() || !kit::have("clang-19") {
         return;
     }
-    let _one = exclusive();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("traced");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -322,7 +315,7 @@ fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
     if !bpf_available() || !kit::have("clang-19") {
         return;
     }
-    let _one = exclusive();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let writer = dir.path().join("raw_writer");
@@ -421,7 +414,7 @@ fn a_slot_in_a_shared_library_is_read_through_its_tlsdesc_entry() {
     if !bpf_available() || !kit::have("clang-19") {
         return;
     }
-    let _one = exclusive();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let lib = dir.path().join("libraw_ctx.so");

@@ -16,6 +16,16 @@ pub fn bpf_available() -> bool {
         )
 }
 
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held by a test that runs an agent and CPU-bound workloads: one such test
+/// at a time per test binary. On 2 CPUs several at once starve the agents
+/// of the CPU they need to register new processes in time (a process's
+/// trace contexts are read from the sample after its registration).
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A running `symtrace-agent` with its output in files.
 pub struct Agent {
     child: Option<Child>,
