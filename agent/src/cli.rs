@@ -5,9 +5,10 @@ use std::time::Duration;
 use clap::Parser;
 
 /// symtrace-agent: samples the on-CPU stacks of every process on this host
-/// with eBPF (a CPU-clock perf event per CPU, frame-pointer unwinding) and
-/// ships them, unsymbolized with their build-IDs, to a symtrace server (or
-/// any OTLP profiles receiver) over OTLP/gRPC.
+/// with eBPF (a CPU-clock perf event per CPU, frame-pointer unwinding),
+/// with the trace and span each thread published (OpenTelemetry thread
+/// context), and ships them, unsymbolized with their build-IDs, to a
+/// symtrace server (or any OTLP profiles receiver) over OTLP/gRPC.
 ///
 /// Needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (root has them); never
 /// privileged mode. The server symbolizes at query time from the debug info
