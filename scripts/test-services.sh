@@ -87,10 +87,13 @@ su postgres -c "psql -qAtc \"select 1 from pg_roles where rolname='root'\"" | gr
 
 # s3s-fs on loopback, with one bucket.
 mkdir -p "$S3_DIR"
+S3_DIR=$(cd "$S3_DIR" && pwd)
 if ! curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/"; then
   log "starting s3s-fs on 127.0.0.1:$S3_PORT"
-  nohup s3s-fs --host 127.0.0.1 --port "$S3_PORT" --access-key AK --secret-key SK "$S3_DIR" \
-    > /tmp/symtrace-s3s.log 2>&1 &
+  # From /: s3s-fs resolves paths against its working directory, which must
+  # outlive it (a deleted checkout turns every request into a 500).
+  (cd / && nohup s3s-fs --host 127.0.0.1 --port "$S3_PORT" --access-key AK --secret-key SK "$S3_DIR" \
+    > /tmp/symtrace-s3s.log 2>&1 &)
   for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break; sleep 0.2; done
 fi
 mkdir -p "$S3_DIR/$S3_BUCKET"
