@@ -92,8 +92,8 @@ if ! curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/"; then
   log "starting s3s-fs on 127.0.0.1:$S3_PORT"
   # From /: s3s-fs resolves paths against its working directory, which must
   # outlive it (a deleted checkout turns every request into a 500).
-  (cd / && nohup s3s-fs --host 127.0.0.1 --port "$S3_PORT" --access-key AK --secret-key SK "$S3_DIR" \
-    > /tmp/symtrace-s3s.log 2>&1 &)
+  (cd / && exec nohup s3s-fs --host 127.0.0.1 --port "$S3_PORT" --access-key AK --secret-key SK "$S3_DIR" \
+    > /tmp/symtrace-s3s.log 2>&1 < /dev/null) &
   for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break; sleep 0.2; done
 fi
 mkdir -p "$S3_DIR/$S3_BUCKET"
