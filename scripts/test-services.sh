@@ -4,7 +4,8 @@
 # gcc, clang and dwz for fixtures, llvm-symbolizer-19 as the symbolizer
 # reference, clang-19 + libbpf-dev for the agent's BPF program and capsh
 # for its capability test, PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
-# venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client,
+# venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client
+# and kubernetes-validate for the manifests under deploy/kubernetes,
 # chromium + npm's playwright-core for the UI test, npm's pprof-format as the
 # independent pprof reader, and inferno's inferno-flamegraph.
 # Idempotent: what is installed or running already is left alone.
@@ -47,13 +48,13 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # The independent OTLP client: PyPI's opentelemetry-proto (>= 1.43 is the
 # v1.10+ wire layout) and grpcio, in a venv of their own.
 PY_VENV=${SYMTRACE_TEST_PYTHON_VENV:-/opt/symtrace-python}
-if ! "$PY_VENV/bin/python" -c 'import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc' >/dev/null 2>&1; then
-  log "installing opentelemetry-proto and grpcio into $PY_VENV"
+if ! "$PY_VENV/bin/python" -c 'import grpc, kubernetes_validate, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc' >/dev/null 2>&1; then
+  log "installing opentelemetry-proto, grpcio and kubernetes-validate into $PY_VENV"
   if ! python3 -m venv "$PY_VENV" >&2; then
     apt-get install -y -qq python3-venv >&2
     /usr/bin/python3 -m venv --clear "$PY_VENV" >&2
   fi
-  "$PY_VENV/bin/pip" install -q 'opentelemetry-proto>=1.43,<2' 'grpcio>=1.60' >&2
+  "$PY_VENV/bin/pip" install -q 'opentelemetry-proto>=1.43,<2' 'grpcio>=1.60' 'kubernetes-validate>=1.31,<2' >&2
 fi
 
 # The UI test's browser (Debian's chromium, driven by npm's playwright-core)

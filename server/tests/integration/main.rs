@@ -8,6 +8,7 @@ use symtrace_testkit as support;
 mod bad_input;
 mod conformance;
 mod crash;
+mod deploy;
 mod federation;
 mod gdb;
 mod profiles;
