@@ -41,8 +41,8 @@ impl Binary {
         Ok(Binary {
             build_id,
             loads,
-            thread_ctx_offset: crate::threadctx::executable_offset(data),
-            thread_ctx_tlsdesc_got: crate::threadctx::library_tlsdesc_got(data),
+            thread_ctx_offset: crate::threadctx::executable_offset(&file, data),
+            thread_ctx_tlsdesc_got: crate::threadctx::library_tlsdesc_got(&file),
         })
     }
 

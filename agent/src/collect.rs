@@ -11,7 +11,7 @@ use crate::batch::{Batch, Observed};
 use crate::export::Queue;
 use crate::kallsyms::KernelSymbols;
 use crate::procs::Processes;
-use crate::record::Record;
+use crate::record::{self, Record};
 use crate::sampler::Sampler;
 use crate::stats;
 
@@ -77,12 +77,11 @@ impl Collector {
             self.sampler.drain(|record| match record {
                 Record::Sample(s) => {
                     let comm = s.thread_name();
-                    let process = procs.info(s.pid, &comm);
                     user.clear();
-                    procs.resolve(s.pid, &comm, s.user_stack(), &mut user);
+                    let process = procs.resolve(s.pid, &comm, s.user_stack(), &mut user);
                     kernel_frames.clear();
-                    for (i, &ret) in s.kernel_stack().iter().enumerate() {
-                        let address = if i == 0 { ret } else { ret.saturating_sub(1) };
+                    for (depth, &ret) in s.kernel_stack().iter().enumerate() {
+                        let address = record::call_site(depth, ret);
                         kernel_frames.push((address, kernel.name(address)));
                     }
                     batch.add(&Observed {

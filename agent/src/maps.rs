@@ -31,26 +31,53 @@ pub fn parse(text: &str) -> Vec<MapEntry> {
     entries
 }
 
-fn parse_line(line: &str) -> Option<MapEntry> {
-    // start-end perms offset major:minor inode   path
-    let mut fields = line.splitn(6, ' ');
-    let (range, perms, offset, dev, inode) = (
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
-    );
-    if perms.as_bytes().get(2) != Some(&b'x') {
-        return None;
-    }
-    let path = fields.next().unwrap_or("").trim_start();
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
+/// The fields of one line: `start-end perms offset major:minor inode
+/// path`, the path without its ` (deleted)` suffix.
+struct Fields<'a> {
+    range: &'a str,
+    perms: &'a str,
+    offset: &'a str,
+    dev: &'a str,
+    inode: &'a str,
+    path: &'a str,
+    deleted: bool,
+}
+
+fn fields(line: &str) -> Option<Fields<'_>> {
+    let mut f = line.splitn(6, ' ');
+    let (range, perms, offset, dev, inode) =
+        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    let path = f.next().unwrap_or("").trim_start();
     let (path, deleted) = match path.strip_suffix(" (deleted)") {
         Some(p) => (p, true),
         None => (path, false),
     };
+    Some(Fields {
+        range,
+        perms,
+        offset,
+        dev,
+        inode,
+        path,
+        deleted,
+    })
+}
+
+fn parse_line(line: &str) -> Option<MapEntry> {
+    let Fields {
+        range,
+        perms,
+        offset,
+        dev,
+        inode,
+        path,
+        deleted,
+    } = fields(line)?;
+    if perms.as_bytes().get(2) != Some(&b'x') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
     Some(MapEntry {
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
@@ -70,11 +97,26 @@ pub fn find(entries: &[MapEntry], address: u64) -> Option<usize> {
     (address < entries[i].end).then_some(i)
 }
 
+/// The start of the first mapping (of any permissions) whose path is one of
+/// `names`, in `/proc/PID/maps` text.
+pub fn start_of(text: &str, names: &[&str]) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let f = fields(line)?;
+        if !names.contains(&f.path) {
+            return None;
+        }
+        u64::from_str_radix(f.range.split_once('-')?.0, 16).ok()
+    })
+}
+
+/// A process's `/proc/PID/maps` text.
+pub fn read_text(proc_root: &Path, pid: u32) -> std::io::Result<String> {
+    std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps"))
+}
+
 /// Reads a process's executable mappings.
 pub fn read(proc_root: &Path, pid: u32) -> std::io::Result<Vec<MapEntry>> {
-    Ok(parse(&std::fs::read_to_string(
-        proc_root.join(pid.to_string()).join("maps"),
-    )?))
+    Ok(parse(&read_text(proc_root, pid)?))
 }
 
 #[cfg(test)]

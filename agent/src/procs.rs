@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::binaries::Binaries;
 use crate::maps::{self, MapEntry};
+use crate::record::call_site;
 use crate::threadctx;
 
 /// Mappings older than this are read again on the next sample.
@@ -157,11 +158,6 @@ impl Processes {
         }
     }
 
-    /// The process `pid` (read now if new); `comm` names it if it is gone.
-    pub fn info(&mut self, pid: u32, comm: &str) -> Arc<ProcessInfo> {
-        self.entry(pid, comm).info.clone()
-    }
-
     fn entry(&mut self, pid: u32, comm: &str) -> &mut Process {
         entry(
             &mut self.by_pid,
@@ -174,10 +170,16 @@ impl Processes {
         )
     }
 
-    /// Resolves a user stack (return addresses, leaf first) into `out`.
-    /// Every caller's return address is moved back one byte, into its call
-    /// instruction, so that line and inline lookups name the call site.
-    pub fn resolve(&mut self, pid: u32, comm: &str, stack: &[u64], out: &mut Vec<UserFrame>) {
+    /// Resolves a user stack of process `pid` (return addresses, leaf
+    /// first; see `record::call_site`) into `out`, and returns who the
+    /// process is (read now if new; `comm` names it if it is gone).
+    pub fn resolve(
+        &mut self,
+        pid: u32,
+        comm: &str,
+        stack: &[u64],
+        out: &mut Vec<UserFrame>,
+    ) -> Arc<ProcessInfo> {
         let now = Instant::now();
         let Processes {
             proc_root: root,
@@ -192,8 +194,8 @@ impl Processes {
         if now.duration_since(process.maps_read) > MAPS_MAX_AGE {
             reread(root, pid, process, now);
         }
-        for (i, &ret) in stack.iter().enumerate() {
-            let address = if i == 0 { ret } else { ret.saturating_sub(1) };
+        for (depth, &ret) in stack.iter().enumerate() {
+            let address = call_site(depth, ret);
             let mut at = maps::find(&process.maps, address);
             if at.is_none() && now.duration_since(process.maps_read) > MAPS_MISS_INTERVAL {
                 reread(root, pid, process, now);
@@ -216,6 +218,7 @@ impl Processes {
             };
             out.push(frame);
         }
+        process.info.clone()
     }
 }
 
@@ -229,11 +232,13 @@ fn entry<'a>(
     comm: &str,
 ) -> &'a mut Process {
     by_pid.entry(pid).or_insert_with(|| {
-        let maps = maps::read(root, pid).unwrap_or_else(|_| {
+        // One read of the maps serves the mappings and the process context.
+        let text = maps::read_text(root, pid).ok();
+        let maps = text.as_deref().map(maps::parse).unwrap_or_else(|| {
             *vanished += 1;
             Vec::new()
         });
-        let info = read_info(root, pid, comm);
+        let info = read_info(root, pid, comm, text.as_deref());
         let offset = thread_ctx_offset(root, pid, &info, &maps, binaries);
         if let Some(offset) = offset {
             tracing::debug!(
@@ -335,7 +340,7 @@ fn mapping_of(binaries: &mut Binaries, root: &Path, pid: u32, map: &MapEntry) ->
     }
 }
 
-fn read_info(root: &Path, pid: u32, comm: &str) -> ProcessInfo {
+fn read_info(root: &Path, pid: u32, comm: &str, maps: Option<&str>) -> ProcessInfo {
     let dir = root.join(pid.to_string());
     let executable_path = std::fs::read_link(dir.join("exe")).ok().map(|p| {
         let p = p.to_string_lossy();
@@ -352,7 +357,9 @@ fn read_info(root: &Path, pid: u32, comm: &str) -> ProcessInfo {
                 .map(|c| c.trim_end().to_owned())
         })
         .unwrap_or_else(|| comm.to_owned());
-    let context = threadctx::read_process_context(root, pid).unwrap_or_default();
+    let context = maps
+        .and_then(|m| threadctx::read_process_context(root, pid, m))
+        .unwrap_or_default();
     let environ = std::fs::read(dir.join("environ")).unwrap_or_default();
     let service_name = context
         .resource
@@ -448,15 +455,13 @@ mod tests {
         let here = resolves_our_own_stack_to_our_build_id as *const () as u64;
         let pid = std::process::id();
         let mut out = Vec::new();
-        procs.resolve(pid, "test", &[here, here + 1], &mut out);
+        let info = procs.resolve(pid, "test", &[here, here + 1], &mut out);
         let exe = std::fs::read("/proc/self/exe").unwrap();
         let ours = crate::binaries::Binary::parse(&exe).unwrap().build_id;
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].0.build_id, ours);
-        assert!(out[0]
-            .0
-            .path
-            .ends_with(&procs.info(pid, "test").executable_name));
+        assert!(out[0].0.path.ends_with(&info.executable_name));
+        assert_eq!(info.pid, pid);
         // The caller frame moved back one byte; both within the mapping.
         assert_eq!(out[1].1, out[0].1);
         assert!((out[0].0.start..out[0].0.limit).contains(&out[0].1));

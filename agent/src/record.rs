@@ -141,6 +141,17 @@ impl CpuSample {
     }
 }
 
+/// The address to name for frame `depth` (0 = leaf) of a stack of return
+/// addresses: a caller's return address is moved back one byte, into its
+/// call instruction, so that line and inline lookups name the call site.
+pub fn call_site(depth: usize, address: u64) -> u64 {
+    if depth == 0 {
+        address
+    } else {
+        address.saturating_sub(1)
+    }
+}
+
 fn frames(all: &[u64], bytes: i32) -> &[u64] {
     let n = (bytes.max(0) as usize / 8).min(all.len());
     let frames = &all[..n];

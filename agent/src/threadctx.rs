@@ -26,8 +26,7 @@ const SYMBOL: &str = "otel_thread_ctx_v1";
 /// (glibc's `_dl_determine_tlsoffset` for the first module; musl agrees for
 /// the executable). Every TLS model the linker may have relaxed the access
 /// to (TLSDESC, GD, IE, LE) ends at that same address in an executable.
-pub fn executable_offset(elf: &[u8]) -> Option<i64> {
-    let file = object::File::parse(elf).ok()?;
+pub fn executable_offset(file: &object::File<'_>, elf: &[u8]) -> Option<i64> {
     let symbol = file
         .dynamic_symbols()
         .chain(file.symbols())
@@ -44,10 +43,9 @@ pub fn executable_offset(elf: &[u8]) -> Option<i64> {
 /// GOT entry of its `R_X86_64_TLSDESC` relocation. Once the dynamic loader
 /// has resolved it, the entry's second word is the slot's offset from the
 /// thread pointer when the library's TLS is static (loaded at start-up).
-pub fn library_tlsdesc_got(elf: &[u8]) -> Option<u64> {
+pub fn library_tlsdesc_got(file: &object::File<'_>) -> Option<u64> {
     use object::{ObjectSymbolTable, RelocationFlags, RelocationTarget};
     const R_X86_64_TLSDESC: u32 = 36;
-    let file = object::File::parse(elf).ok()?;
     let dynsym = file.dynamic_symbol_table()?;
     let symbol = dynsym
         .symbols()
@@ -126,21 +124,15 @@ const NAMES: [&str; 3] = [
 
 /// The start of the `OTEL_CTX` mapping in `/proc/PID/maps` text.
 pub fn process_context_address(maps: &str) -> Option<u64> {
-    maps.lines().find_map(|line| {
-        let path = line.splitn(6, ' ').nth(5)?.trim_start();
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-        NAMES
-            .contains(&path)
-            .then(|| u64::from_str_radix(line.split('-').next()?, 16).ok())?
-    })
+    crate::maps::start_of(maps, &NAMES)
 }
 
-/// Reads a process's context: header, payload, header again (a writer
-/// sets `published_at` to 0 while it updates), three tries.
-pub fn read_process_context(proc_root: &Path, pid: u32) -> Option<ProcessContextInfo> {
+/// Reads a process's context (`maps`: its `/proc/PID/maps` text): header,
+/// payload, header again (a writer sets `published_at` to 0 while it
+/// updates), three tries.
+pub fn read_process_context(proc_root: &Path, pid: u32, maps: &str) -> Option<ProcessContextInfo> {
     let dir = proc_root.join(pid.to_string());
-    let maps = std::fs::read_to_string(dir.join("maps")).ok()?;
-    let at = process_context_address(&maps)?;
+    let at = process_context_address(maps)?;
     let mem = std::fs::File::open(dir.join("mem")).ok()?;
     for _ in 0..3 {
         let mut header = [0u8; 32];
@@ -301,10 +293,12 @@ mod tests {
     #[test]
     fn no_symbol_no_offset() {
         let exe = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
         assert_eq!(
-            executable_offset(&exe),
+            executable_offset(&file, &exe),
             None,
             "the test binary defines no otel_thread_ctx_v1"
         );
+        assert_eq!(library_tlsdesc_got(&file), None);
     }
 }
