@@ -91,18 +91,7 @@ pub struct Batch {
 impl Batch {
     pub fn new(start_ns: u64, frequency_hz: u64, host_name: &str) -> Self {
         let mut batch = Self {
-            dict: ProfilesDictionary {
-                string_table: vec![String::new()],
-                mapping_table: vec![Mapping::default()],
-                location_table: vec![Location::default()],
-                function_table: vec![Function::default()],
-                link_table: vec![Link {
-                    trace_id: vec![0; 16],
-                    span_id: vec![0; 8],
-                }],
-                attribute_table: vec![KeyValueAndUnit::default()],
-                stack_table: vec![Stack::default()],
-            },
+            dict: ProfilesDictionary::with_zero_values(),
             strings: Table::new(),
             mappings: Table::new(),
             locations: Table::new(),

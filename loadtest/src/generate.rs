@@ -82,18 +82,7 @@ pub fn export(shape: Shape, seed: u64, now_ns: u64) -> ExportProfilesServiceRequ
     // which thread and in which trace differs per export (`seed`).
     let mut pool = StdRng::seed_from_u64(0x5eed_f1ee7);
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut d = ProfilesDictionary {
-        string_table: vec![String::new()],
-        mapping_table: vec![Mapping::default()],
-        location_table: vec![Location::default()],
-        function_table: vec![Function::default()],
-        link_table: vec![Link {
-            trace_id: vec![0; 16],
-            span_id: vec![0; 8],
-        }],
-        attribute_table: vec![KeyValueAndUnit::default()],
-        stack_table: vec![Stack::default()],
-    };
+    let mut d = ProfilesDictionary::with_zero_values();
     let mut strings = std::collections::HashMap::new();
     let mut string = |d: &mut ProfilesDictionary, s: &str| -> i32 {
         *strings.entry(s.to_owned()).or_insert_with(|| {

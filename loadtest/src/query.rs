@@ -15,8 +15,8 @@ use rand::{Rng, SeedableRng};
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::common::{any_value, AnyValue};
 use symtrace_proto::profiles::{
-    KeyValueAndUnit, Link, Location, Mapping, Profile, ProfilesDictionary, ResourceProfiles,
-    Sample, ScopeProfiles, Stack, ValueType,
+    KeyValueAndUnit, Location, Mapping, Profile, ProfilesDictionary, ResourceProfiles, Sample,
+    ScopeProfiles, Stack, ValueType,
 };
 
 use crate::generate::{kv, Zipf};
@@ -229,18 +229,7 @@ fn export(
     window_start: u64,
     service: &str,
 ) -> ExportProfilesServiceRequest {
-    let mut d = ProfilesDictionary {
-        string_table: vec![String::new()],
-        mapping_table: vec![Mapping::default()],
-        location_table: vec![Location::default()],
-        link_table: vec![Link {
-            trace_id: vec![0; 16],
-            span_id: vec![0; 8],
-        }],
-        attribute_table: vec![KeyValueAndUnit::default()],
-        stack_table: vec![Stack::default()],
-        ..Default::default()
-    };
+    let mut d = ProfilesDictionary::with_zero_values();
     let mut strings: HashMap<String, i32> = HashMap::new();
     let mut string = |d: &mut ProfilesDictionary, s: &str| -> i32 {
         *strings.entry(s.to_owned()).or_insert_with(|| {

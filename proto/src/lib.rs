@@ -83,3 +83,24 @@ pub use opentelemetry::proto::common::v1 as common;
 pub use opentelemetry::proto::processcontext::v1development as processcontext;
 pub use opentelemetry::proto::profiles::v1development as profiles;
 pub use opentelemetry::proto::resource::v1 as resource;
+
+impl profiles::ProfilesDictionary {
+    /// A dictionary holding only the zero values every table starts with
+    /// (index 0 means "none" in OTLP profiles v1.10+): the empty string and
+    /// a default mapping, location, function, attribute and stack, and a
+    /// link with all-zero trace and span IDs.
+    pub fn with_zero_values() -> Self {
+        Self {
+            string_table: vec![String::new()],
+            mapping_table: vec![profiles::Mapping::default()],
+            location_table: vec![profiles::Location::default()],
+            function_table: vec![profiles::Function::default()],
+            link_table: vec![profiles::Link {
+                trace_id: vec![0; 16],
+                span_id: vec![0; 8],
+            }],
+            attribute_table: vec![profiles::KeyValueAndUnit::default()],
+            stack_table: vec![profiles::Stack::default()],
+        }
+    }
+}
