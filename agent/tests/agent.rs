@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use symtrace_testkit::agent::{
-    bpf_available, clang_with_frame_pointers, number_after, one_at_a_time, Agent,
+    bpf_available, bpf_test, clang_with_frame_pointers, number_after, Agent,
 };
 use symtrace_testkit::{self as kit, Backend, Server};
 
@@ -36,13 +36,7 @@ fn c_workload(dir: &Path) -> PathBuf {
 /// The Rust workload: `examples/cpu_split.rs`, built by `cargo test` with
 /// our frame-pointer flags.
 fn rust_workload() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/cpu_split");
+    let bin = kit::target_dir().join("examples/cpu_split");
     assert!(
         bin.exists(),
         "{} not built (cargo test builds examples)",
@@ -144,10 +138,9 @@ fn assert_split(what: &str, (alpha, beta): (u64, u64), (a, b): (f64, f64)) {
 
 #[test]
 fn flamegraph_shows_the_measured_cpu_split_of_c_and_rust_workloads() {
-    if !bpf_available() || !kit::have("clang-19") {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&Backend::local(), &[]);
     let mut agent = start_agent(&server.grpc_addr, &[]);
@@ -223,10 +216,9 @@ fn a_missing_capability_is_named() {
 
 #[test]
 fn buffers_while_the_server_is_down_and_delivers_after() {
-    if !bpf_available() || !kit::have("clang-19") {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     let dir = tempfile::tempdir().unwrap();
     let bin = c_workload(dir.path());
     let mut server = Server::start(&Backend::local(), &[]);
@@ -295,17 +287,10 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
 /// (`examples/dd_writer.rs`).
 #[test]
 fn reads_thread_contexts_written_by_libdd_otel_thread_ctx() {
-    if !bpf_available() {
+    let Some(_one) = bpf_test(&[]) else {
         return;
-    }
-    let _one = one_at_a_time();
-    let exe = std::env::current_exe().unwrap();
-    let writer = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/dd_writer");
+    };
+    let writer = kit::target_dir().join("examples/dd_writer");
     assert!(
         writer.exists(),
         "{} not built (cargo test builds examples)",
@@ -359,12 +344,6 @@ fn our_writers_pass_libdd_otel_thread_ctx_layout_checks() {
     libdd_otel_thread_ctx::sanity_check::check_tls_slot_in(&service)
         .unwrap_or_else(|e| panic!("http_service: {e:#}"));
     // And the check can fail: the test workload publishes nothing.
-    let workload = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/cpu_split");
+    let workload = kit::target_dir().join("examples/cpu_split");
     assert!(libdd_otel_thread_ctx::sanity_check::check_tls_slot_in(&workload).is_err());
 }

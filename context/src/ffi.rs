@@ -19,8 +19,8 @@ pub unsafe extern "C" fn symtrace_ctx_enter(
 ) -> Ids {
     // SAFETY: the caller's promise.
     let (t, s) = unsafe { (*trace_id.cast::<[u8; 16]>(), *span_id.cast::<[u8; 8]>()) };
-    let previous = thread::current();
-    thread::set(&Ids::new(t, s, trace_flags));
+    let mut previous = Ids::default();
+    thread::replace(&Ids::new(t, s, trace_flags), &mut previous);
     previous
 }
 

@@ -62,11 +62,18 @@ pub fn enter(ids: Ids) -> Guard {
     };
     // Written in place rather than returned through `LocalKey::with`'s
     // Result: that move costs store-forwarding stalls (a third of the time).
-    with_record(|r| {
-        guard.previous = r.ids();
-        r.set(&ids);
-    });
+    replace(&ids, &mut guard.previous);
     guard
+}
+
+/// Publishes `ids` and writes what was published before into `previous`
+/// (the C ABI's enter; `enter` without the guard).
+#[inline]
+pub(crate) fn replace(ids: &Ids, previous: &mut Ids) {
+    with_record(|r| {
+        *previous = r.ids();
+        r.set(ids);
+    });
 }
 
 impl Drop for Guard {

@@ -11,9 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use symtrace_testkit::agent::{
-    bpf_available, clang_with_frame_pointers, number_after, one_at_a_time, Agent,
-};
+use symtrace_testkit::agent::{bpf_test, clang_with_frame_pointers, number_after, Agent};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 const HZ: f64 = 97.0;
@@ -145,10 +143,9 @@ fn expected_samples(cpu_ns: f64) -> f64 {
 
 #[test]
 fn span_flamegraphs_and_the_trace_view_match_each_spans_work() {
-    if !bpf_available() {
+    let Some(_one) = bpf_test(&[]) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     let server = Server::start(&Backend::local(), &[]);
     let name = kit::unique("ctx-demo-");
     let service = Service::start(&name);
@@ -210,10 +207,9 @@ fn span_flamegraphs_and_the_trace_view_match_each_spans_work() {
 
 #[test]
 fn tokio_tasks_interleaved_on_one_thread_keep_their_own_spans() {
-    if !bpf_available() {
+    let Some(_one) = bpf_test(&[]) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     let server = Server::start(&Backend::local(), &[]);
     let service = Service::start(&kit::unique("ctx-tokio-"));
     server.upload(&kit::build_id_of(&service.bin), "debuginfo", &service.bin);
@@ -265,10 +261,9 @@ fn clang(out: &Path, sources: &[PathBuf], extra: &[&str]) {
 
 #[test]
 fn a_c_program_correlates_through_the_c_abi() {
-    if !bpf_available() || !kit::have("clang-19") {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("traced");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -312,10 +307,9 @@ fn a_c_program_correlates_through_the_c_abi() {
 
 #[test]
 fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
-    if !bpf_available() || !kit::have("clang-19") {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     let dir = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let writer = dir.path().join("raw_writer");
@@ -411,10 +405,9 @@ fn no_symbol_an_invalid_record_or_a_garbage_pointer_give_plain_samples() {
 /// library's resolved GOT entry.
 #[test]
 fn a_slot_in_a_shared_library_is_read_through_its_tlsdesc_entry() {
-    if !bpf_available() || !kit::have("clang-19") {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     let dir = tempfile::tempdir().unwrap();
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let lib = dir.path().join("libraw_ctx.so");

@@ -26,6 +26,16 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The start of a test that runs an agent: `None` (a skip, or a failure
+/// under CI) when BPF or one of `tools` is missing, else the guard of
+/// [`one_at_a_time`].
+pub fn bpf_test(tools: &[&str]) -> Option<std::sync::MutexGuard<'static, ()>> {
+    if !bpf_available() || !tools.iter().all(|t| crate::have(t)) {
+        return None;
+    }
+    Some(one_at_a_time())
+}
+
 /// A running `symtrace-agent` with its output in files.
 pub struct Agent {
     child: Option<Child>,

@@ -4,17 +4,9 @@
  * TLSDESC GOT entry, not the executable's TLS segment.
  *
  *   clang -shared -fPIC -mtls-dialect=gnu2 raw_lib.c -o libraw_ctx.so */
-#include <stdint.h>
 #include <string.h>
 
-struct record {
-	uint8_t trace_id[16];
-	uint8_t span_id[8];
-	uint8_t valid;
-	uint8_t trace_flags;
-	uint16_t attrs_size;
-	uint8_t attrs[612];
-};
+#include "otep4947_test.h"
 
 __attribute__((visibility("default"))) __thread void *otel_thread_ctx_v1;
 static __thread struct record record;

@@ -8,44 +8,17 @@
  * Burns SECONDS of thread CPU time in raw_work, then prints "done".
  *
  *   raw_writer MODE TRACE_ID_HEX SPAN_ID_HEX SECONDS */
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-struct record {
-	uint8_t trace_id[16];
-	uint8_t span_id[8];
-	uint8_t valid;
-	uint8_t trace_flags;
-	uint16_t attrs_size;
-	uint8_t attrs[612];
-};
+#include "otep4947_test.h"
 
 __attribute__((visibility("default"))) __thread void *otel_thread_ctx_v1;
 static struct record record;
-static volatile unsigned long sink;
-
-static double thread_cpu_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 __attribute__((noinline)) void raw_work(double seconds)
 {
-	double start = thread_cpu_seconds();
-	while (thread_cpu_seconds() - start < seconds)
-		for (int i = 0; i < 100000; i++)
-			sink += i;
-}
-
-static void from_hex(const char *hex, uint8_t *out, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		sscanf(hex + 2 * i, "%2hhx", &out[i]);
+	burn_cpu(seconds);
 }
 
 int main(int argc, char **argv)
