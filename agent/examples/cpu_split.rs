@@ -5,25 +5,11 @@
 //!
 //! `cargo run -p symtrace-agent --example cpu_split -- 1.2 0.6`
 
-use std::hint::black_box;
 use std::time::Duration;
 
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-#[inline(never)]
-fn spin(sink: &mut u64) {
-    for i in 0..100_000u64 {
-        *sink = black_box(sink.wrapping_add(i));
-    }
-}
+#[path = "support/burn.rs"]
+mod support;
+use support::burn;
 
 #[inline(never)]
 fn alpha_work(budget: Duration) -> Duration {
@@ -33,16 +19,6 @@ fn alpha_work(budget: Duration) -> Duration {
 #[inline(never)]
 fn beta_work(budget: Duration) -> Duration {
     burn(budget)
-}
-
-#[inline(always)]
-fn burn(budget: Duration) -> Duration {
-    let start = thread_cpu();
-    let mut sink = 0;
-    while thread_cpu() - start < budget {
-        spin(&mut sink);
-    }
-    thread_cpu() - start
 }
 
 fn main() {

@@ -4,30 +4,16 @@
 //!
 //! `cargo run -p symtrace-agent --example dd_writer -- TRACE_ID_HEX SPAN_ID_HEX SECONDS`
 
-use std::hint::black_box;
 use std::time::Duration;
 
 use libdd_otel_thread_ctx::linux::OwnedThreadContext;
 
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
+#[path = "support/burn.rs"]
+mod support;
 
 #[inline(never)]
 fn dd_work(budget: Duration) {
-    let start = thread_cpu();
-    let mut sink = 0u64;
-    while thread_cpu() - start < budget {
-        for i in 0..100_000u64 {
-            sink = black_box(sink.wrapping_add(i));
-        }
-    }
+    support::burn(budget);
 }
 
 fn hex<const N: usize>(s: &str) -> [u8; N] {
