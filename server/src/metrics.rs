@@ -36,6 +36,10 @@ pub fn recorder() -> anyhow::Result<PrometheusHandle> {
     );
     metrics::describe_counter!("symtrace_uploads_total", "uploads by kind and result");
     metrics::describe_counter!("symtrace_upload_bytes_total", "bytes received by uploads");
+    metrics::describe_counter!(
+        "symtrace_object_store_requests_total",
+        "requests to the object store (S3, GCS, Azure or the local directory) by operation"
+    );
     Ok(HANDLE.get_or_init(|| handle).clone())
 }
 
@@ -68,5 +72,42 @@ pub async fn track(request: Request, next: Next) -> Response {
 pub async fn render(State(state): State<SharedState>) -> impl IntoResponse {
     let mut text = state.metrics.render();
     text.push_str("# HELP symtrace_ready 1 when the server serves requests\n# TYPE symtrace_ready gauge\nsymtrace_ready 1\n");
+    process_metrics(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// The standard Prometheus process metrics (CPU seconds, resident memory,
+/// start time), read from `/proc/self` at scrape time. Absent off Linux.
+fn process_metrics(text: &mut String) {
+    use std::fmt::Write;
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // Fields after the parenthesised command name, which may hold spaces.
+    let Some(fields) = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect::<Vec<_>>())
+    else {
+        return;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let (ticks, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    // utime, stime are fields 14 and 15 of stat(5); rss is 24 (pages).
+    if let (Some(utime), Some(stime), Some(rss)) = (field(11), field(12), field(21)) {
+        let cpu = (utime + stime) as f64 / ticks.max(1) as f64;
+        let _ = write!(
+            text,
+            "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n\
+             # TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {cpu}\n\
+             # HELP process_resident_memory_bytes Resident memory size in bytes.\n\
+             # TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n",
+            rss * page.max(1) as u64
+        );
+    }
 }

@@ -23,6 +23,8 @@ use object_store::prefix::PrefixStore;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
+use super::counted::CountedStore;
+
 /// Blob store failures.
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {
@@ -127,7 +129,7 @@ impl ObjectBlobStore {
         let dir = dir.canonicalize()?;
         let store = LocalFileSystem::new_with_prefix(&dir)?;
         Ok(Self {
-            store: Arc::new(store),
+            store: Arc::new(CountedStore::new(Arc::new(store))),
             description: format!("file://{}", dir.display()),
             local_root: Some(dir),
             maps: MapCache::default(),
@@ -173,7 +175,7 @@ impl ObjectBlobStore {
             Arc::new(PrefixStore::new(store, parsed.prefix.as_str()))
         };
         Ok(Self {
-            store,
+            store: Arc::new(CountedStore::new(store)),
             description: url.to_owned(),
             local_root: None,
             maps: MapCache::default(),

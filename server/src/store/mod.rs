@@ -14,6 +14,7 @@
 //! ([`gc`]) removes; readers only follow committed rows.
 
 pub mod blobs;
+mod counted;
 pub mod gc;
 pub mod lookup_cache;
 pub mod meta;

@@ -18,6 +18,24 @@ fn an_upload_through_one_replica_is_served_by_another() {
     let b = Server::start(&backend, &[]);
     let fx = Fixture::hello("src", "hello.c", &["-g"]);
     fx.publish(&a);
+    // The bucket requests behind that upload are counted, and the process
+    // reports its CPU and memory (what the loadtest reads off-host).
+    let metrics = a.get("/metrics").text().unwrap();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(
+        value("symtrace_object_store_requests_total{op=\"put\"}")
+            + value("symtrace_object_store_requests_total{op=\"multipart_complete\"}")
+            >= 3.0,
+        "{metrics}"
+    );
+    assert!(value("process_resident_memory_bytes") > 1e6, "{metrics}");
+    assert!(value("process_cpu_seconds_total") > 0.0, "{metrics}");
     let cache = tempfile::tempdir().unwrap();
     for (artifact, expected) in [("debuginfo", &fx.debug), ("executable", &fx.stripped)] {
         let path = b.debuginfod_fetch(cache.path(), &[artifact, &fx.build_id]);
