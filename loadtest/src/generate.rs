@@ -61,7 +61,7 @@ impl Zipf {
             cdf: cdf.into_iter().map(|c| c / total).collect(),
         }
     }
-    pub fn sample(&self, rng: &mut StdRng) -> usize {
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> usize {
         let u: f64 = rng.random();
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
     }

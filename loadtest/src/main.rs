@@ -1,26 +1,36 @@
 //! symtrace-loadtest: load and benchmarks for symtrace-server. Every loop is
-//! bounded in count and time and aimed only at the URL it is given.
+//! bounded in count and time and aimed only at the URLs it is given.
 
+mod debuginfod;
 mod generate;
+mod mixed;
+mod otlp;
 mod query;
+mod report;
+mod target;
 
-use std::io::{Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use prost::Message;
 use symtrace_proto::collector::ExportProfilesServiceRequest;
-use symtrace_proto::common::{any_value, AnyValue, KeyValue};
-use symtrace_proto::profiles::{Profile, ResourceProfiles, Sample, ScopeProfiles, ValueType};
 
 use crate::generate::Shape;
+use crate::otlp::{Exporter, Payload, Protocol};
+use crate::report::Report;
+use crate::target::Targets;
 
 /// Load generator and benchmarks for symtrace-server.
+///
+/// Every scenario prints a table (requests, errors by kind, latency
+/// percentiles from an HDR histogram, the servers' CPU and resident memory —
+/// from /proc for a server on this machine, from its /metrics otherwise),
+/// then the same as one JSON line; it exits 1 when a request failed.
 #[derive(Parser)]
-#[command(name = "symtrace-loadtest", version, about)]
+#[command(name = "symtrace-loadtest", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -44,39 +54,207 @@ impl Size {
     }
 }
 
+/// Where a run is aimed and how long it lasts.
+#[derive(clap::Args)]
+struct Common {
+    /// A server's base URL (for `otlp --protocol grpc`, its gRPC address).
+    /// Repeat for several replicas: requests go round-robin over them.
+    #[arg(long = "url", default_value = "http://127.0.0.1:8002")]
+    urls: Vec<String>,
+    /// How long to send.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    duration: Duration,
+    /// X-Scope-OrgID.
+    #[arg(long, default_value = "loadtest")]
+    tenant: String,
+    /// Send a request whose connection fails (or that a draining replica
+    /// answers 503) to the next server, as a load balancer would, instead
+    /// of counting an error.
+    #[arg(long)]
+    failover: bool,
+    /// HTTP base URLs of the servers whose CPU and memory to report
+    /// (default: the --url values).
+    #[arg(long = "watch")]
+    watch: Vec<String>,
+    /// Also write the JSON summary to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+impl Common {
+    fn targets(&self) -> Arc<Targets> {
+        Arc::new(Targets::new(&self.urls, self.failover))
+    }
+
+    fn report(&self) -> Report {
+        Report::new(if self.watch.is_empty() {
+            &self.urls
+        } else {
+            &self.watch
+        })
+    }
+
+    /// Prints the report; writes the JSON file; Ok(false) on errors.
+    async fn finish(&self, report: Report) -> anyhow::Result<bool> {
+        let errors = report.errors();
+        let json = report.print().await;
+        if let Some(path) = &self.json {
+            std::fs::write(path, serde_json::to_vec_pretty(&json)?)?;
+        }
+        Ok(errors == 0)
+    }
+}
+
+/// The generated exports.
+#[derive(clap::Args)]
+struct Exports {
+    #[arg(long, value_enum, default_value = "medium")]
+    size: Size,
+    /// Distinct base payloads generated up front (each export is made
+    /// unique with one more small resource, so none is a retry).
+    #[arg(long, default_value_t = 8)]
+    payloads: usize,
+    /// Regular 19 Hz timestamps instead of random nanoseconds.
+    #[arg(long)]
+    periodic: bool,
+    /// Seconds to shift the profiles' time into the past (backfill).
+    #[arg(long, default_value_t = 0)]
+    ago: u64,
+    /// Target rate in events (sampled stacks' timestamps) per second, in
+    /// whole exports; 0 = as fast as the server takes them.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    #[arg(long, value_enum, default_value = "http")]
+    protocol: Protocol,
+}
+
+impl Exports {
+    fn exporter(&self, common: &Common, run: u64) -> anyhow::Result<Arc<Exporter>> {
+        let payloads = otlp::payloads(
+            self.size.shape(self.periodic),
+            self.payloads.max(1),
+            self.ago,
+            matches!(self.protocol, Protocol::Grpc),
+        );
+        let exporter = Exporter::new(payloads, self.protocol, &common.urls, &common.tenant, run)?;
+        println!(
+            "payloads          {} × ~{:.2} MB protobuf, ~{:.0} events each",
+            self.payloads,
+            exporter.average_bytes() as f64 / 1e6,
+            exporter.average_events()
+        );
+        Ok(Arc::new(exporter))
+    }
+
+    /// The pause between exports that makes the target rate.
+    fn interval(&self, exporter: &Exporter) -> Option<Duration> {
+        (self.rate > 0.0).then(|| Duration::from_secs_f64(exporter.average_events() / self.rate))
+    }
+}
+
+/// The files the debuginfod scenario serves.
+#[derive(clap::Args)]
+struct Symbols {
+    /// An ELF file with a GNU build-ID: the set is copies of it, each with
+    /// its own build-ID.
+    #[arg(long, default_value = "/usr/bin/ls")]
+    elf: PathBuf,
+    /// Files in the set (uploaded before the run).
+    #[arg(long, default_value_t = 100)]
+    files: u64,
+    /// Share of requests for build-IDs never uploaded (404 expected).
+    #[arg(long, default_value_t = 0.2)]
+    miss_ratio: f64,
+    /// Names the set: runs with the same seed share their build-IDs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Do not upload the set first (a run with the same seed did).
+    #[arg(long)]
+    skip_upload: bool,
+}
+
+impl Symbols {
+    async fn prepare(
+        &self,
+        common: &Common,
+        targets: &Targets,
+        run: u64,
+    ) -> anyhow::Result<Arc<debuginfod::Debuginfod>> {
+        let set = debuginfod::ElfSet::load(&self.elf, run)?;
+        let d = debuginfod::Debuginfod::new(set, self.files, &common.tenant)?;
+        if !self.skip_upload {
+            let t = Instant::now();
+            let op = report::Op::new("debuginfod", "upload");
+            d.upload_set(targets, &op).await?;
+            println!(
+                "uploaded          {} files of {:.2} MB in {:.1} s",
+                self.files,
+                d.set.len() as f64 / 1e6,
+                t.elapsed().as_secs_f64()
+            );
+        }
+        Ok(Arc::new(d))
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
-    /// Exports realistic OTLP profiles over OTLP/HTTP (protobuf, gzip) as
-    /// fast as the server takes them; prints throughput and latency, exits
-    /// non-zero if any export failed.
+    /// Exports realistic OTLP profiles (Zipf-distributed stacks over many
+    /// build-IDs, depths 10–60, timestamps, trace links, gzip) over
+    /// OTLP/HTTP or gRPC, at a target rate or as fast as the server takes
+    /// them with N connections.
     Otlp {
-        /// The server's HTTP base URL.
-        #[arg(long, default_value = "http://127.0.0.1:8002")]
-        url: String,
-        /// How long to send.
-        #[arg(long, default_value = "20s", value_parser = parse_duration)]
-        duration: Duration,
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        exports: Exports,
         /// Concurrent exports in flight.
         #[arg(long, default_value_t = 4)]
         connections: usize,
-        #[arg(long, value_enum, default_value = "medium")]
-        size: Size,
-        /// Distinct base payloads generated up front (each export is made
-        /// unique with a small extra resource, so none is a retry).
-        #[arg(long, default_value_t = 8)]
-        payloads: usize,
-        /// Regular 19 Hz timestamps instead of random nanoseconds.
-        #[arg(long)]
-        periodic: bool,
-        /// X-Scope-OrgID.
-        #[arg(long, default_value = "loadtest")]
-        tenant: String,
         /// Most exports sent (0 = until the duration ends).
         #[arg(long, default_value_t = 0)]
         max_exports: u64,
-        /// Seconds to shift the profiles' time into the past (backfill).
-        #[arg(long, default_value_t = 0)]
-        ago: u64,
+    },
+    /// debuginfod clients: a hit/miss mix of /buildid/ID/executable
+    /// requests over a set of files it uploads first.
+    Debuginfod {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        symbols: Symbols,
+        /// Concurrent requests in flight.
+        #[arg(long, default_value_t = 4)]
+        connections: usize,
+    },
+    /// Exports, debuginfod traffic with uploads, and flamegraph and trace
+    /// queries at once. With --verify, every export and upload a server
+    /// acknowledged is then looked up through each server still up (exit
+    /// 1 if one is missing).
+    Mixed {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        exports: Exports,
+        #[command(flatten)]
+        symbols: Symbols,
+        /// Concurrent exports in flight.
+        #[arg(long, default_value_t = 2)]
+        otlp_connections: usize,
+        /// Concurrent debuginfod requests in flight.
+        #[arg(long, default_value_t = 1)]
+        debuginfod_connections: usize,
+        /// Share of debuginfod requests that upload a new file.
+        #[arg(long, default_value_t = 0.02)]
+        upload_ratio: f64,
+        /// Concurrent queries in flight.
+        #[arg(long, default_value_t = 1)]
+        query_connections: usize,
+        /// Pause between queries (flamegraphs of the last minute and trace
+        /// lookups, alternately).
+        #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+        query_interval: Duration,
+        #[arg(long)]
+        verify: bool,
     },
     /// Stores one service's profiles for the query benchmark: native frames
     /// at real function addresses of the given ELF files (uploaded first as
@@ -111,206 +289,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-struct Payload {
-    raw: Vec<u8>,
-    gzipped: Vec<u8>,
-    events: usize,
-}
-
-fn payloads(size: Size, count: usize, periodic: bool, ago: u64) -> Vec<Payload> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        - ago * 1_000_000_000;
-    (0..count)
-        .map(|i| {
-            let request = generate::export(size.shape(periodic), i as u64 + 1, now);
-            let raw = request.encode_to_vec();
-            Payload {
-                gzipped: gzip(&raw),
-                events: generate::events(&request),
-                raw,
-            }
-        })
-        .collect()
-}
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
-
-/// A small gzip member with one more resource (sequence number `seq`):
-/// appended to a gzipped payload it makes the export unique. Protobuf
-/// concatenation appends to repeated fields, and gzip members concatenate.
-fn unique_suffix(seq: u64) -> Vec<u8> {
-    let extra = ExportProfilesServiceRequest {
-        resource_profiles: vec![ResourceProfiles {
-            resource: Some(symtrace_proto::resource::Resource {
-                attributes: vec![KeyValue {
-                    key: "loadtest.seq".into(),
-                    value: Some(AnyValue {
-                        value: Some(any_value::Value::IntValue(seq as i64)),
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            scope_profiles: vec![ScopeProfiles {
-                profiles: vec![Profile {
-                    sample_type: Some(ValueType::default()),
-                    samples: vec![Sample {
-                        stack_index: 1,
-                        timestamps_unix_nano: vec![seq],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        dictionary: None,
-    };
-    gzip(&extra.encode_to_vec())
-}
-
-#[derive(Default)]
-struct Totals {
-    ok: AtomicU64,
-    events: AtomicU64,
-    raw_bytes: AtomicU64,
-    wire_bytes: AtomicU64,
-    errors: Mutex<std::collections::BTreeMap<String, u64>>,
-}
-
-async fn otlp(
-    url: String,
-    duration: Duration,
-    connections: usize,
-    payloads: Vec<Payload>,
-    tenant: String,
-    max_exports: u64,
-) -> anyhow::Result<bool> {
-    let payloads = Arc::new(payloads);
-    let totals = Arc::new(Totals::default());
-    let histogram = Arc::new(Mutex::new(hdrhistogram::Histogram::<u64>::new(3)?));
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()?;
-    let endpoint = format!("{}/v1development/profiles", url.trim_end_matches('/'));
-    let started = Instant::now();
-    let seq = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..connections.max(1) {
-        let (payloads, totals, histogram, http, endpoint, tenant, seq) = (
-            payloads.clone(),
-            totals.clone(),
-            histogram.clone(),
-            http.clone(),
-            endpoint.clone(),
-            tenant.clone(),
-            seq.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            while started.elapsed() < duration {
-                let n = seq.fetch_add(1, Ordering::Relaxed);
-                if max_exports > 0 && n >= max_exports {
-                    break;
-                }
-                let p = &payloads[n as usize % payloads.len()];
-                let mut body = p.gzipped.clone();
-                body.extend_from_slice(&unique_suffix(n));
-                let wire = body.len() as u64;
-                let t = Instant::now();
-                let result = http
-                    .post(&endpoint)
-                    .header("Content-Type", "application/x-protobuf")
-                    .header("Content-Encoding", "gzip")
-                    .header("X-Scope-OrgID", &tenant)
-                    .body(body)
-                    .send()
-                    .await;
-                let kind = match result {
-                    Ok(r) if r.status().is_success() => None,
-                    Ok(r) => Some(format!("HTTP {}", r.status().as_u16())),
-                    Err(e) if e.is_connect() => Some("connection refused".to_owned()),
-                    Err(e) if e.is_timeout() => Some("timeout".to_owned()),
-                    Err(_) => Some("connection error".to_owned()),
-                };
-                match kind {
-                    None => {
-                        histogram
-                            .lock()
-                            .unwrap()
-                            .record(t.elapsed().as_micros() as u64)
-                            .ok();
-                        totals.ok.fetch_add(1, Ordering::Relaxed);
-                        totals
-                            .events
-                            .fetch_add(p.events as u64 + 1, Ordering::Relaxed);
-                        totals
-                            .raw_bytes
-                            .fetch_add(p.raw.len() as u64, Ordering::Relaxed);
-                        totals.wire_bytes.fetch_add(wire, Ordering::Relaxed);
-                    }
-                    Some(kind) => {
-                        *totals.errors.lock().unwrap().entry(kind).or_default() += 1;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await?;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let h = histogram.lock().unwrap();
-    let errors = totals.errors.lock().unwrap().clone();
-    let ok = totals.ok.load(Ordering::Relaxed);
-    let events = totals.events.load(Ordering::Relaxed) as f64;
-    let raw = totals.raw_bytes.load(Ordering::Relaxed) as f64;
-    let wire = totals.wire_bytes.load(Ordering::Relaxed) as f64;
-    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    println!("exports ok        {ok}");
-    println!(
-        "errors            {}",
-        if errors.is_empty() {
-            "none".to_owned()
-        } else {
-            format!("{errors:?}")
-        }
-    );
-    println!("duration          {secs:.1} s");
-    println!("events/s          {:.0}", events / secs);
-    println!("MB/s (protobuf)   {:.1}", raw / secs / 1e6);
-    println!("MB/s (gzip wire)  {:.1}", wire / secs / 1e6);
-    println!(
-        "latency ms        p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}",
-        ms(0.5),
-        ms(0.9),
-        ms(0.99),
-        h.max() as f64 / 1000.0
-    );
-    println!(
-        "raw B/event       {:.1} (gzip {:.1})",
-        raw / events.max(1.0),
-        wire / events.max(1.0)
-    );
-    let json = serde_json::json!({
-        "scenario": "otlp", "exports_ok": ok, "errors": errors, "seconds": secs,
-        "events_per_second": events / secs, "protobuf_mb_per_second": raw / secs / 1e6,
-        "wire_mb_per_second": wire / secs / 1e6,
-        "latency_ms": {"p50": ms(0.5), "p90": ms(0.9), "p99": ms(0.99), "max": h.max() as f64 / 1000.0},
-        "raw_bytes_per_event": raw / events.max(1.0), "gzip_bytes_per_event": wire / events.max(1.0),
-    });
-    println!("{json}");
-    Ok(errors.is_empty() && ok > 0)
-}
-
 fn decode_baseline(payloads: &[Payload], duration: Duration) {
     let started = Instant::now();
     let (mut bytes, mut events, mut n) = (0usize, 0usize, 0usize);
@@ -338,59 +316,254 @@ fn decode_baseline(payloads: &[Payload], duration: Duration) {
     );
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Cmd::Otlp {
-            url,
-            duration,
+/// A number for this run: names its exports (and, in `mixed`, its uploads).
+fn run_id() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Events and bytes of the acknowledged exports, under the table.
+fn export_figures(report: &mut Report, exporter: &Exporter, seconds: f64, events: u64) {
+    let bytes = exporter
+        .protobuf_bytes
+        .load(std::sync::atomic::Ordering::Relaxed) as f64;
+    let acknowledged = exporter.acknowledged.lock().unwrap().len();
+    report.figures.extend([
+        ("exports ok".to_owned(), acknowledged.into()),
+        (
+            "events/s".to_owned(),
+            ((events as f64 / seconds) as u64).into(),
+        ),
+        ("MB/s (protobuf)".to_owned(), (bytes / seconds / 1e6).into()),
+        (
+            "raw B/event".to_owned(),
+            (bytes / (events.max(1) as f64)).into(),
+        ),
+    ]);
+}
+
+async fn otlp_scenario(
+    common: Common,
+    exports: Exports,
+    connections: usize,
+    max_exports: u64,
+) -> anyhow::Result<bool> {
+    let exporter = exports.exporter(&common, run_id())?;
+    let targets = common.targets();
+    let mut report = common.report();
+    let op = report.op("otlp", "export");
+    let started = Instant::now();
+    {
+        let (t, e, op) = (targets.clone(), exporter.clone(), op.clone());
+        target::run(
             connections,
-            size,
-            payloads: count,
-            periodic,
-            tenant,
+            common.duration,
             max_exports,
-            ago,
-        } => {
-            let payloads = payloads(size, count, periodic, ago);
-            let avg = payloads.iter().map(|p| p.raw.len()).sum::<usize>() / payloads.len();
-            println!(
-                "payloads          {count} × ~{:.2} MB protobuf",
-                avg as f64 / 1e6
-            );
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            let ok = rt
-                .block_on(otlp(
-                    url,
-                    duration,
-                    connections,
-                    payloads,
-                    tenant,
-                    max_exports,
-                ))
-                .context("running the otlp scenario")?;
-            if !ok {
-                std::process::exit(1);
+            exports.interval(&exporter),
+            move |n| {
+                let (t, e, op) = (t.clone(), e.clone(), op.clone());
+                async move { e.export(&t, &op, n).await }
+            },
+        )
+        .await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    export_figures(&mut report, &exporter, seconds, op.units());
+    let ok = op.succeeded() > 0;
+    Ok(common.finish(report).await? && ok)
+}
+
+async fn debuginfod_scenario(
+    common: Common,
+    symbols: Symbols,
+    connections: usize,
+) -> anyhow::Result<bool> {
+    let targets = common.targets();
+    let d = symbols.prepare(&common, &targets, symbols.seed).await?;
+    let mut report = common.report();
+    let ops = Arc::new(debuginfod::Ops {
+        hit: report.op("debuginfod", "hit"),
+        miss: report.op("debuginfod", "miss"),
+        upload: report.op("debuginfod", "upload"),
+    });
+    let miss = symbols.miss_ratio;
+    {
+        let (t, d, ops) = (targets.clone(), d.clone(), ops.clone());
+        target::run(connections, common.duration, 0, None, move |_| {
+            let (t, d, ops) = (t.clone(), d.clone(), ops.clone());
+            async move { d.request(&t, &ops, miss, 0.0).await }
+        })
+        .await;
+    }
+    let seconds = report.started.elapsed().as_secs_f64();
+    report.figures.push((
+        "MB/s (hits)".to_owned(),
+        (ops.hit.units() as f64 / seconds / 1e6).into(),
+    ));
+    common.finish(report).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn mixed_scenario(
+    common: Common,
+    exports: Exports,
+    symbols: Symbols,
+    settings: mixed::Settings,
+    verify: bool,
+) -> anyhow::Result<bool> {
+    let run = run_id();
+    let from_ns = now_ns() - (exports.ago + 60) * 1_000_000_000;
+    let targets = common.targets();
+    let exporter = exports.exporter(&common, run)?;
+    let debuginfod = symbols.prepare(&common, &targets, run).await?;
+    let queries = Arc::new(mixed::Queries::new(&common.tenant, exporter.trace_ids())?);
+    let settings = mixed::Settings {
+        export_interval: exports.interval(&exporter),
+        ..settings
+    };
+    let mut report = common.report();
+    let started = Instant::now();
+    mixed::run_mixed(
+        &settings,
+        targets.clone(),
+        exporter.clone(),
+        debuginfod.clone(),
+        queries,
+        &mut report,
+    )
+    .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let events = report.ops[0].units();
+    export_figures(&mut report, &exporter, seconds, events);
+    let mut verified_ok = true;
+    if verify {
+        let mut checked = 0;
+        for url in &targets.urls {
+            let Some(v) =
+                mixed::verify(url, &common.tenant, &exporter, &debuginfod, from_ns).await?
+            else {
+                report
+                    .figures
+                    .push((format!("verify {url}"), "down: not checked".into()));
+                continue;
+            };
+            checked += 1;
+            let good = v.exports_missing.is_empty() && v.uploads_missing.is_empty();
+            verified_ok &= good;
+            report.figures.push((
+                format!("verify {}", v.url),
+                format!(
+                    "{} acknowledged exports found, {} missing{}; {} uploads missing{}",
+                    v.exports_found,
+                    v.exports_missing.len(),
+                    if v.exports_missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " {:?}",
+                            &v.exports_missing[..v.exports_missing.len().min(10)]
+                        )
+                    },
+                    v.uploads_missing.len(),
+                    if v.uploads_missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " {:?}",
+                            &v.uploads_missing[..v.uploads_missing.len().min(5)]
+                        )
+                    },
+                )
+                .into(),
+            ));
+        }
+        if checked == 0 {
+            verified_ok = false;
+            report
+                .figures
+                .push(("verify".to_owned(), "no server up to verify through".into()));
+        }
+        report.figures.push((
+            "verified".to_owned(),
+            if verified_ok {
+                "yes"
+            } else {
+                "NO: acknowledged data missing"
             }
+            .into(),
+        ));
+    }
+    Ok(common.finish(report).await? && verified_ok)
+}
+
+fn main() -> anyhow::Result<()> {
+    let rt = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
+    let ok = match Cli::parse().command {
+        Cmd::Otlp {
+            common,
+            exports,
+            connections,
+            max_exports,
+        } => rt()?.block_on(otlp_scenario(common, exports, connections, max_exports))?,
+        Cmd::Debuginfod {
+            common,
+            symbols,
+            connections,
+        } => rt()?.block_on(debuginfod_scenario(common, symbols, connections))?,
+        Cmd::Mixed {
+            common,
+            exports,
+            symbols,
+            otlp_connections,
+            debuginfod_connections,
+            upload_ratio,
+            query_connections,
+            query_interval,
+            verify,
+        } => {
+            let settings = mixed::Settings {
+                duration: common.duration,
+                otlp_connections,
+                export_interval: None,
+                debuginfod_connections,
+                miss_ratio: symbols.miss_ratio,
+                upload_ratio,
+                query_connections,
+                query_interval,
+            };
+            rt()?.block_on(mixed_scenario(common, exports, symbols, settings, verify))?
         }
         Cmd::QuerySeed(args) => {
-            tokio::runtime::Runtime::new()?.block_on(query::seed(args))?;
+            rt()?.block_on(query::seed(args))?;
+            true
         }
-        Cmd::Query(args) => {
-            if !tokio::runtime::Runtime::new()?.block_on(query::query(args))? {
-                std::process::exit(1);
-            }
-        }
+        Cmd::Query(args) => rt()?.block_on(query::query(args))?,
         Cmd::DecodeBaseline {
             size,
             payloads: count,
             duration,
             periodic,
         } => {
-            let payloads = payloads(size, count, periodic, 0);
+            let payloads = otlp::payloads(size.shape(periodic), count.max(1), 0, false);
             decode_baseline(&payloads, duration);
+            true
         }
+    };
+    if !ok {
+        std::process::exit(1);
     }
     Ok(())
 }

@@ -196,7 +196,7 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<()> {
         );
         let raw = request.encode_to_vec();
         bytes += raw.len();
-        let body = crate::gzip(&raw);
+        let body = crate::otlp::gzip(&raw);
         let r = http
             .post(&endpoint)
             .header("Content-Type", "application/x-protobuf")

@@ -1,0 +1,209 @@
+//! The `mixed` scenario: exports, debuginfod traffic (with uploads) and
+//! flamegraph and trace queries at once, as production sees them, over one
+//! or several replicas; with `--verify`, every export and upload the
+//! servers acknowledged is then looked up through every server still up.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::debuginfod::{Debuginfod, Ops};
+use crate::generate::Zipf;
+use crate::otlp::{export_name, Exporter, EXPORTS_SERVICE};
+use crate::report::{Op, Report};
+use crate::target::{classify, run, status_failure, Failure, Targets};
+
+/// The generator's services are `service-0` … `service-39`.
+const SERVICES: usize = 40;
+
+pub struct Queries {
+    http: reqwest::Client,
+    tenant: String,
+    trace_ids: Vec<String>,
+    zipf: Zipf,
+}
+
+impl Queries {
+    pub fn new(tenant: &str, trace_ids: Vec<String>) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()?,
+            tenant: tenant.to_owned(),
+            trace_ids,
+            zipf: Zipf::new(SERVICES),
+        })
+    }
+
+    /// Even n: a flamegraph of the last minute of a (Zipf-chosen) service;
+    /// odd n: a trace linked from the exports.
+    pub async fn request(&self, targets: &Targets, flamegraph: &Op, trace: &Op, n: u64) {
+        let (service, trace_id) = {
+            let mut rng = rand::rng();
+            let t = if self.trace_ids.is_empty() {
+                None
+            } else {
+                Some(self.trace_ids[rng.random_range(0..self.trace_ids.len())].clone())
+            };
+            (self.zipf.sample(&mut rng), t)
+        };
+        match trace_id {
+            Some(id) if n % 2 == 1 => {
+                let path = format!("/api/v1/traces/{id}");
+                targets.send(trace, |url| self.get(url, &path)).await;
+            }
+            _ => {
+                let path =
+                    format!("/api/v1/flamegraph?service=service-{service}&from=now-1m&to=now");
+                targets.send(flamegraph, |url| self.get(url, &path)).await;
+            }
+        }
+    }
+
+    async fn get(&self, url: String, path: &str) -> Result<u64, Failure> {
+        let r = self
+            .http
+            .get(format!("{url}{path}"))
+            .header("X-Scope-OrgID", &self.tenant)
+            .send()
+            .await
+            .map_err(|e| classify(&e))?;
+        if !r.status().is_success() {
+            return Err(status_failure(r.status()));
+        }
+        Ok(r.bytes().await.map_err(|e| classify(&e))?.len() as u64)
+    }
+}
+
+pub struct Settings {
+    pub duration: Duration,
+    pub otlp_connections: usize,
+    pub export_interval: Option<Duration>,
+    pub debuginfod_connections: usize,
+    pub miss_ratio: f64,
+    pub upload_ratio: f64,
+    pub query_connections: usize,
+    pub query_interval: Duration,
+}
+
+/// Runs the three loads at once until `duration` ends.
+pub async fn run_mixed(
+    s: &Settings,
+    targets: Arc<Targets>,
+    exporter: Arc<Exporter>,
+    debuginfod: Arc<Debuginfod>,
+    queries: Arc<Queries>,
+    report: &mut Report,
+) {
+    let export = report.op("otlp", "export");
+    let ops = Arc::new(Ops {
+        hit: report.op("debuginfod", "hit"),
+        miss: report.op("debuginfod", "miss"),
+        upload: report.op("debuginfod", "upload"),
+    });
+    let (flamegraph, trace) = (
+        report.op("query", "flamegraph"),
+        report.op("query", "trace"),
+    );
+    let otlp = {
+        let (t, e, op) = (targets.clone(), exporter.clone(), export.clone());
+        run(
+            s.otlp_connections,
+            s.duration,
+            0,
+            s.export_interval,
+            move |n| {
+                let (t, e, op) = (t.clone(), e.clone(), op.clone());
+                async move { e.export(&t, &op, n).await }
+            },
+        )
+    };
+    let symbols = {
+        let (t, d, ops) = (targets.clone(), debuginfod.clone(), ops.clone());
+        let (miss, upload) = (s.miss_ratio, s.upload_ratio);
+        run(s.debuginfod_connections, s.duration, 0, None, move |_| {
+            let (t, d, ops) = (t.clone(), d.clone(), ops.clone());
+            async move { d.request(&t, &ops, miss, upload).await }
+        })
+    };
+    let query = {
+        let (t, q, e) = (targets.clone(), queries.clone(), exporter.clone());
+        run(
+            s.query_connections,
+            s.duration,
+            0,
+            Some(s.query_interval),
+            move |n| {
+                let (t, q, f, tr) = (t.clone(), q.clone(), flamegraph.clone(), trace.clone());
+                // Services exist once an export is stored (an unknown one is a 400).
+                let stored = !e.acknowledged.lock().unwrap().is_empty();
+                async move {
+                    if stored {
+                        q.request(&t, &f, &tr, n).await
+                    }
+                }
+            },
+        )
+    };
+    tokio::join!(otlp, symbols, query);
+}
+
+/// What one server answered for the run's acknowledged data.
+pub struct Verified {
+    pub url: String,
+    pub exports_found: usize,
+    pub exports_missing: Vec<u64>,
+    pub uploads_missing: Vec<String>,
+}
+
+/// Looks every acknowledged export and upload up through each server that
+/// is still up; None for a server that is down.
+pub async fn verify(
+    url: &str,
+    tenant: &str,
+    exporter: &Exporter,
+    debuginfod: &Debuginfod,
+    from_ns: u64,
+) -> anyhow::Result<Option<Verified>> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()?;
+    match http.get(format!("{url}/readyz")).send().await {
+        Ok(r) if r.status().is_success() => {}
+        _ => return Ok(None),
+    }
+    let r = http
+        .get(format!(
+            "{url}/api/v1/flamegraph?service={EXPORTS_SERVICE}&from={from_ns}&to=now&format=folded&max_nodes=100000"
+        ))
+        .header("X-Scope-OrgID", tenant)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        r.status().is_success(),
+        "{url}: the exports' flamegraph: {} {}",
+        r.status(),
+        r.text().await?
+    );
+    let folded = r.text().await?;
+    let prefix = format!("{}-", export_name(exporter.run, 0).trim_end_matches("-0"));
+    let stored: HashSet<u64> = folded
+        .lines()
+        .filter_map(|l| l.split(' ').next()?.strip_prefix(&prefix)?.parse().ok())
+        .collect();
+    let acknowledged = exporter.acknowledged.lock().unwrap().clone();
+    let mut exports_missing: Vec<u64> = acknowledged
+        .iter()
+        .copied()
+        .filter(|s| !stored.contains(s))
+        .collect();
+    exports_missing.sort_unstable();
+    Ok(Some(Verified {
+        url: url.to_owned(),
+        exports_found: acknowledged.len() - exports_missing.len(),
+        exports_missing,
+        uploads_missing: debuginfod.missing_uploads(url).await?,
+    }))
+}
