@@ -23,3 +23,8 @@ for exe in "$W"/publish/*; do
   DEBUGINFOD_URLS=$URL DEBUGINFOD_CACHE_PATH=$W/cache debuginfod-find debuginfo "$id" > /dev/null
   echo "dogfood: $(basename "$exe") $id: debuginfo served"
 done
+# The images' build step, outside Docker: our uploader splits the debug info
+# off copies of the binaries (through a throwaway server) and strips them.
+mkdir -p "$W/strip"
+cp "$BIN/symtrace-server" "$BIN/symtrace-upload" "$BIN/symtrace-agent" "$W/strip/"
+deploy/docker/split-debug.sh "$W/strip"

@@ -5,7 +5,9 @@
 # reference, clang-19 + libbpf-dev for the agent's BPF program and capsh
 # for its capability test, PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
 # venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client
-# and kubernetes-validate for the manifests under deploy/kubernetes,
+# and kubernetes-validate for the manifests under deploy/kubernetes, Debian's
+# docker-compose (1.29) to validate docker-compose.yml (`config` only, which
+# needs no container engine; installed without the recommended docker.io),
 # chromium + npm's playwright-core for the UI test, npm's pprof-format as the
 # independent pprof reader, and inferno's inferno-flamegraph.
 # Idempotent: what is installed or running already is left alone.
@@ -28,6 +30,13 @@ for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:
   tool=${pair%%:*}; pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# docker-compose validates docker-compose.yml (`config` needs no engine):
+# without the recommended docker.io.
+if ! command -v docker-compose >/dev/null 2>&1; then
+  log "installing docker-compose"
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >&2
+fi
 # The agent's BPF program is C compiled by clang-19 against libbpf's headers.
 [ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
 # debuginfod (the server) is what the benchmark compares against.
