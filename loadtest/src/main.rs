@@ -243,6 +243,9 @@ enum Cmd {
         /// Concurrent debuginfod requests in flight.
         #[arg(long, default_value_t = 1)]
         debuginfod_connections: usize,
+        /// debuginfod requests per second (0 = as fast as answered).
+        #[arg(long, default_value_t = 0.0)]
+        debuginfod_rate: f64,
         /// Share of debuginfod requests that upload a new file.
         #[arg(long, default_value_t = 0.02)]
         upload_ratio: f64,
@@ -529,6 +532,7 @@ fn main() -> anyhow::Result<()> {
             symbols,
             otlp_connections,
             debuginfod_connections,
+            debuginfod_rate,
             upload_ratio,
             query_connections,
             query_interval,
@@ -539,6 +543,8 @@ fn main() -> anyhow::Result<()> {
                 otlp_connections,
                 export_interval: None,
                 debuginfod_connections,
+                debuginfod_interval: (debuginfod_rate > 0.0)
+                    .then(|| Duration::from_secs_f64(1.0 / debuginfod_rate)),
                 miss_ratio: symbols.miss_ratio,
                 upload_ratio,
                 query_connections,

@@ -82,6 +82,8 @@ pub struct Settings {
     pub otlp_connections: usize,
     pub export_interval: Option<Duration>,
     pub debuginfod_connections: usize,
+    /// Pause between debuginfod requests (None: as fast as answered).
+    pub debuginfod_interval: Option<Duration>,
     pub miss_ratio: f64,
     pub upload_ratio: f64,
     pub query_connections: usize,
@@ -123,7 +125,7 @@ pub async fn run_mixed(
     let symbols = {
         let (t, d, ops) = (targets.clone(), debuginfod.clone(), ops.clone());
         let (miss, upload) = (s.miss_ratio, s.upload_ratio);
-        run(s.debuginfod_connections, s.duration, 0, None, move |_| {
+        run(s.debuginfod_connections, s.duration, 0, s.debuginfod_interval, move |_| {
             let (t, d, ops) = (t.clone(), d.clone(), ops.clone());
             async move { d.request(&t, &ops, miss, upload).await }
         })

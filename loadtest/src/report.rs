@@ -247,7 +247,7 @@ impl Report {
             "scenario", "op", "ok", "errors", "ok/s", "p50 ms", "p90 ms", "p99 ms", "max ms"
         );
         let mut ops = Vec::new();
-        let mut error_lines = Vec::new();
+        let (mut error_lines, mut failover_lines) = (Vec::new(), Vec::new());
         for op in &self.ops {
             let s = op.summary(seconds);
             let l = &s["latency_ms"];
@@ -268,10 +268,7 @@ impl Report {
             }
             let failovers = op.failovers.load(Ordering::Relaxed);
             if failovers > 0 {
-                error_lines.push(format!(
-                    "{} {}: answered by another server after a connection failure ×{failovers}",
-                    op.scenario, op.name
-                ));
+                failover_lines.push(format!("{} {} ×{failovers}", op.scenario, op.name));
             }
             ops.push(s);
         }
@@ -306,6 +303,12 @@ impl Report {
                 "url": s.url, "source": source, "cpu_cores": cpu,
                 "rss_max_bytes": s.rss_max, "rss_end_bytes": s.rss_last, "unreachable_readings": s.unreachable,
             }));
+        }
+        if !failover_lines.is_empty() {
+            println!(
+                "failovers         {} (answered by another server after a connection failure)",
+                failover_lines.join("; ")
+            );
         }
         println!(
             "errors            {}",

@@ -76,7 +76,9 @@ pub fn classify(e: &reqwest::Error) -> Failure {
         Failure::Connection("connection refused".to_owned())
     } else if e.is_timeout() {
         Failure::Answer("timeout".to_owned())
-    } else if e.is_request() || e.is_body() {
+    } else if e.is_request() || e.is_body() || e.is_decode() {
+        // Sending failed, or the answer's body was cut off (a server that
+        // died mid-response): another replica may answer.
         Failure::Connection("connection lost".to_owned())
     } else {
         Failure::Answer(format!("client error: {e}"))
