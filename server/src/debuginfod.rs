@@ -24,6 +24,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::federation::{find_or_fetch, Forwarding, Wanted};
 use crate::serve::{send, StoredFile};
 use crate::store::model::{ArtifactKind, FileQuery, ServedArtifact};
+use crate::store::Misses;
 use crate::zerocopy::PeerAddr;
 
 pub fn routes() -> Router<SharedState> {
@@ -69,7 +70,15 @@ async fn find_artifact(
     from: &Forwarding,
 ) -> ApiResult<Option<Arc<ServedArtifact>>> {
     let federation = state.federation.as_ref();
-    Ok(find_or_fetch(&state.store, federation, build_id, kind, from).await?)
+    Ok(find_or_fetch(
+        &state.store,
+        federation,
+        build_id,
+        kind,
+        from,
+        Misses::Recheck,
+    )
+    .await?)
 }
 
 async fn send_artifact(

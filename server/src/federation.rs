@@ -20,7 +20,7 @@ use symtrace_elf::BuildId;
 
 use crate::store::model::{ArtifactKind, ServedArtifact};
 use crate::store::spool::spool;
-use crate::store::SymbolStore;
+use crate::store::{Misses, SymbolStore};
 
 /// What to fetch.
 #[derive(Debug, Clone)]
@@ -273,8 +273,9 @@ pub async fn find_or_fetch(
     build_id: &BuildId,
     kind: ArtifactKind,
     from: &Forwarding,
+    misses: Misses,
 ) -> Result<Option<Arc<ServedArtifact>>, sqlx::Error> {
-    if let Some(found) = store.best_artifact(build_id, kind).await? {
+    if let Some(found) = store.best_artifact(build_id, kind, misses).await? {
         return Ok(Some(found));
     }
     if let Some(federation) = federation {
@@ -282,7 +283,7 @@ pub async fn find_or_fetch(
             .fetch(build_id, Wanted::Artifact(kind), from.clone())
             .await
         {
-            return store.best_artifact(build_id, kind).await;
+            return store.best_artifact(build_id, kind, Misses::Recheck).await;
         }
     }
     Ok(None)

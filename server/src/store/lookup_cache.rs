@@ -7,10 +7,14 @@
 //! answer is kept for a moment (`SYMTRACE_LOOKUP_CACHE_MS`, 1000 ms by
 //! default; 0 disables it).
 //!
-//! Only hits are cached: a file uploaded through any replica is served at
-//! once. What the cache can delay — on *other* replicas, by at most the TTL —
-//! is a replacement by a better file or a delete; this replica's own uploads
-//! and deletes invalidate its entries immediately.
+//! Hits are cached for everyone: what the cache can delay — on *other*
+//! replicas, by at most the TTL — is a replacement by a better file or a
+//! delete; this replica's own uploads and deletes invalidate its entries
+//! immediately. Misses are cached for symbolization only (a flamegraph asks
+//! about every build-ID in it, and binaries without debug info are common:
+//! two statements per unknown build-ID per query otherwise); debuginfod
+//! clients cache a 404 for ten minutes, so their lookups never use a cached
+//! miss and a file uploaded through any replica is served at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +32,8 @@ type Entries = HashMap<(String, ArtifactKind), (Instant, Arc<ServedArtifact>)>;
 pub struct LookupCache {
     ttl: Duration,
     entries: Mutex<Entries>,
+    /// (build-ID, kind) → when the database had no file for it.
+    absent: Mutex<HashMap<(String, ArtifactKind), Instant>>,
     /// Bumped by every invalidation; a lookup that read the database before
     /// an invalidation must not store its (possibly stale) answer after it.
     generation: AtomicU64,
@@ -38,6 +44,7 @@ impl LookupCache {
         Self {
             ttl,
             entries: Mutex::new(HashMap::new()),
+            absent: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
         }
     }
@@ -80,12 +87,45 @@ impl LookupCache {
         entries.insert((build_id.to_owned(), kind), (Instant::now(), found));
     }
 
+    /// Whether the database had no file for (build-ID, kind) less than the
+    /// TTL ago (see the module comment for who may use this).
+    pub fn is_absent(&self, build_id: &str, kind: ArtifactKind) -> bool {
+        if self.ttl.is_zero() {
+            return false;
+        }
+        let absent = self.absent.lock().expect("lookup cache lock");
+        absent
+            .get(&(build_id.to_owned(), kind))
+            .is_some_and(|at| at.elapsed() < self.ttl)
+    }
+
+    /// Records a miss read from the database at `generation`.
+    pub fn put_absent(&self, build_id: &str, kind: ArtifactKind, generation: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut absent = self.absent.lock().expect("lookup cache lock");
+        if self.generation.load(Ordering::SeqCst) != generation {
+            return;
+        }
+        if absent.len() >= MAX_ENTRIES {
+            let ttl = self.ttl;
+            absent.retain(|_, at| at.elapsed() < ttl);
+            if absent.len() >= MAX_ENTRIES {
+                absent.clear();
+            }
+        }
+        absent.insert((build_id.to_owned(), kind), Instant::now());
+    }
+
     /// Forgets everything about a build-ID (after an upload or a delete here).
     pub fn invalidate(&self, build_id: &str) {
         let mut entries = self.entries.lock().expect("lookup cache lock");
+        let mut absent = self.absent.lock().expect("lookup cache lock");
         self.generation.fetch_add(1, Ordering::SeqCst);
         for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
             entries.remove(&(build_id.to_owned(), kind));
+            absent.remove(&(build_id.to_owned(), kind));
         }
     }
 }
@@ -151,5 +191,27 @@ mod tests {
         let off = LookupCache::new(Duration::ZERO);
         off.put("ab", ArtifactKind::Debuginfo, served("3"), off.generation());
         assert!(off.get("ab", ArtifactKind::Debuginfo).is_none());
+    }
+
+    #[test]
+    fn misses_expire_and_invalidate() {
+        let cache = LookupCache::new(Duration::from_millis(50));
+        cache.put_absent("ab", ArtifactKind::Debuginfo, cache.generation());
+        assert!(cache.is_absent("ab", ArtifactKind::Debuginfo));
+        assert!(!cache.is_absent("ab", ArtifactKind::Executable));
+        // An upload here forgets the miss at once.
+        cache.invalidate("ab");
+        assert!(!cache.is_absent("ab", ArtifactKind::Debuginfo));
+        // A miss read before an upload here is not stored after it.
+        let before = cache.generation();
+        cache.invalidate("ab");
+        cache.put_absent("ab", ArtifactKind::Debuginfo, before);
+        assert!(!cache.is_absent("ab", ArtifactKind::Debuginfo));
+        cache.put_absent("ab", ArtifactKind::Debuginfo, cache.generation());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!cache.is_absent("ab", ArtifactKind::Debuginfo));
+        let off = LookupCache::new(Duration::ZERO);
+        off.put_absent("ab", ArtifactKind::Debuginfo, off.generation());
+        assert!(!off.is_absent("ab", ArtifactKind::Debuginfo));
     }
 }

@@ -75,6 +75,15 @@ pub struct UploadOutcome {
     pub source_files: usize,
 }
 
+/// Whether a lookup may be answered by a recently cached miss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misses {
+    /// Ask the database (debuginfod: clients cache a 404 for ten minutes).
+    Recheck,
+    /// A miss less than the lookup TTL old answers (symbolization).
+    Cached,
+}
+
 /// Metadata and blobs together.
 pub struct SymbolStore {
     pub meta: Arc<dyn MetadataStore>,
@@ -99,14 +108,19 @@ impl SymbolStore {
     }
 
     /// The file served for (build-ID, kind), through the short-lived lookup
-    /// cache (see `lookup_cache`).
+    /// cache (see `lookup_cache`; `misses` says whether a cached miss may
+    /// answer: for symbolization, never for debuginfod clients).
     pub async fn best_artifact(
         &self,
         build_id: &BuildId,
         kind: ArtifactKind,
+        misses: Misses,
     ) -> Result<Option<Arc<ServedArtifact>>, sqlx::Error> {
         if let Some(hit) = self.lookups.get(build_id.as_str(), kind) {
             return Ok(Some(hit));
+        }
+        if misses == Misses::Cached && self.lookups.is_absent(build_id.as_str(), kind) {
+            return Ok(None);
         }
         let generation = self.lookups.generation();
         let found = self
@@ -114,9 +128,11 @@ impl SymbolStore {
             .best_artifact(build_id.as_str(), kind)
             .await?
             .map(Arc::new);
-        if let Some(found) = &found {
-            self.lookups
-                .put(build_id.as_str(), kind, found.clone(), generation);
+        match &found {
+            Some(found) => self
+                .lookups
+                .put(build_id.as_str(), kind, found.clone(), generation),
+            None => self.lookups.put_absent(build_id.as_str(), kind, generation),
         }
         Ok(found)
     }

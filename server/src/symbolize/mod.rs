@@ -32,7 +32,7 @@ use tokio::sync::Semaphore;
 
 use crate::federation::{find_or_fetch, Federation, Forwarding};
 use crate::store::model::{now_ms, ArtifactKind, ServedArtifact};
-use crate::store::{StoreError, SymbolStore};
+use crate::store::{Misses, StoreError, SymbolStore};
 use cache::IndexCache;
 
 /// One address's answer.
@@ -276,7 +276,15 @@ impl SymbolizeService {
         from: &Forwarding,
     ) -> Result<Option<Arc<ServedArtifact>>, SymbolizeError> {
         let federation = self.federation.as_ref();
-        Ok(find_or_fetch(&self.store, federation, build_id, kind, from).await?)
+        Ok(find_or_fetch(
+            &self.store,
+            federation,
+            build_id,
+            kind,
+            from,
+            Misses::Cached,
+        )
+        .await?)
     }
 
     /// Runs CPU-bound work on the blocking pool, holding `cores` of the
