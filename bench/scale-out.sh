@@ -41,7 +41,7 @@ PG_PORT=${SCALE_PG_PORT:-15433}
 S3_PORT=${SCALE_S3_PORT:-19015}
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   su postgres -c "$PG_BIN/pg_ctl -D $W/pg -m immediate stop" >/dev/null 2>&1 || true
   rm -rf "$W"
 }
@@ -100,11 +100,16 @@ log "1 replica: otlp for ${SECONDS_PER_RUN}s"
 "$LOADTEST" otlp $(url_args "${URLS[@]}") --duration "${SECONDS_PER_RUN}s" --connections 4 --json "$W/one.json" > "$W/one.txt"
 for i in $(seq 2 "$REPLICAS"); do start_replica "$i"; done
 reset_counts
+WAL_BEFORE=$("${PSQL[@]}" -d symtrace -c "SELECT pg_current_wal_lsn()")
+DB_BEFORE=$("${PSQL[@]}" -d symtrace -c "SELECT pg_database_size('symtrace')")
 log "$REPLICAS replicas: otlp for ${SECONDS_PER_RUN}s"
 # shellcheck disable=SC2046
 "$LOADTEST" otlp $(url_args "${URLS[@]}") --duration "${SECONDS_PER_RUN}s" --connections 4 --json "$W/all.json" > "$W/all.txt"
 EXPORTS=$(json_field "$W/all.json" "d['figures']['exports ok']")
 read -r PG_EXPORT S3_EXPORT <<< "$(per "$EXPORTS")"
+# What an export writes to PostgreSQL: WAL bytes and table growth.
+WAL_EXPORT=$("${PSQL[@]}" -d symtrace -c "SELECT round(pg_wal_lsn_diff(pg_current_wal_lsn(), '$WAL_BEFORE') / $EXPORTS)")
+DB_EXPORT=$("${PSQL[@]}" -d symtrace -c "SELECT round((pg_database_size('symtrace') - $DB_BEFORE) / $EXPORTS.0)")
 
 log "per-request load: uploads, hits, misses, flamegraphs"
 ELF=/usr/bin/ls
@@ -123,8 +128,9 @@ for kind in hit miss; do
   eval "PG_$kind=$pg; S3_$kind=$s3"
 done
 reset_counts
-"$LOADTEST" query --url "${URLS[0]}" --query 'service=service-3&from=now-10m&to=now' --iterations 19 > "$W/query.txt"
-read -r PG_QUERY S3_QUERY <<< "$(per 20)"
+# One service's last minute: every export of that minute holds it.
+"$LOADTEST" query --url "${URLS[0]}" --query 'service=service-3&from=now-1m&to=now' --iterations 4 > "$W/query.txt"
+read -r PG_QUERY S3_QUERY <<< "$(per 5)"
 
 log "mixed through $REPLICAS replicas with failover and verification; replica 2 killed at $((SECONDS_PER_RUN / 2))s"
 # shellcheck disable=SC2046
@@ -133,6 +139,7 @@ log "mixed through $REPLICAS replicas with failover and verification; replica 2 
 MIXED=$!
 sleep $((SECONDS_PER_RUN / 2))
 kill -9 "$REPLICA_PID_2"
+wait "$REPLICA_PID_2" 2>/dev/null || true
 log "killed replica 2 (pid $REPLICA_PID_2)"
 set +e
 wait $MIXED
@@ -148,7 +155,7 @@ ingest, 1 replica          $ONE events/s  (p99 $(json_field "$W/one.json" "d['op
 ingest, $REPLICAS replicas         $ALL events/s  (p99 $(json_field "$W/all.json" "d['ops'][0]['latency_ms']['p99']") ms), $(awk -v a="$ALL" -v b="$ONE" 'BEGIN {printf "%.1f%%", 100 * a / b}') of one replica
 
 per request                PostgreSQL statements   object-store requests
-  export (~1 MB)           $PG_EXPORT                    $S3_EXPORT
+  export (~1 MB)           $PG_EXPORT                    $S3_EXPORT     (PostgreSQL: $WAL_EXPORT B of WAL, $DB_EXPORT B of tables)
   upload (executable)      $PG_UPLOAD                    $S3_UPLOAD
   debuginfod hit           $PG_hit                    $S3_hit
   debuginfod miss          $PG_miss                    $S3_miss
@@ -164,7 +171,7 @@ print(json.dumps({
     "replicas": replicas, "one_replica_events_per_second": one, "all_replicas_events_per_second": all_,
     "ratio": all_ / one,
     "per_request": {
-        "export": {"statements": $PG_EXPORT, "object_store": $S3_EXPORT},
+        "export": {"statements": $PG_EXPORT, "object_store": $S3_EXPORT, "wal_bytes": $WAL_EXPORT, "table_bytes": $DB_EXPORT},
         "upload": {"statements": $PG_UPLOAD, "object_store": $S3_UPLOAD},
         "debuginfod_hit": {"statements": $PG_hit, "object_store": $S3_hit},
         "debuginfod_miss": {"statements": $PG_miss, "object_store": $S3_miss},
