@@ -264,8 +264,9 @@ enum Cmd {
     /// their own debug info with --upload), Zipf-distributed stacks, one
     /// export per 10 s window.
     QuerySeed(query::SeedArgs),
-    /// Times flamegraph queries: one first request (cold after a restart),
-    /// then N more; prints latency percentiles, exits non-zero on errors.
+    /// Times flamegraph queries (or, with --trace-id, trace lookups): one
+    /// first request (cold after a restart), then N more; prints latency
+    /// percentiles, exits non-zero on errors.
     Query(query::QueryArgs),
     /// The physical limit on this core: gunzip + prost decoding of the same
     /// payloads, in a loop on the calling thread (pin it with taskset).

@@ -125,10 +125,16 @@ pub async fn run_mixed(
     let symbols = {
         let (t, d, ops) = (targets.clone(), debuginfod.clone(), ops.clone());
         let (miss, upload) = (s.miss_ratio, s.upload_ratio);
-        run(s.debuginfod_connections, s.duration, 0, s.debuginfod_interval, move |_| {
-            let (t, d, ops) = (t.clone(), d.clone(), ops.clone());
-            async move { d.request(&t, &ops, miss, upload).await }
-        })
+        run(
+            s.debuginfod_connections,
+            s.duration,
+            0,
+            s.debuginfod_interval,
+            move |_| {
+                let (t, d, ops) = (t.clone(), d.clone(), ops.clone());
+                async move { d.request(&t, &ops, miss, upload).await }
+            },
+        )
     };
     let query = {
         let (t, q, e) = (targets.clone(), queries.clone(), exporter.clone());

@@ -340,19 +340,23 @@ pub struct QueryArgs {
     pub query: String,
     #[arg(long, default_value_t = 30)]
     pub iterations: usize,
+    /// Time `GET /api/v1/traces/ID` (the trace view: a trace's spans with
+    /// their CPU time) instead of the flamegraph query.
+    #[arg(long)]
+    pub trace_id: Option<String>,
 }
 
-/// Times `iterations` flamegraph requests after a first one (reported on
+/// Times `iterations` flamegraph (or trace) requests after a first one (reported on
 /// its own: it is the cold one when the server just started).
 pub async fn query(args: QueryArgs) -> anyhow::Result<bool> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
         .build()?;
-    let url = format!(
-        "{}/api/v1/flamegraph?{}",
-        args.url.trim_end_matches('/'),
-        args.query
-    );
+    let base = args.url.trim_end_matches('/');
+    let url = match &args.trace_id {
+        Some(id) => format!("{base}/api/v1/traces/{id}"),
+        None => format!("{base}/api/v1/flamegraph?{}", args.query),
+    };
     let mut histogram = hdrhistogram::Histogram::<u64>::new(3)?;
     let mut first = None;
     let mut errors = 0;
