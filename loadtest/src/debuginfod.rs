@@ -14,7 +14,7 @@ use rand::Rng;
 
 use crate::generate::Zipf;
 use crate::report::Op;
-use crate::target::{classify, status_failure, Failure, Targets};
+use crate::target::{classify, send_checked, status_failure, Failure, Targets};
 
 /// Copies of one ELF file that differ in their build-ID.
 pub struct ElfSet {
@@ -122,20 +122,16 @@ impl Debuginfod {
     async fn upload(&self, url: String, i: u64) -> Result<u64, Failure> {
         let body = self.set.file(i);
         let len = body.len() as u64;
-        let r = self
-            .http
-            .put(format!(
-                "{url}/api/v1/debuginfo/{}/executable",
-                self.set.id(i)
-            ))
-            .header("X-Scope-OrgID", &self.tenant)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| classify(&e))?;
-        if !r.status().is_success() {
-            return Err(status_failure(r.status()));
-        }
+        send_checked(
+            self.http
+                .put(format!(
+                    "{url}/api/v1/debuginfo/{}/executable",
+                    self.set.id(i)
+                ))
+                .header("X-Scope-OrgID", &self.tenant)
+                .body(body),
+        )
+        .await?;
         Ok(len)
     }
 

@@ -13,7 +13,7 @@ use crate::debuginfod::{Debuginfod, Ops};
 use crate::generate::Zipf;
 use crate::otlp::{export_name, Exporter, EXPORTS_SERVICE};
 use crate::report::{Op, Report};
-use crate::target::{classify, run, status_failure, Failure, Targets};
+use crate::target::{classify, run, send_checked, Failure, Targets};
 
 /// The generator's services are `service-0` … `service-39`.
 const SERVICES: usize = 40;
@@ -63,16 +63,12 @@ impl Queries {
     }
 
     async fn get(&self, url: String, path: &str) -> Result<u64, Failure> {
-        let r = self
-            .http
-            .get(format!("{url}{path}"))
-            .header("X-Scope-OrgID", &self.tenant)
-            .send()
-            .await
-            .map_err(|e| classify(&e))?;
-        if !r.status().is_success() {
-            return Err(status_failure(r.status()));
-        }
+        let r = send_checked(
+            self.http
+                .get(format!("{url}{path}"))
+                .header("X-Scope-OrgID", &self.tenant),
+        )
+        .await?;
         Ok(r.bytes().await.map_err(|e| classify(&e))?.len() as u64)
     }
 }

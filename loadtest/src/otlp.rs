@@ -25,7 +25,7 @@ use tonic::codec::CompressionEncoding;
 
 use crate::generate::{self, Shape};
 use crate::report::Op;
-use crate::target::{classify, status_failure, Failure, Targets};
+use crate::target::{classify, send_checked, Failure, Targets};
 
 /// The service of the one-sample resource that names each export.
 pub const EXPORTS_SERVICE: &str = "loadtest-exports";
@@ -262,19 +262,15 @@ impl Exporter {
     async fn export_http(&self, url: &str, p: &Payload, suffix: &[u8]) -> Result<u64, Failure> {
         let mut body = p.gzipped.clone();
         body.extend_from_slice(&gzip(suffix));
-        let r = self
-            .http
-            .post(format!("{url}/v1development/profiles"))
-            .header("Content-Type", "application/x-protobuf")
-            .header("Content-Encoding", "gzip")
-            .header("X-Scope-OrgID", &self.tenant)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| classify(&e))?;
-        if !r.status().is_success() {
-            return Err(status_failure(r.status()));
-        }
+        let r = send_checked(
+            self.http
+                .post(format!("{url}/v1development/profiles"))
+                .header("Content-Type", "application/x-protobuf")
+                .header("Content-Encoding", "gzip")
+                .header("X-Scope-OrgID", &self.tenant)
+                .body(body),
+        )
+        .await?;
         let answer = r.bytes().await.map_err(|e| classify(&e))?;
         let answer = ExportProfilesServiceResponse::decode(&answer[..])
             .map_err(|_| Failure::Answer("undecodable answer".into()))?;

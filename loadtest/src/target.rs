@@ -96,6 +96,16 @@ pub fn status_failure(status: reqwest::StatusCode) -> Failure {
     }
 }
 
+/// Sends a request; a connection failure or a non-success status is a
+/// [`Failure`].
+pub async fn send_checked(request: reqwest::RequestBuilder) -> Result<reqwest::Response, Failure> {
+    let r = request.send().await.map_err(|e| classify(&e))?;
+    if !r.status().is_success() {
+        return Err(status_failure(r.status()));
+    }
+    Ok(r)
+}
+
 /// The pid of the local process listening on a loopback URL's port, found
 /// through /proc/net/tcp{,6} and the processes' socket descriptors.
 pub fn local_pid(url: &str) -> Option<u32> {
