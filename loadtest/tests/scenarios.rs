@@ -2,6 +2,7 @@
 //! code, a server killed mid-run, and the verification of acknowledged
 //! data (which must catch data a server acknowledged and does not have).
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -95,18 +96,33 @@ fn otlp_for_20_seconds_prints_a_table_and_exits_0() {
 #[test]
 fn otlp_reports_the_errors_and_fails_when_the_server_dies_mid_run() {
     let mut server = Server::start(&Backend::local(), &[]);
-    let child = loadtest()
+    let mut child = loadtest()
         .args(["otlp", "--url", &server.url, "--duration", "10s"])
         .args(["--connections", "2"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(4));
+    // The first line comes once the payloads are generated and sending
+    // starts (seconds in a debug build on a busy machine).
+    let (started, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            let _ = started.send(());
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    lines.recv_timeout(Duration::from_secs(120)).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
     server.kill9();
-    let out = child.wait_with_output().unwrap();
-    let (text, json) = outcome(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let status = child.wait().unwrap();
+    let text = reader.join().unwrap();
+    let json: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(status.code(), Some(1), "{text}");
     let export = op(&json, "otlp", "export");
     assert!(export["ok"].as_u64().unwrap() > 0, "{json}");
     let errors = export["errors"].as_object().unwrap();
