@@ -1,6 +1,8 @@
 //! The DaemonSet keeps the least-privilege promise: the agent's three
 //! capabilities, everything else dropped, never privileged.
 
+use symtrace_testkit as kit;
+
 fn daemonset() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -41,20 +43,13 @@ fn the_daemonset_grants_exactly_the_checked_capabilities() {
 #[test]
 fn the_daemonset_names_the_flags_the_agent_has() {
     // Every SYMTRACE_AGENT_* variable it sets is one the agent reads.
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_symtrace-agent"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&help.stdout);
+    let help = kit::help_of(std::path::Path::new(env!("CARGO_BIN_EXE_symtrace-agent")));
     let text = daemonset();
-    let vars: Vec<&str> = text
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("SYMTRACE_AGENT_"))
-        .collect();
+    let vars = kit::words_with_prefix(&text, "SYMTRACE_AGENT_");
     assert!(vars.len() >= 3, "{vars:?}");
     for var in vars {
         assert!(
-            help.contains(&format!("env: {var}=")) || help.contains(&format!("env: {var}]")),
+            kit::is_env_flag(&help, var),
             "{var} is not an agent flag:\n{help}"
         );
     }

@@ -440,6 +440,26 @@ pub fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// `BIN --help`: the text clap writes, flags with their `[env: …]` twins.
+pub fn help_of(bin: &Path) -> String {
+    let out = run(Command::new(bin).arg("--help"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether clap's `--help` text lists `var` as a flag's environment twin
+/// (`[env: VAR=]`, or `[env: VAR]` for flags without a default).
+pub fn is_env_flag(help: &str, var: &str) -> bool {
+    help.contains(&format!("env: {var}=")) || help.contains(&format!("env: {var}]"))
+}
+
+/// The words of `text` (a manifest, a compose file) that start with
+/// `prefix`, such as `SYMTRACE_`.
+pub fn words_with_prefix<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with(prefix))
+        .collect()
+}
+
 /// A C program built with DWARF and split like distributions do.
 pub struct Fixture {
     pub dir: tempfile::TempDir,

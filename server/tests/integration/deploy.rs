@@ -15,18 +15,6 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `BIN --help`.
-fn help_of(bin: &Path) -> String {
-    let out = kit::run(Command::new(bin).arg("--help"));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Whether clap's `--help` text lists `var` as a flag's environment twin
-/// (`[env: VAR=]`, or `[env: VAR]` for flags without a default).
-fn is_env_flag(help: &str, var: &str) -> bool {
-    help.contains(&format!("env: {var}=")) || help.contains(&format!("env: {var}]"))
-}
-
 /// Another binary of this workspace (`cargo test --workspace` builds them
 /// all). Missing is a skip, and a failure under `CI=true`.
 fn sibling_bin(name: &str) -> Option<PathBuf> {
@@ -121,15 +109,12 @@ fn kubernetes_manifests_validate_against_the_api_schemas() {
 
 #[test]
 fn the_server_manifest_sets_only_real_server_flags() {
-    let help = help_of(&kit::server_bin());
+    let help = kit::help_of(&kit::server_bin());
     let manifest = std::fs::read_to_string(repo().join("deploy/kubernetes/server.yaml")).unwrap();
-    let vars: Vec<&str> = manifest
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("SYMTRACE_"))
-        .collect();
+    let vars = kit::words_with_prefix(&manifest, "SYMTRACE_");
     assert!(vars.len() >= 5, "{vars:?}");
     for var in vars {
-        assert!(is_env_flag(&help, var), "{var} is not a server flag");
+        assert!(kit::is_env_flag(&help, var), "{var} is not a server flag");
     }
 }
 
@@ -141,7 +126,7 @@ fn the_uploader_job_sets_only_real_uploader_flags() {
     let Some(upload) = sibling_bin("symtrace-upload") else {
         return;
     };
-    let help = help_of(&upload);
+    let help = kit::help_of(&upload);
     let job = std::fs::read(repo().join("deploy/kubernetes/uploader-job.yaml")).unwrap();
     let job = yaml_to_json(&python, &job);
     assert_eq!(job["kind"], "Job");
@@ -159,7 +144,10 @@ fn the_uploader_job_sets_only_real_uploader_flags() {
         "{names:?}"
     );
     for name in &names {
-        assert!(is_env_flag(&help, name), "{name} is not an uploader flag");
+        assert!(
+            kit::is_env_flag(&help, name),
+            "{name} is not an uploader flag"
+        );
     }
 }
 
@@ -280,7 +268,7 @@ fn compose_file_validates_and_keeps_the_agent_unprivileged() {
         ("symtrace-agent", agent_bin, 2),
         ("publish-symbols", upload_bin, 1),
     ] {
-        let help = help_of(&bin);
+        let help = kit::help_of(&bin);
         let vars: Vec<String> = names_in(&services[service]["environment"])
             .into_iter()
             .filter(|v| v.starts_with("SYMTRACE_"))
@@ -288,7 +276,7 @@ fn compose_file_validates_and_keeps_the_agent_unprivileged() {
         assert!(vars.len() >= at_least, "{service}: {vars:?}");
         for var in &vars {
             assert!(
-                is_env_flag(&help, var),
+                kit::is_env_flag(&help, var),
                 "{service} sets {var}, not a flag of {}",
                 bin.display()
             );
