@@ -416,7 +416,6 @@ async fn debuginfod_scenario(
     common.finish(report).await
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn mixed_scenario(
     common: Common,
     exports: Exports,
@@ -436,7 +435,7 @@ async fn mixed_scenario(
     };
     let mut report = common.report();
     let started = Instant::now();
-    mixed::run_mixed(
+    let export = mixed::run_mixed(
         &settings,
         targets.clone(),
         exporter.clone(),
@@ -446,66 +445,17 @@ async fn mixed_scenario(
     )
     .await;
     let seconds = started.elapsed().as_secs_f64();
-    let events = report.ops[0].units();
-    export_figures(&mut report, &exporter, seconds, events);
-    let mut verified_ok = true;
-    if verify {
-        let mut checked = 0;
-        for url in &targets.urls {
-            let Some(v) =
-                mixed::verify(url, &common.tenant, &exporter, &debuginfod, from_ns).await?
-            else {
-                report
-                    .figures
-                    .push((format!("verify {url}"), "down: not checked".into()));
-                continue;
-            };
-            checked += 1;
-            let good = v.exports_missing.is_empty() && v.uploads_missing.is_empty();
-            verified_ok &= good;
-            report.figures.push((
-                format!("verify {}", v.url),
-                format!(
-                    "{} acknowledged exports found, {} missing{}; {} uploads missing{}",
-                    v.exports_found,
-                    v.exports_missing.len(),
-                    if v.exports_missing.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            " {:?}",
-                            &v.exports_missing[..v.exports_missing.len().min(10)]
-                        )
-                    },
-                    v.uploads_missing.len(),
-                    if v.uploads_missing.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            " {:?}",
-                            &v.uploads_missing[..v.uploads_missing.len().min(5)]
-                        )
-                    },
-                )
-                .into(),
-            ));
-        }
-        if checked == 0 {
-            verified_ok = false;
-            report
-                .figures
-                .push(("verify".to_owned(), "no server up to verify through".into()));
-        }
-        report.figures.push((
-            "verified".to_owned(),
-            if verified_ok {
-                "yes"
-            } else {
-                "NO: acknowledged data missing"
-            }
-            .into(),
-        ));
-    }
+    export_figures(&mut report, &exporter, seconds, export.units());
+    let verified_ok = !verify
+        || mixed::verify_all(
+            &targets.urls,
+            &common.tenant,
+            &exporter,
+            &debuginfod,
+            from_ns,
+            &mut report,
+        )
+        .await?;
     Ok(common.finish(report).await? && verified_ok)
 }
 

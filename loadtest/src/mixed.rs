@@ -94,7 +94,7 @@ pub async fn run_mixed(
     debuginfod: Arc<Debuginfod>,
     queries: Arc<Queries>,
     report: &mut Report,
-) {
+) -> Arc<Op> {
     let export = report.op("otlp", "export");
     let ops = Arc::new(Ops {
         hit: report.op("debuginfod", "hit"),
@@ -152,19 +152,83 @@ pub async fn run_mixed(
         )
     };
     tokio::join!(otlp, symbols, query);
+    export
 }
 
 /// What one server answered for the run's acknowledged data.
-pub struct Verified {
-    pub url: String,
-    pub exports_found: usize,
-    pub exports_missing: Vec<u64>,
-    pub uploads_missing: Vec<String>,
+struct Verified {
+    exports_found: usize,
+    exports_missing: Vec<u64>,
+    uploads_missing: Vec<String>,
 }
 
-/// Looks every acknowledged export and upload up through each server that
-/// is still up; None for a server that is down.
-pub async fn verify(
+impl Verified {
+    fn good(&self) -> bool {
+        self.exports_missing.is_empty() && self.uploads_missing.is_empty()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} acknowledged exports found, {} missing{}; {} uploads missing{}",
+            self.exports_found,
+            self.exports_missing.len(),
+            first(&self.exports_missing, 10),
+            self.uploads_missing.len(),
+            first(&self.uploads_missing, 5),
+        )
+    }
+}
+
+/// The first `n` items, for a report line ("" when there are none).
+fn first<T: std::fmt::Debug>(items: &[T], n: usize) -> String {
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!(" {:?}", &items[..items.len().min(n)])
+    }
+}
+
+/// Verifies through every server that is up (see [`verify`]), one report
+/// line each; false when something acknowledged is missing or no server
+/// was up to ask.
+pub async fn verify_all(
+    urls: &[String],
+    tenant: &str,
+    exporter: &Exporter,
+    debuginfod: &Debuginfod,
+    from_ns: u64,
+    report: &mut Report,
+) -> anyhow::Result<bool> {
+    let (mut checked, mut good) = (0, true);
+    for url in urls {
+        let line = match verify(url, tenant, exporter, debuginfod, from_ns).await? {
+            Some(v) => {
+                checked += 1;
+                good &= v.good();
+                v.describe()
+            }
+            None => "down: not checked".to_owned(),
+        };
+        report.figures.push((format!("verify {url}"), line.into()));
+    }
+    if checked == 0 {
+        good = false;
+        report
+            .figures
+            .push(("verify".to_owned(), "no server up to verify through".into()));
+    }
+    let verdict = if good {
+        "yes"
+    } else {
+        "NO: acknowledged data missing"
+    };
+    report.figures.push(("verified".to_owned(), verdict.into()));
+    Ok(good)
+}
+
+/// Looks every acknowledged export and upload up through one server;
+/// None when it is down.
+async fn verify(
     url: &str,
     tenant: &str,
     exporter: &Exporter,
@@ -205,7 +269,6 @@ pub async fn verify(
         .collect();
     exports_missing.sort_unstable();
     Ok(Some(Verified {
-        url: url.to_owned(),
         exports_found: acknowledged.len() - exports_missing.len(),
         exports_missing,
         uploads_missing: debuginfod.missing_uploads(url).await?,
