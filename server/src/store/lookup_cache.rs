@@ -26,14 +26,12 @@ use super::model::{ArtifactKind, ServedArtifact};
 /// Entries kept at most; beyond it expired entries are dropped, then all.
 const MAX_ENTRIES: usize = 100_000;
 
-/// (build-ID, kind) → (when looked up, what is served).
-type Entries = HashMap<(String, ArtifactKind), (Instant, Arc<ServedArtifact>)>;
+/// (build-ID, kind) → (when looked up, what is served: None when nothing).
+type Entries = HashMap<(String, ArtifactKind), (Instant, Option<Arc<ServedArtifact>>)>;
 
 pub struct LookupCache {
     ttl: Duration,
     entries: Mutex<Entries>,
-    /// (build-ID, kind) → when the database had no file for it.
-    absent: Mutex<HashMap<(String, ArtifactKind), Instant>>,
     /// Bumped by every invalidation; a lookup that read the database before
     /// an invalidation must not store its (possibly stale) answer after it.
     generation: AtomicU64,
@@ -44,12 +42,14 @@ impl LookupCache {
         Self {
             ttl,
             entries: Mutex::new(HashMap::new()),
-            absent: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
         }
     }
 
-    pub fn get(&self, build_id: &str, kind: ArtifactKind) -> Option<Arc<ServedArtifact>> {
+    /// The answer looked up less than the TTL ago: `Some(Some(file))`, or
+    /// `Some(None)` when the database had no file (see the module comment
+    /// for who may use a cached miss); None when nothing fresh is known.
+    pub fn get(&self, build_id: &str, kind: ArtifactKind) -> Option<Option<Arc<ServedArtifact>>> {
         if self.ttl.is_zero() {
             return None;
         }
@@ -63,11 +63,12 @@ impl LookupCache {
         self.generation.load(Ordering::SeqCst)
     }
 
+    /// Records what the database answered (None: no file) at `generation`.
     pub fn put(
         &self,
         build_id: &str,
         kind: ArtifactKind,
-        found: Arc<ServedArtifact>,
+        found: Option<Arc<ServedArtifact>>,
         generation: u64,
     ) {
         if self.ttl.is_zero() {
@@ -87,45 +88,12 @@ impl LookupCache {
         entries.insert((build_id.to_owned(), kind), (Instant::now(), found));
     }
 
-    /// Whether the database had no file for (build-ID, kind) less than the
-    /// TTL ago (see the module comment for who may use this).
-    pub fn is_absent(&self, build_id: &str, kind: ArtifactKind) -> bool {
-        if self.ttl.is_zero() {
-            return false;
-        }
-        let absent = self.absent.lock().expect("lookup cache lock");
-        absent
-            .get(&(build_id.to_owned(), kind))
-            .is_some_and(|at| at.elapsed() < self.ttl)
-    }
-
-    /// Records a miss read from the database at `generation`.
-    pub fn put_absent(&self, build_id: &str, kind: ArtifactKind, generation: u64) {
-        if self.ttl.is_zero() {
-            return;
-        }
-        let mut absent = self.absent.lock().expect("lookup cache lock");
-        if self.generation.load(Ordering::SeqCst) != generation {
-            return;
-        }
-        if absent.len() >= MAX_ENTRIES {
-            let ttl = self.ttl;
-            absent.retain(|_, at| at.elapsed() < ttl);
-            if absent.len() >= MAX_ENTRIES {
-                absent.clear();
-            }
-        }
-        absent.insert((build_id.to_owned(), kind), Instant::now());
-    }
-
     /// Forgets everything about a build-ID (after an upload or a delete here).
     pub fn invalidate(&self, build_id: &str) {
         let mut entries = self.entries.lock().expect("lookup cache lock");
-        let mut absent = self.absent.lock().expect("lookup cache lock");
         self.generation.fetch_add(1, Ordering::SeqCst);
         for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
             entries.remove(&(build_id.to_owned(), kind));
-            absent.remove(&(build_id.to_owned(), kind));
         }
     }
 }
@@ -161,12 +129,13 @@ mod tests {
         cache.put(
             "ab",
             ArtifactKind::Debuginfo,
-            served("1"),
+            Some(served("1")),
             cache.generation(),
         );
         assert_eq!(
             cache
                 .get("ab", ArtifactKind::Debuginfo)
+                .flatten()
                 .unwrap()
                 .artifact
                 .sha256,
@@ -178,40 +147,50 @@ mod tests {
         // A lookup that began before an invalidation does not store its answer.
         let before = cache.generation();
         cache.invalidate("cd");
-        cache.put("ab", ArtifactKind::Debuginfo, served("stale"), before);
+        cache.put("ab", ArtifactKind::Debuginfo, Some(served("stale")), before);
         assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
         cache.put(
             "ab",
             ArtifactKind::Debuginfo,
-            served("2"),
+            Some(served("2")),
             cache.generation(),
         );
         std::thread::sleep(Duration::from_millis(60));
         assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
         let off = LookupCache::new(Duration::ZERO);
-        off.put("ab", ArtifactKind::Debuginfo, served("3"), off.generation());
+        off.put(
+            "ab",
+            ArtifactKind::Debuginfo,
+            Some(served("3")),
+            off.generation(),
+        );
         assert!(off.get("ab", ArtifactKind::Debuginfo).is_none());
+    }
+
+    /// A fresh cached miss for build-ID "ab".
+    fn absent(cache: &LookupCache, kind: ArtifactKind) -> bool {
+        matches!(cache.get("ab", kind), Some(None))
     }
 
     #[test]
     fn misses_expire_and_invalidate() {
         let cache = LookupCache::new(Duration::from_millis(50));
-        cache.put_absent("ab", ArtifactKind::Debuginfo, cache.generation());
-        assert!(cache.is_absent("ab", ArtifactKind::Debuginfo));
-        assert!(!cache.is_absent("ab", ArtifactKind::Executable));
+        cache.put("ab", ArtifactKind::Debuginfo, None, cache.generation());
+        assert!(absent(&cache, ArtifactKind::Debuginfo));
+        assert!(!absent(&cache, ArtifactKind::Executable));
         // An upload here forgets the miss at once.
         cache.invalidate("ab");
-        assert!(!cache.is_absent("ab", ArtifactKind::Debuginfo));
+        assert!(!absent(&cache, ArtifactKind::Debuginfo));
         // A miss read before an upload here is not stored after it.
         let before = cache.generation();
         cache.invalidate("ab");
-        cache.put_absent("ab", ArtifactKind::Debuginfo, before);
-        assert!(!cache.is_absent("ab", ArtifactKind::Debuginfo));
-        cache.put_absent("ab", ArtifactKind::Debuginfo, cache.generation());
+        cache.put("ab", ArtifactKind::Debuginfo, None, before);
+        assert!(!absent(&cache, ArtifactKind::Debuginfo));
+        cache.put("ab", ArtifactKind::Debuginfo, None, cache.generation());
         std::thread::sleep(Duration::from_millis(60));
-        assert!(!cache.is_absent("ab", ArtifactKind::Debuginfo));
+        assert!(!absent(&cache, ArtifactKind::Debuginfo));
         let off = LookupCache::new(Duration::ZERO);
-        off.put_absent("ab", ArtifactKind::Debuginfo, off.generation());
-        assert!(!off.is_absent("ab", ArtifactKind::Debuginfo));
+        off.put("ab", ArtifactKind::Debuginfo, None, off.generation());
+        assert!(!absent(&off, ArtifactKind::Debuginfo));
     }
 }

@@ -116,11 +116,10 @@ impl SymbolStore {
         kind: ArtifactKind,
         misses: Misses,
     ) -> Result<Option<Arc<ServedArtifact>>, sqlx::Error> {
-        if let Some(hit) = self.lookups.get(build_id.as_str(), kind) {
-            return Ok(Some(hit));
-        }
-        if misses == Misses::Cached && self.lookups.is_absent(build_id.as_str(), kind) {
-            return Ok(None);
+        match self.lookups.get(build_id.as_str(), kind) {
+            Some(Some(hit)) => return Ok(Some(hit)),
+            Some(None) if misses == Misses::Cached => return Ok(None),
+            _ => {}
         }
         let generation = self.lookups.generation();
         let found = self
@@ -128,12 +127,8 @@ impl SymbolStore {
             .best_artifact(build_id.as_str(), kind)
             .await?
             .map(Arc::new);
-        match &found {
-            Some(found) => self
-                .lookups
-                .put(build_id.as_str(), kind, found.clone(), generation),
-            None => self.lookups.put_absent(build_id.as_str(), kind, generation),
-        }
+        self.lookups
+            .put(build_id.as_str(), kind, found.clone(), generation);
         Ok(found)
     }
 
