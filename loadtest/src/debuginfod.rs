@@ -222,3 +222,14 @@ pub struct Ops {
     pub miss: std::sync::Arc<Op>,
     pub upload: std::sync::Arc<Op>,
 }
+
+impl Ops {
+    /// The scenario's three operations, in the report's order.
+    pub fn new(report: &mut crate::report::Report) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            hit: report.op("debuginfod", "hit"),
+            miss: report.op("debuginfod", "miss"),
+            upload: report.op("debuginfod", "upload"),
+        })
+    }
+}

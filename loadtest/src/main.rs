@@ -394,11 +394,7 @@ async fn debuginfod_scenario(
     let targets = common.targets();
     let d = symbols.prepare(&common, &targets, symbols.seed).await?;
     let mut report = common.report();
-    let ops = Arc::new(debuginfod::Ops {
-        hit: report.op("debuginfod", "hit"),
-        miss: report.op("debuginfod", "miss"),
-        upload: report.op("debuginfod", "upload"),
-    });
+    let ops = debuginfod::Ops::new(&mut report);
     let miss = symbols.miss_ratio;
     {
         let (t, d, ops) = (targets.clone(), d.clone(), ops.clone());

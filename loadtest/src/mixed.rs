@@ -96,11 +96,7 @@ pub async fn run_mixed(
     report: &mut Report,
 ) -> Arc<Op> {
     let export = report.op("otlp", "export");
-    let ops = Arc::new(Ops {
-        hit: report.op("debuginfod", "hit"),
-        miss: report.op("debuginfod", "miss"),
-        upload: report.op("debuginfod", "upload"),
-    });
+    let ops = Ops::new(report);
     let (flamegraph, trace) = (
         report.op("query", "flamegraph"),
         report.op("query", "trace"),
