@@ -233,3 +233,57 @@ impl Ops {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The copies are ELF files that differ from the original only in
+    /// their build-ID, each the one `id` names.
+    #[test]
+    fn each_copy_carries_its_own_build_id() {
+        let set = ElfSet::load(Path::new("/proc/self/exe"), 7).unwrap();
+        let (a, b) = (set.file(0), set.file(1));
+        assert_eq!((a.len(), b.len()), (set.len(), set.len()));
+        assert_ne!(set.id(0), set.id(1));
+        for (i, data) in [(0, &a), (1, &b)] {
+            let file = object::File::parse(&data[..]).unwrap();
+            let id: String = file
+                .build_id()
+                .unwrap()
+                .unwrap()
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect();
+            assert_eq!(id, set.id(i));
+        }
+        let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+        assert!(differing > 0 && differing <= set.id_len, "{differing}");
+        // Another run names other build-IDs; the same run the same ones.
+        let other = ElfSet::load(Path::new("/proc/self/exe"), 8).unwrap();
+        assert_ne!(other.id(0), set.id(0));
+        assert_eq!(
+            ElfSet::load(Path::new("/proc/self/exe"), 7).unwrap().id(0),
+            set.id(0)
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_elf_is_refused_with_its_name() {
+        let path = std::env::temp_dir().join(format!("loadtest-not-elf-{}", std::process::id()));
+        std::fs::write(&path, b"#!/bin/sh\necho hi\n").unwrap();
+        let err = ElfSet::load(&path, 1).err().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            format!("{err:#}").contains(&format!("parsing {}", path.display())),
+            "{err:#}"
+        );
+        let err = ElfSet::load(Path::new("/nonexistent/elf"), 1)
+            .err()
+            .unwrap();
+        assert!(
+            format!("{err:#}").contains("reading /nonexistent/elf"),
+            "{err:#}"
+        );
+    }
+}

@@ -520,3 +520,23 @@ fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_a_unit_and_refuse_others() {
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        let err = parse_duration("5h").unwrap_err();
+        assert!(
+            err.contains("bad duration unit") && err.contains("(ms, s, m)"),
+            "{err}"
+        );
+        assert!(parse_duration("fast").unwrap_err().contains("bad duration"));
+    }
+}
