@@ -1,6 +1,6 @@
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 
-use crate::{BuildId, Error};
+use crate::{check_section, Budget, BuildId, Error};
 
 /// How much a file can tell a symbolizer or a debugger, best last.
 ///
@@ -114,8 +114,20 @@ impl ElfInfo {
 }
 
 /// Reads what an ELF file is. Fails on anything that is not a well-formed ELF
-/// file: wrong magic, a truncated header, sections pointing past the end.
+/// file: wrong magic, a truncated header, sections pointing past the end, a
+/// compressed debug section that does not decompress within the default
+/// [`Budget`] (see [`inspect_with`]).
 pub fn inspect(data: &[u8]) -> Result<ElfInfo, Error> {
+    inspect_with(data, &mut Budget::default())
+}
+
+/// [`inspect`], with every compressed debug section (`SHF_COMPRESSED`
+/// `.debug_*`, or `.zdebug_*`) checked to really decompress to the size its
+/// header claims, within `budget` (shared by all of them): streamed and
+/// counted, never kept. A file whose DWARF could not be read later is
+/// refused here, with [`Error::Decompression`] naming the section, instead of
+/// being ranked as DWARF.
+pub fn inspect_with(data: &[u8], budget: &mut Budget) -> Result<ElfInfo, Error> {
     match object::FileKind::parse(data) {
         Ok(object::FileKind::Elf32 | object::FileKind::Elf64) => {}
         Ok(other) => return Err(Error::NotElf(format!("this is a {other:?} file, not ELF"))),
@@ -176,13 +188,16 @@ pub fn inspect(data: &[u8]) -> Result<ElfInfo, Error> {
             if section.kind() == SectionKind::Text {
                 has_code = true;
             }
-            let compressed = section
-                .compressed_file_range()
-                .is_ok_and(|r| r.format != object::CompressionFormat::None);
-            if entry.name.starts_with(".zdebug_")
-                || (entry.name.starts_with(".debug_") && compressed)
-            {
-                compressed_debug = true;
+            if entry.name.starts_with(".zdebug_") || entry.name.starts_with(".debug_") {
+                // An unreadable compression header is refused too: no DWARF
+                // reader could use the section.
+                let compressed = section
+                    .compressed_file_range()
+                    .map_or(true, |r| r.format != object::CompressionFormat::None);
+                if entry.name.starts_with(".zdebug_") || compressed {
+                    compressed_debug = true;
+                    check_section(&section, budget)?;
+                }
             }
         }
         sections.push(entry);

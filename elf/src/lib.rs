@@ -13,10 +13,14 @@
 //! - [`only_keep_debug`] and [`strip_debug`] split a binary natively, as
 //!   `objcopy --only-keep-debug` and `objcopy --strip-debug
 //!   --add-gnu-debuglink` do, streaming from the input slice;
-//! - [`BuildId`] is a validated, lowercase-hex GNU build-ID.
+//! - [`BuildId`] is a validated, lowercase-hex GNU build-ID;
+//! - [`section_data`] and [`check_section`] decompress (or check) a
+//!   compressed section within a [`Budget`] of decompressed bytes, so that a
+//!   header claiming a terabyte is refused before anything is allocated.
 
 mod build_id;
 mod content;
+mod decompress;
 mod inspect;
 mod path;
 mod rewrite;
@@ -24,10 +28,13 @@ mod sources;
 
 pub use build_id::{BuildId, BuildIdError};
 pub use content::content_hash_file;
-pub use inspect::{inspect, ElfInfo, FileKind, Quality, SectionEntry};
+pub use decompress::{
+    check_section, section_data, Budget, DecompressionKind, DEFAULT_MAX_DECOMPRESSED_BYTES,
+};
+pub use inspect::{inspect, inspect_with, ElfInfo, FileKind, Quality, SectionEntry};
 pub use path::{canonical_path, escape_path};
 pub use rewrite::{debuglink_section, only_keep_debug, strip_debug, Input};
-pub use sources::{source_files, SourceFiles};
+pub use sources::{source_files, source_files_with, SourceFiles};
 
 /// Why a file could not be read as ELF or DWARF.
 #[derive(Debug, thiserror::Error)]
@@ -41,4 +48,17 @@ pub enum Error {
     /// DWARF data could not be parsed.
     #[error("malformed DWARF: {0}")]
     Dwarf(String),
+    /// A compressed section could not be decompressed within the budget:
+    /// its header claims more than the [`Budget`] has left, or its stream is
+    /// damaged or inflates to more or fewer bytes than it claims.
+    #[error("section {section}: {message}")]
+    Decompression {
+        /// The section's name, e.g. `.debug_info`.
+        section: String,
+        /// Over budget, corrupt, unsupported or out of memory.
+        kind: DecompressionKind,
+        /// What was wrong, e.g. `claims 1099511627776 uncompressed bytes
+        /// (zlib), over the 4294967296-byte budget`.
+        message: String,
+    },
 }

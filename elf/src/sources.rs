@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use gimli::{EndianSlice, RunTimeEndian};
 use object::{Object, ObjectSection};
 
-use crate::{canonical_path, Error};
+use crate::{canonical_path, section_data, Budget, Error};
 
 /// The source files a file's DWARF names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,8 +23,16 @@ pub struct SourceFiles {
 /// `src/lib.rs/@/crate.hash-cgu.0`, which is no file, and C's primary file is
 /// in the line table anyway): `DW_AT_comp_dir` + include directory + file name,
 /// canonicalised with [`canonical_path`]. DWARF 2–5, compressed sections
-/// (zlib, zstd, `.zdebug`) included. A file without DWARF has no sources.
+/// (zlib, zstd, `.zdebug`) included, within the default [`Budget`] of
+/// decompressed bytes. A file without DWARF has no sources.
 pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
+    source_files_with(data, &mut Budget::default())
+}
+
+/// [`source_files`] with the sections it decompresses charged to `budget`:
+/// a section whose header claims more than is left fails with
+/// [`Error::Decompression`] before anything is allocated.
+pub fn source_files_with(data: &[u8], budget: &mut Budget) -> Result<SourceFiles, Error> {
     let file = object::File::parse(data).map_err(|e| Error::Malformed(e.to_string()))?;
     let endian = if file.is_little_endian() {
         RunTimeEndian::Little
@@ -36,9 +44,7 @@ pub fn source_files(data: &[u8]) -> Result<SourceFiles, Error> {
             .section_by_name(id.name())
             .or_else(|| file.section_by_name(&id.name().replacen(".debug_", ".zdebug_", 1)));
         match section {
-            Some(s) if s.file_range().is_some() => s
-                .uncompressed_data()
-                .map_err(|e| Error::Malformed(format!("section {}: {e}", id.name()))),
+            Some(s) if s.file_range().is_some() => section_data(&s, budget),
             _ => Ok(Cow::Borrowed(&[][..])),
         }
     };

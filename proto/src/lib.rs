@@ -10,6 +10,7 @@
 #![allow(clippy::all, missing_docs, rustdoc::all)]
 
 pub mod json;
+pub mod limits;
 
 pub mod opentelemetry {
     pub mod proto {

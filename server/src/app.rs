@@ -32,6 +32,8 @@ pub struct AppState {
     pub name_cache: crate::query::NameCache,
     pub frame_table: Arc<crate::query::FrameTable>,
     pub query_limits: crate::query::QueryLimits,
+    pub ingest_limits: crate::ingest::normalize::Limits,
+    pub concurrency: crate::limits::Concurrency,
 }
 
 pub type SharedState = Arc<AppState>;

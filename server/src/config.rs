@@ -103,9 +103,76 @@ pub struct Config {
     #[arg(long, env = "SYMTRACE_MAX_UPLOAD_BYTES", default_value_t = 8 << 30)]
     pub max_upload_bytes: u64,
 
+    /// Most bytes the compressed debug sections (SHF_COMPRESSED zlib/zstd,
+    /// `.zdebug_*`) of one file may decompress to, together: checked at
+    /// upload (a file over it, or whose sections do not inflate to what
+    /// their headers claim, is refused with 422) and when symbolizing.
+    #[arg(
+        long,
+        env = "SYMTRACE_MAX_DECOMPRESSED_BYTES",
+        default_value_t = symtrace_elf::DEFAULT_MAX_DECOMPRESSED_BYTES
+    )]
+    pub max_decompressed_bytes: u64,
+
     /// Uploads processed at once; more get 503 with Retry-After.
     #[arg(long, env = "SYMTRACE_MAX_CONCURRENT_UPLOADS", default_value_t = 16)]
     pub max_concurrent_uploads: usize,
+
+    /// Queries (flamegraphs, diffs, trace views, raw samples) run at once;
+    /// more get 503 with Retry-After.
+    #[arg(long, env = "SYMTRACE_MAX_CONCURRENT_QUERIES", default_value_t = 32)]
+    pub max_concurrent_queries: usize,
+
+    /// /api/v1/symbolize requests run at once; more get 503 with Retry-After.
+    #[arg(long, env = "SYMTRACE_MAX_CONCURRENT_SYMBOLIZE", default_value_t = 64)]
+    pub max_concurrent_symbolize: usize,
+
+    /// OTLP exports received, decoded and stored at once; more get 503
+    /// (HTTP) or UNAVAILABLE (gRPC), which OTLP senders retry.
+    #[arg(long, env = "SYMTRACE_MAX_CONCURRENT_EXPORTS", default_value_t = 64)]
+    pub max_concurrent_exports: usize,
+
+    /// Fetches from upstream debuginfod servers at once (requests for a
+    /// file already being fetched share that fetch); more get 503.
+    #[arg(long, env = "SYMTRACE_MAX_CONCURRENT_FETCHES", default_value_t = 64)]
+    pub max_concurrent_fetches: usize,
+
+    /// Symbol index builds at once; a symbolization that would start one
+    /// more is answered from DWARF and builds later.
+    #[arg(
+        long,
+        env = "SYMTRACE_MAX_CONCURRENT_INDEX_BUILDS",
+        default_value_t = 2
+    )]
+    pub max_concurrent_index_builds: usize,
+
+    /// HTTP connections open at once; beyond it new ones wait in the
+    /// kernel's accept queue.
+    #[arg(long, env = "SYMTRACE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Seconds a client may take to send a request's headers (and an idle
+    /// keep-alive connection may wait for its next request) before the
+    /// connection is closed.
+    #[arg(
+        long = "header-timeout",
+        env = "SYMTRACE_HEADER_TIMEOUT",
+        default_value_t = 30
+    )]
+    pub header_timeout_secs: u64,
+
+    /// Seconds a request body may go without a byte before the request is
+    /// abandoned (408).
+    #[arg(
+        long = "body-idle-timeout",
+        env = "SYMTRACE_BODY_IDLE_TIMEOUT",
+        default_value_t = 60
+    )]
+    pub body_idle_timeout_secs: u64,
+
+    /// Concurrent HTTP/2 streams per gRPC connection.
+    #[arg(long, env = "SYMTRACE_GRPC_MAX_STREAMS", default_value_t = 64)]
+    pub grpc_max_streams: u32,
 
     /// Seconds between orphan-collection passes.
     #[arg(
@@ -168,6 +235,24 @@ pub struct Config {
     /// RESOURCE_EXHAUSTED beyond it).
     #[arg(long, env = "SYMTRACE_MAX_EXPORT_BYTES", default_value_t = 64 << 20)]
     pub max_export_bytes: usize,
+
+    /// Most frames kept of one stack at ingest: deeper stacks keep their
+    /// leaf-most frames and get one synthetic root frame
+    /// `[truncated: N root-most frames …]` (counted in
+    /// symtrace_ingest_truncated_stacks_total).
+    #[arg(long, env = "SYMTRACE_MAX_STACK_DEPTH", default_value_t = 1024)]
+    pub max_stack_depth: usize,
+
+    /// Most elements one OTLP export may hold (entries of every repeated
+    /// field: table entries, samples, stack frames, values, timestamps),
+    /// counted on the bytes before decoding (413 / RESOURCE_EXHAUSTED
+    /// beyond): bounds the memory an export decodes into.
+    #[arg(
+        long,
+        env = "SYMTRACE_MAX_EXPORT_ELEMENTS",
+        default_value_t = 4_000_000
+    )]
+    pub max_export_elements: usize,
 
     /// Most distinct values of one label name per segment and service that
     /// the label index records; beyond it the name is indexed as having

@@ -165,7 +165,7 @@ async fn source(
             let from = forwarding(&headers, peer);
             if federation
                 .fetch(&build_id, Wanted::Source(path.clone()), from)
-                .await
+                .await?
             {
                 found = meta.source(build_id.as_str(), &path).await?;
             }

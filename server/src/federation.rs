@@ -18,6 +18,7 @@ use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, TryStreamExt};
 use symtrace_elf::BuildId;
 
+use crate::limits::{Busy, Slots};
 use crate::store::model::{ArtifactKind, ServedArtifact};
 use crate::store::spool::spool;
 use crate::store::{Misses, SymbolStore};
@@ -73,6 +74,26 @@ pub struct Federation {
     negative_ttl: Duration,
     inflight: Mutex<HashMap<String, FetchFuture>>,
     negative: Mutex<HashMap<String, Instant>>,
+    /// Fetches running at once (coalesced requests share one).
+    slots: Slots,
+}
+
+/// Why a lookup that may ask upstream servers failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Busy(#[from] Busy),
+}
+
+impl From<FindError> for crate::error::ApiError {
+    fn from(e: FindError) -> Self {
+        match e {
+            FindError::Database(e) => e.into(),
+            FindError::Busy(e) => e.into(),
+        }
+    }
 }
 
 impl Federation {
@@ -83,6 +104,7 @@ impl Federation {
         negative_ttl: Duration,
         hop_limit: usize,
         max_bytes: u64,
+        slots: Slots,
     ) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(timeout)
@@ -98,6 +120,7 @@ impl Federation {
             negative_ttl,
             inflight: Mutex::new(HashMap::new()),
             negative: Mutex::new(HashMap::new()),
+            slots,
         })
     }
 
@@ -115,15 +138,16 @@ impl Federation {
     }
 
     /// Fetches `wanted` from upstream into the store. Returns whether it is
-    /// now stored.
+    /// now stored, or [`Busy`] when every fetch slot is taken (nothing is
+    /// remembered of that: the next request asks again).
     pub async fn fetch(
         self: &Arc<Self>,
         build_id: &BuildId,
         wanted: Wanted,
         from: Forwarding,
-    ) -> bool {
+    ) -> Result<bool, Busy> {
         if !self.may_forward(&from) {
-            return false;
+            return Ok(false);
         }
         let target = match &wanted {
             Wanted::Artifact(kind) => format!("{build_id}/{}", kind.as_str()),
@@ -137,7 +161,7 @@ impl Federation {
                 Some(until) if *until > Instant::now() => {
                     metrics::counter!("symtrace_upstream_fetches_total", "result" => "negative_cached")
                         .increment(1);
-                    return false;
+                    return Ok(false);
                 }
                 Some(_) => {
                     negative.remove(&target);
@@ -153,10 +177,12 @@ impl Federation {
                     .increment(1);
                 existing.clone()
             } else {
+                let slot = self.slots.take()?;
                 let this = self.clone();
                 let (build_id, key2) = (build_id.clone(), key.clone());
                 let task = tokio::spawn(async move {
                     let stored = this.fetch_now(&build_id, &wanted, &target, &from).await;
+                    drop(slot);
                     if !stored {
                         let mut negative = this.negative.lock().expect("negative cache lock");
                         if negative.len() > 100_000 {
@@ -175,7 +201,7 @@ impl Federation {
                 fut
             }
         };
-        shared.await
+        Ok(shared.await)
     }
 
     async fn fetch_now(
@@ -274,16 +300,16 @@ pub async fn find_or_fetch(
     kind: ArtifactKind,
     from: &Forwarding,
     misses: Misses,
-) -> Result<Option<Arc<ServedArtifact>>, sqlx::Error> {
+) -> Result<Option<Arc<ServedArtifact>>, FindError> {
     if let Some(found) = store.best_artifact(build_id, kind, misses).await? {
         return Ok(Some(found));
     }
     if let Some(federation) = federation {
         if federation
             .fetch(build_id, Wanted::Artifact(kind), from.clone())
-            .await
+            .await?
         {
-            return store.best_artifact(build_id, kind, Misses::Recheck).await;
+            return Ok(store.best_artifact(build_id, kind, Misses::Recheck).await?);
         }
     }
     Ok(None)

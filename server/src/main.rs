@@ -7,6 +7,8 @@ mod debuginfod;
 mod error;
 mod federation;
 mod ingest;
+mod limits;
+mod listen;
 mod lru;
 mod metrics;
 mod profiles;
@@ -34,7 +36,6 @@ use crate::profiles::store::ProfileStore;
 use crate::store::blobs::ObjectBlobStore;
 use crate::store::meta::SqlMetadata;
 use crate::store::SymbolStore;
-use crate::zerocopy::PeerAddr;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -81,12 +82,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let blobs =
         ObjectBlobStore::from_url(&config.storage_url()).context("opening the blob store")?;
     tracing::info!(database = meta_backend(&meta), objects = %blobs_description(&blobs), "storage ready");
-    let store = Arc::new(SymbolStore::new(
-        Arc::new(meta),
-        Arc::new(blobs),
-        spool_dir,
-        Duration::from_millis(config.lookup_cache_ms),
-    ));
+    let store = Arc::new(
+        SymbolStore::new(
+            Arc::new(meta),
+            Arc::new(blobs),
+            spool_dir,
+            Duration::from_millis(config.lookup_cache_ms),
+        )
+        .with_max_decompressed_bytes(config.max_decompressed_bytes),
+    );
 
     let auth = Auth::new(
         config.read_tokens.clone(),
@@ -98,6 +102,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!(auth = %auth.describe());
 
+    let concurrency = limits::Concurrency::from_config(&config);
     let upstreams = config.upstreams();
     let federation = if upstreams.is_empty() {
         None
@@ -114,6 +119,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
             Duration::from_secs(config.upstream_negative_ttl_secs),
             config.hop_limit,
             config.max_upload_bytes,
+            concurrency.federation.clone(),
         )?))
     };
 
@@ -127,6 +133,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
             store.clone(),
             federation.clone(),
             config.symbol_cache_bytes,
+            config.max_concurrent_index_builds,
         ),
         profiles: Arc::new(ProfileStore::new(store.clone(), config.max_label_values)),
         segment_cache: query::SegmentCache::new(config.segment_cache_bytes),
@@ -135,6 +142,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         query_limits: query::QueryLimits {
             max_bytes: config.query_max_bytes,
             timeout: Duration::from_secs(config.query_timeout_secs),
+        },
+        concurrency,
+        ingest_limits: ingest::normalize::Limits {
+            max_stack_depth: config.max_stack_depth,
+            max_elements: config.max_export_elements,
         },
         store,
         auth,
@@ -152,20 +164,25 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.grpc_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
     tracing::info!(%grpc_addr, "OTLP gRPC listening on {grpc_addr}");
+    let keepalive = Duration::from_secs(config.header_timeout_secs.max(1));
     let grpc = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(config.grpc_max_streams.max(1)))
+        .http2_keepalive_interval(Some(keepalive))
+        .http2_keepalive_timeout(Some(keepalive))
+        .tcp_keepalive(Some(keepalive))
+        .timeout(Duration::from_secs(config.query_timeout_secs.max(1)))
         .add_service(ingest::grpc::ProfilesGrpc::new(state.clone()))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            listen::capped_incoming(grpc_listener, config.max_connections),
             shutdown_signal(),
         );
     let grpc = tokio::spawn(grpc);
-    let listener = zerocopy::SendfileListener::new(listener);
-    axum::serve(
-        listener,
-        app::router(state).into_make_service_with_connect_info::<PeerAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await?;
+    let http_limits = listen::HttpLimits {
+        max_connections: config.max_connections,
+        header_timeout: Duration::from_secs(config.header_timeout_secs.max(1)),
+        body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs.max(1)),
+    };
+    listen::serve(listener, app::router(state), http_limits, shutdown_signal()).await?;
     grpc.await?.context("OTLP gRPC server")?;
     tracing::info!("shut down");
     Ok(())

@@ -40,6 +40,10 @@ pub fn recorder() -> anyhow::Result<PrometheusHandle> {
         "symtrace_object_store_requests_total",
         "requests to the object store (S3, GCS, Azure or the local directory) by operation"
     );
+    metrics::describe_counter!(
+        "symtrace_ingest_truncated_stacks_total",
+        "stacks deeper than SYMTRACE_MAX_STACK_DEPTH, cut to their leaf-most frames at ingest"
+    );
     Ok(HANDLE.get_or_init(|| handle).clone())
 }
 

@@ -21,10 +21,8 @@ use std::pin::Pin;
 use std::sync::RwLock;
 use std::task::{ready, Context, Poll};
 
-use axum::extract::connect_info::Connected;
-use axum::serve::{IncomingStream, Listener};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Registered mappings: start address → (length, file descriptor).
 static MAPPINGS: RwLock<BTreeMap<usize, (usize, RawFd)>> = RwLock::new(BTreeMap::new());
@@ -81,55 +79,19 @@ fn file_behind(buf: &[u8]) -> Option<(RawFd, u64)> {
     (start + buf.len() <= base + len).then_some((fd, (start - base) as u64))
 }
 
-/// A TCP listener whose connections send file-backed buffers with `sendfile`.
-pub struct SendfileListener(TcpListener);
-
-impl SendfileListener {
-    pub fn new(listener: TcpListener) -> Self {
-        Self(listener)
-    }
-}
-
-impl Listener for SendfileListener {
-    type Io = SendfileStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.0.accept().await {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    return (SendfileStream(stream), addr);
-                }
-                Err(e) => {
-                    // Out of descriptors or a connection reset before accept:
-                    // back off briefly rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
-
-/// The client's address, for handlers (`ConnectInfo<PeerAddr>`).
+/// The client's address, for handlers (`ConnectInfo<PeerAddr>`), set by
+/// [`crate::listen::serve`] on every request.
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
-
-impl Connected<IncomingStream<'_, SendfileListener>> for PeerAddr {
-    fn connect_info(stream: IncomingStream<'_, SendfileListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
 
 /// A TCP connection that sends file-backed buffers with `sendfile`.
 pub struct SendfileStream(TcpStream);
 
 impl SendfileStream {
+    pub fn new(stream: TcpStream) -> Self {
+        Self(stream)
+    }
+
     fn poll_sendfile(
         &self,
         cx: &mut Context<'_>,

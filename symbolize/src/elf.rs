@@ -1,10 +1,11 @@
 //! The ELF files one build-ID's answers come from, and their DWARF sections
-//! (decompressed once, zlib or zstd).
+//! (decompressed once, zlib or zstd, within a budget of decompressed bytes).
 
 use std::borrow::Cow;
 
 use gimli::{EndianSlice, RunTimeEndian, SectionId};
-use object::{Object, ObjectSection};
+use object::Object;
+use symtrace_elf::Budget;
 
 use crate::Error;
 
@@ -20,15 +21,30 @@ pub struct Inputs<'data> {
     pub executable: Option<&'data [u8]>,
     /// The supplementary file (`.gnu_debugaltlink`, made by `dwz -m`).
     pub supplementary: Option<&'data [u8]>,
+    /// Most bytes the compressed DWARF sections of `primary` and
+    /// `supplementary` may decompress to, together. A section whose header
+    /// claims more than is left fails with [`Error::Decompression`] before
+    /// anything is allocated.
+    pub max_decompressed_bytes: u64,
 }
 
 impl<'data> Inputs<'data> {
-    /// Just one file.
+    /// Just one file, with the default decompression budget
+    /// ([`symtrace_elf::DEFAULT_MAX_DECOMPRESSED_BYTES`], 4 GiB).
     pub fn new(primary: &'data [u8]) -> Self {
         Self {
             primary,
             executable: None,
             supplementary: None,
+            max_decompressed_bytes: symtrace_elf::DEFAULT_MAX_DECOMPRESSED_BYTES,
+        }
+    }
+
+    /// The same inputs with another decompression budget.
+    pub fn with_max_decompressed_bytes(self, bytes: u64) -> Self {
+        Self {
+            max_decompressed_bytes: bytes,
+            ..self
         }
     }
 }
@@ -42,7 +58,9 @@ pub(crate) struct DwarfSections<'data> {
 }
 
 impl<'data> DwarfSections<'data> {
-    pub fn load(file: &object::File<'data>) -> Result<Self, Error> {
+    /// Reads (and decompresses, charging `budget`) the DWARF sections of
+    /// `file`.
+    pub fn load(file: &object::File<'data>, budget: &mut Budget) -> Result<Self, Error> {
         let endian = if file.is_little_endian() {
             RunTimeEndian::Little
         } else {
@@ -51,7 +69,9 @@ impl<'data> DwarfSections<'data> {
         let mut sections = Vec::new();
         for id in ALL_SECTIONS {
             if let Some(section) = file.section_by_name(id.name()) {
-                sections.push((*id, section.uncompressed_data()?));
+                let data =
+                    symtrace_elf::section_data(&section, budget).map_err(Error::Decompression)?;
+                sections.push((*id, data));
             }
         }
         Ok(Self { endian, sections })
@@ -99,10 +119,16 @@ pub(crate) struct LoadedDwarf<'data> {
 }
 
 impl<'data> LoadedDwarf<'data> {
+    /// The DWARF of `inputs`: the primary file's and the supplementary
+    /// file's sections share one budget of `inputs.max_decompressed_bytes`.
     pub fn load(inputs: &Inputs<'data>) -> Result<Self, Error> {
-        let primary = DwarfSections::load(&object::File::parse(inputs.primary)?)?;
+        let mut budget = Budget::new(inputs.max_decompressed_bytes);
+        let primary = DwarfSections::load(&object::File::parse(inputs.primary)?, &mut budget)?;
         let sup = match inputs.supplementary {
-            Some(data) => Some(DwarfSections::load(&object::File::parse(data)?)?),
+            Some(data) => Some(DwarfSections::load(
+                &object::File::parse(data)?,
+                &mut budget,
+            )?),
             None => None,
         };
         Ok(Self { primary, sup })

@@ -8,6 +8,13 @@ pub enum Error {
     /// Not a readable ELF file.
     #[error("not a readable ELF file: {0}")]
     Elf(#[from] object::read::Error),
+    /// A compressed DWARF section cannot be decompressed within the budget
+    /// ([`crate::Inputs::max_decompressed_bytes`]): its header claims more
+    /// than is left, or its stream is damaged or inflates to another size
+    /// than it claims. Always a [`symtrace_elf::Error::Decompression`],
+    /// which names the section.
+    #[error("{0}")]
+    Decompression(symtrace_elf::Error),
     /// The DWARF is malformed beyond what can be skipped.
     #[error("malformed DWARF: {0}")]
     Dwarf(#[from] gimli::Error),

@@ -63,10 +63,18 @@ where
             });
         }
         Box::pin(async move {
+            // Held while the message is received, decoded and stored.
+            let _slot = match state.concurrency.ingest.take() {
+                Ok(slot) => slot,
+                Err(busy) => return Ok(Status::from(busy).into_http()),
+            };
             let mut gzip = EnabledCompressionEncodings::default();
             gzip.enable(CompressionEncoding::Gzip);
             let limit = state.config.max_export_bytes;
-            let mut grpc = tonic::server::Grpc::new(ExportCodec)
+            let codec = ExportCodec {
+                max_elements: state.ingest_limits.max_elements,
+            };
+            let mut grpc = tonic::server::Grpc::new(codec)
                 .apply_compression_config(gzip, gzip)
                 .apply_max_message_size_config(Some(limit), None);
             let mut response = grpc.unary(Export(state), request).await;
@@ -99,9 +107,17 @@ impl UnaryService<ExportProfilesServiceRequest> for Export {
                 .check(&headers, peer, Scope::Upload)
                 .map_err(|e| Status::unauthenticated(e.message))?;
             let tenant = crate::tenant::from_headers(&headers).map_err(Status::invalid_argument)?;
-            match super::export(&state.profiles, &tenant, request.into_inner()).await {
+            match super::export(
+                &state.profiles,
+                &state.ingest_limits,
+                &tenant,
+                request.into_inner(),
+            )
+            .await
+            {
                 Ok(response) => Ok(tonic::Response::new(response)),
                 Err(IngestError::Invalid(message)) => Err(Status::invalid_argument(message)),
+                Err(IngestError::TooLarge(message)) => Err(Status::resource_exhausted(message)),
                 Err(e @ IngestError::Store(_)) => {
                     tracing::error!(error = %e, "profile export not stored");
                     Err(Status::unavailable(e.to_string()))
@@ -113,8 +129,10 @@ impl UnaryService<ExportProfilesServiceRequest> for Export {
 
 /// Decodes requests with [`super::decode_protobuf`], encodes responses with
 /// prost.
-#[derive(Clone, Copy, Default)]
-struct ExportCodec;
+#[derive(Clone, Copy)]
+struct ExportCodec {
+    max_elements: usize,
+}
 
 impl Codec for ExportCodec {
     type Encode = ExportProfilesServiceResponse;
@@ -127,7 +145,9 @@ impl Codec for ExportCodec {
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        RequestDecoder
+        RequestDecoder {
+            max_elements: self.max_elements,
+        }
     }
 }
 
@@ -142,7 +162,9 @@ impl Encoder for ResponseEncoder {
     }
 }
 
-struct RequestDecoder;
+struct RequestDecoder {
+    max_elements: usize,
+}
 
 impl Decoder for RequestDecoder {
     type Item = ExportProfilesServiceRequest;
@@ -150,8 +172,9 @@ impl Decoder for RequestDecoder {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
         let bytes = src.copy_to_bytes(src.remaining());
-        match super::decode_protobuf(&bytes) {
+        match super::decode_protobuf(&bytes, self.max_elements) {
             Ok(request) => Ok(Some(request)),
+            Err(e @ IngestError::TooLarge(_)) => Err(Status::resource_exhausted(e.to_string())),
             Err(e) => Err(Status::invalid_argument(e.to_string())),
         }
     }

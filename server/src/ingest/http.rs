@@ -108,6 +108,23 @@ async fn export(
             )
         }
     };
+    // Held while the body is read, decoded and stored: bounds the memory
+    // exports in progress take.
+    let _slot = match state.concurrency.ingest.take() {
+        Ok(slot) => slot,
+        Err(busy) => {
+            let mut response = failure(
+                format,
+                StatusCode::SERVICE_UNAVAILABLE,
+                tonic::Code::Unavailable,
+                busy.to_string(),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            return response;
+        }
+    };
     let limit = state.config.max_export_bytes;
     let too_large = |what: &str| {
         failure(
@@ -165,13 +182,21 @@ async fn export(
             )
         }
     };
+    let max = state.ingest_limits.max_elements;
     let request = match format {
-        Format::Protobuf => super::decode_protobuf(&body),
-        Format::Json => symtrace_proto::json::decode_export_request(&body)
-            .map_err(|e| IngestError::Invalid(format!("malformed OTLP/JSON request: {e}"))),
+        Format::Protobuf => super::decode_protobuf(&body, max),
+        Format::Json => super::decode_json(&body, max),
     };
     let request = match request {
         Ok(r) => r,
+        Err(e @ IngestError::TooLarge(_)) => {
+            return failure(
+                format,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                tonic::Code::ResourceExhausted,
+                e.to_string(),
+            )
+        }
         Err(e) => {
             return failure(
                 format,
@@ -181,7 +206,7 @@ async fn export(
             )
         }
     };
-    match super::export(&state.profiles, &tenant, request).await {
+    match super::export(&state.profiles, &state.ingest_limits, &tenant, request).await {
         Ok(response) => {
             let body = match format {
                 Format::Protobuf => prost::Message::encode_to_vec(&response),
@@ -198,6 +223,12 @@ async fn export(
             format,
             StatusCode::BAD_REQUEST,
             tonic::Code::InvalidArgument,
+            message,
+        ),
+        Err(IngestError::TooLarge(message)) => failure(
+            format,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            tonic::Code::ResourceExhausted,
             message,
         ),
         Err(e @ IngestError::Store(_)) => {

@@ -22,7 +22,44 @@ pub struct Normalized {
     pub rejected: usize,
     /// One line per rejected profile (the first few), naming what was wrong.
     pub errors: Vec<String>,
+    /// Stacks deeper than [`Limits::max_stack_depth`], cut to their leaf-most
+    /// frames.
+    pub truncated_stacks: usize,
 }
+
+/// What one request may carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Frames kept of a stack, leaf-most first; the rest become one
+    /// synthetic root frame that says how many were cut.
+    pub max_stack_depth: usize,
+    /// Elements (entries of repeated fields at every level) one request may
+    /// hold; checked on the bytes before decoding.
+    pub max_elements: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_stack_depth: DEFAULT_MAX_STACK_DEPTH,
+            max_elements: DEFAULT_MAX_ELEMENTS,
+        }
+    }
+}
+
+pub const DEFAULT_MAX_STACK_DEPTH: usize = 1024;
+pub const DEFAULT_MAX_ELEMENTS: usize = 4_000_000;
+
+/// `profile.frame.type` of the synthetic root frame of a truncated stack.
+pub const TRUNCATED_FRAME_TYPE: &str = "truncated";
+
+/// Nesting of array and key-value list attribute values accepted (the
+/// protobuf decoder allows 100; no real attribute needs more than a few).
+const MAX_VALUE_DEPTH: usize = 16;
+
+/// Attribute lists up to this long are checked for repeated keys by a scan
+/// (cheaper than a set); longer ones through a set.
+const SHORT_LIST: usize = 16;
 
 /// The request as a whole is unusable (its dictionary breaks the rules).
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +72,7 @@ const MAX_MESSAGES: usize = 5;
 pub fn normalize(
     mut request: ExportProfilesServiceRequest,
     now_ns: u64,
+    limits: &Limits,
 ) -> Result<Normalized, RequestError> {
     let dict = request.dictionary.take().unwrap_or_default();
     let dict = &dict;
@@ -49,12 +87,15 @@ pub fn normalize(
         valid_stacks: vec![Cell::new(false); dict.stack_table.len()],
         valid_locations: vec![Cell::new(false); dict.location_table.len()],
         label_sets: FxHashMap::default(),
+        max_stack_depth: limits.max_stack_depth.max(1),
+        truncated_stacks: 0,
     };
     let mut out = Normalized {
         data: SegmentData::default(),
         accepted: 0,
         rejected: 0,
         errors: Vec::new(),
+        truncated_stacks: 0,
     };
     let reject = |out: &mut Normalized, count: usize, message: String| {
         out.rejected += count;
@@ -96,6 +137,7 @@ pub fn normalize(
             }
         }
     }
+    out.truncated_stacks = n.truncated_stacks;
     out.data = n.b.finish();
     Ok(out)
 }
@@ -142,6 +184,8 @@ struct Normalizer<'a> {
     valid_locations: Vec<Cell<bool>>,
     /// Sample attribute lists → label sets.
     label_sets: FxHashMap<Vec<i32>, u32>,
+    max_stack_depth: usize,
+    truncated_stacks: usize,
 }
 
 type Check = Result<(), String>;
@@ -160,6 +204,17 @@ impl<'a> Normalizer<'a> {
     }
 
     fn render(&self, value: Option<&AnyValue>) -> Result<String, String> {
+        self.render_at(value, 0)
+    }
+
+    /// Renders a value nested `depth` deep ([`Self::check_value`] bounded
+    /// the depth before anything is rendered).
+    fn render_at(&self, value: Option<&AnyValue>, depth: usize) -> Result<String, String> {
+        if depth > MAX_VALUE_DEPTH {
+            return Err(format!(
+                "an attribute value nests arrays or lists more than {MAX_VALUE_DEPTH} deep"
+            ));
+        }
         Ok(match value.and_then(|v| v.value.as_ref()) {
             None => String::new(),
             Some(Value::StringValue(s)) => s.clone(),
@@ -174,15 +229,19 @@ impl<'a> Normalizer<'a> {
                 let items = a
                     .values
                     .iter()
-                    .map(|v| self.render(Some(v)).map(serde_json::Value::String))
+                    .map(|v| {
+                        self.render_at(Some(v), depth + 1)
+                            .map(serde_json::Value::String)
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 serde_json::Value::Array(items).to_string()
             }
             Some(Value::KvlistValue(kv)) => {
                 let mut map = serde_json::Map::new();
                 for item in &kv.values {
-                    let (k, v) = self.key_value(item)?;
-                    map.insert(k.to_owned(), serde_json::Value::String(v));
+                    let key = self.key_of(item)?;
+                    let v = self.render_at(item.value.as_ref(), depth + 1)?;
+                    map.insert(key.to_owned(), serde_json::Value::String(v));
                 }
                 serde_json::Value::Object(map).to_string()
             }
@@ -194,12 +253,18 @@ impl<'a> Normalizer<'a> {
     where
         'a: 'k,
     {
-        let key = if kv.key.is_empty() && kv.key_strindex != 0 {
-            self.string(kv.key_strindex, "key_strindex")?
+        Ok((self.key_of(kv)?, self.render(kv.value.as_ref())?))
+    }
+
+    fn key_of<'k>(&self, kv: &'k KeyValue) -> Result<&'k str, String>
+    where
+        'a: 'k,
+    {
+        if kv.key.is_empty() && kv.key_strindex != 0 {
+            self.string(kv.key_strindex, "key_strindex")
         } else {
-            kv.key.as_str()
-        };
-        Ok((key, self.render(kv.value.as_ref())?))
+            Ok(kv.key.as_str())
+        }
     }
 
     fn resource_labels(&mut self, attributes: &[KeyValue]) -> Result<Vec<(u32, u32)>, String> {
@@ -217,23 +282,42 @@ impl<'a> Normalizer<'a> {
         Ok(labels)
     }
 
-    /// String references inside a value, without rendering it.
+    /// String references inside a value, and its nesting, without
+    /// rendering it: iterative, at most [`MAX_VALUE_DEPTH`] deep.
     fn check_value(&self, value: Option<&AnyValue>) -> Check {
-        match value.and_then(|v| v.value.as_ref()) {
-            Some(Value::StringValueStrindex(i)) => {
-                self.string(*i, "string_value_strindex").map(|_| ())
-            }
-            Some(Value::ArrayValue(a)) => {
-                a.values.iter().try_for_each(|v| self.check_value(Some(v)))
-            }
-            Some(Value::KvlistValue(kv)) => kv.values.iter().try_for_each(|kv| {
-                if kv.key.is_empty() && kv.key_strindex != 0 {
-                    self.string(kv.key_strindex, "key_strindex")?;
+        let mut pending: Vec<(&AnyValue, usize)> = value.into_iter().map(|v| (v, 0)).collect();
+        while let Some((value, depth)) = pending.pop() {
+            match value.value.as_ref() {
+                Some(Value::StringValueStrindex(i)) => {
+                    self.string(*i, "string_value_strindex")?;
                 }
-                self.check_value(kv.value.as_ref())
-            }),
-            _ => Ok(()),
+                Some(Value::ArrayValue(a)) => {
+                    if depth >= MAX_VALUE_DEPTH {
+                        return Err(format!(
+                            "an attribute value nests arrays or lists more than {MAX_VALUE_DEPTH} deep"
+                        ));
+                    }
+                    pending.extend(a.values.iter().map(|v| (v, depth + 1)));
+                }
+                Some(Value::KvlistValue(kv)) => {
+                    if depth >= MAX_VALUE_DEPTH {
+                        return Err(format!(
+                            "an attribute value nests arrays or lists more than {MAX_VALUE_DEPTH} deep"
+                        ));
+                    }
+                    for kv in &kv.values {
+                        if kv.key.is_empty() && kv.key_strindex != 0 {
+                            self.string(kv.key_strindex, "key_strindex")?;
+                        }
+                        if let Some(v) = &kv.value {
+                            pending.push((v, depth + 1));
+                        }
+                    }
+                }
+                _ => {}
+            }
         }
+        Ok(())
     }
 
     fn check_attributes(&self, indices: &[i32], what: &'static str) -> Check {
@@ -248,14 +332,25 @@ impl<'a> Normalizer<'a> {
                 self.check_value(attribute.value.as_ref())?;
                 self.valid_attributes[slot].set(true);
             }
-            // Lists are short: a quadratic scan beats a set.
+            // Most lists are short: there a scan beats a set.
             let key = attribute.key_strindex;
-            if indices[..n]
-                .iter()
-                .any(|&j| table[j as usize].key_strindex == key)
+            if indices.len() <= SHORT_LIST
+                && indices[..n]
+                    .iter()
+                    .any(|&j| table[j as usize].key_strindex == key)
             {
                 let key = self.string(key, "")?;
                 return Err(format!("{what} attributes repeat the key {key:?}"));
+            }
+        }
+        if indices.len() > SHORT_LIST {
+            let mut seen = HashSet::with_capacity(indices.len());
+            for &i in indices {
+                let key = table[i as usize].key_strindex;
+                if !seen.insert(key) {
+                    let key = self.string(key, "")?;
+                    return Err(format!("{what} attributes repeat the key {key:?}"));
+                }
             }
         }
         Ok(())
@@ -471,14 +566,38 @@ impl<'a> Normalizer<'a> {
         if self.stacks[i] != u32::MAX {
             return self.stacks[i];
         }
-        let frames = self.dict.stack_table[i]
-            .location_indices
-            .iter()
-            .map(|&l| self.location(l as usize))
-            .collect();
+        let locations = &self.dict.stack_table[i].location_indices;
+        let keep = locations.len().min(self.max_stack_depth);
+        let mut frames: Vec<u32> = Vec::with_capacity(keep + 1);
+        for &l in &locations[..keep] {
+            frames.push(self.location(l as usize));
+        }
+        if locations.len() > keep {
+            // Leaf first: the cut frames were the root-most ones.
+            self.truncated_stacks += 1;
+            frames.push(self.truncated_frame(locations.len() - keep));
+        }
         let stack = self.b.stack(frames);
         self.stacks[i] = stack;
         stack
+    }
+
+    /// The synthetic root frame standing for `cut` root-most frames.
+    fn truncated_frame(&mut self, cut: usize) -> u32 {
+        let frame_type = self.b.string(TRUNCATED_FRAME_TYPE);
+        let name = self.b.string(&format!(
+            "[truncated: {cut} root-most frames beyond the {} kept]",
+            self.max_stack_depth
+        ));
+        self.b.frame(Frame {
+            frame_type,
+            mapping: 0,
+            address: 0,
+            lines: vec![Line {
+                function: name,
+                ..Line::default()
+            }],
+        })
     }
 
     /// Adds a checked profile; its samples' timestamps and values move.
@@ -516,7 +635,7 @@ impl<'a> Normalizer<'a> {
         if start == u64::MAX {
             (start, end) = (now_ns, now_ns);
         }
-        let series = Series {
+        let info = Series {
             service,
             sample_type: self.b.string(st),
             sample_unit: self.b.string(su),
@@ -527,9 +646,20 @@ impl<'a> Normalizer<'a> {
             start_ns: start,
             end_ns: end,
         };
-        let series = self.b.series(series);
+        // Timestamped samples say when each event happened; value-only ones
+        // only that they fell in this profile's range, which their series
+        // keeps exactly (see SegmentBuilder::series_exact).
+        let (mut timed, mut untimed) = (None, None);
+        if profile.samples.is_empty() {
+            self.b.series(info.clone());
+        }
 
         for sample in profile.samples.iter_mut() {
+            let series = if sample.timestamps_unix_nano.is_empty() {
+                *untimed.get_or_insert_with(|| self.b.series_exact(info.clone()))
+            } else {
+                *timed.get_or_insert_with(|| self.b.series(info.clone()))
+            };
             let stack = self.stack(sample.stack_index as usize);
             let labels = match self.label_sets.get(&sample.attribute_indices[..]) {
                 Some(&labels) => labels,
@@ -594,3 +724,7 @@ fn service_name(b: &SegmentBuilder, labels: &[(u32, u32)]) -> String {
     }
     "unknown_service".to_owned()
 }
+
+#[cfg(test)]
+#[path = "normalize_tests.rs"]
+mod tests;

@@ -44,6 +44,7 @@ async fn samples(
     Query(q): Query<SamplesQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
+    let _slot = state.concurrency.queries.take()?;
     let from = q.from.unwrap_or(0);
     let to = q.to.unwrap_or(i64::MAX);
     if from >= to {

@@ -9,6 +9,12 @@
 //! Replicas coordinate through a database lease: one compacts at a time,
 //! and the swap itself re-checks that every input is still there, so even a
 //! holder whose lease ran out cannot double-count data.
+//!
+//! Compaction is invisible to queries: samples with timestamps are filtered
+//! one by one, and samples without keep the exact time range ingest gave
+//! them (`SegmentBuilder::series_exact`), so every query answers the same
+//! before and after. A sender's retry of an export that was compacted away
+//! is still recognised through the export's idempotency key.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,8 +30,15 @@ const LEASE: &str = "profile-compactor";
 const LEASE_TTL_MS: i64 = 10 * 60 * 1000;
 /// Compressed input bytes merged into one output at most.
 const MAX_JOB_BYTES: i64 = 64 << 20;
-/// Segments considered per pass.
+/// Segments considered per pass, shared among the tenants that have any.
 const MAX_SEGMENTS_PER_PASS: i64 = 10_000;
+/// A tenant's share of a pass is never below this.
+const MIN_SEGMENTS_PER_TENANT: i64 = 100;
+/// How often retention runs.
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+/// How long an export's idempotency key is kept: a sender retrying an
+/// acknowledged export later than this stores it again.
+pub const EXPORT_KEY_TTL_MS: i64 = 24 * 3600 * 1000;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -33,6 +46,8 @@ pub struct Settings {
     pub delay_ns: i64,
     /// `None` keeps profiles forever.
     pub retention_ns: Option<i64>,
+    /// Idempotency keys older than this are forgotten.
+    pub export_key_ttl_ms: i64,
 }
 
 impl Settings {
@@ -42,6 +57,7 @@ impl Settings {
             delay_ns: (config.compaction_delay_secs as i64).saturating_mul(1_000_000_000),
             retention_ns: (config.profile_retention_hours > 0)
                 .then(|| (config.profile_retention_hours as i64).saturating_mul(3_600_000_000_000)),
+            export_key_ttl_ms: EXPORT_KEY_TTL_MS,
         }
     }
 }
@@ -51,15 +67,16 @@ impl Settings {
 pub struct Report {
     /// Another replica holds the lease.
     pub skipped: bool,
-    pub expired: u64,
     pub inputs: usize,
     pub outputs: usize,
     /// Jobs whose inputs were already gone (someone else compacted them).
     pub lost_races: usize,
+    /// Inputs that could not be read, left out from now on.
+    pub quarantined: usize,
 }
 
-/// One compaction and retention pass, under the lease (given up at the
-/// end, so any replica may run the next pass).
+/// One compaction pass, under the lease (given up at the end, so any
+/// replica may run the next pass).
 pub async fn run_once(
     profiles: &ProfileStore,
     holder: &str,
@@ -80,6 +97,25 @@ pub async fn run_once(
     result
 }
 
+/// One retention pass: segments past the retention, and idempotency keys
+/// past [`EXPORT_KEY_TTL_MS`] (any replica may run it; deletes are
+/// idempotent). Returns the number of segments expired.
+pub async fn expire_once(
+    profiles: &ProfileStore,
+    settings: &Settings,
+) -> Result<u64, ProfileStoreError> {
+    let meta = &profiles.store.meta;
+    let now = now_ms();
+    meta.expire_export_keys(now - settings.export_key_ttl_ms)
+        .await?;
+    let Some(retention) = settings.retention_ns else {
+        return Ok(0);
+    };
+    Ok(meta
+        .expire_segments(now.saturating_mul(1_000_000) - retention)
+        .await?)
+}
+
 async fn pass(
     profiles: &ProfileStore,
     holder: &str,
@@ -88,23 +124,32 @@ async fn pass(
     let meta = &profiles.store.meta;
     let mut report = Report::default();
     let now_ns = now_ms().saturating_mul(1_000_000);
-    if let Some(retention) = settings.retention_ns {
-        report.expired = meta.expire_segments(now_ns - retention).await?;
-    }
     // Windows that ended at least `delay` ago.
     let closed = now_ns - settings.delay_ns;
     let before = closed - closed.rem_euclid(settings.window_ns);
-    let segments = meta.uncompacted(before, MAX_SEGMENTS_PER_PASS).await?;
-    let mut groups: BTreeMap<(String, i64), Vec<SegmentRef>> = BTreeMap::new();
-    for s in segments {
-        let window = s.start_ns.div_euclid(settings.window_ns);
-        groups
-            .entry((s.tenant.clone(), window))
-            .or_default()
-            .push(s);
+    // Every tenant gets its share of the pass, so one tenant's backlog
+    // cannot starve the others; tenants take turns job by job.
+    let tenants = meta.uncompacted_tenants(before).await?;
+    let share = (MAX_SEGMENTS_PER_PASS / tenants.len().max(1) as i64).max(MIN_SEGMENTS_PER_TENANT);
+    let mut queues = Vec::with_capacity(tenants.len());
+    for tenant in tenants {
+        let segments = meta.uncompacted(&tenant, before, share).await?;
+        let mut windows: BTreeMap<i64, Vec<SegmentRef>> = BTreeMap::new();
+        for s in segments {
+            windows
+                .entry(s.start_ns.div_euclid(settings.window_ns))
+                .or_default()
+                .push(s);
+        }
+        let jobs: std::collections::VecDeque<Vec<SegmentRef>> =
+            windows.into_values().flat_map(split_by_size).collect();
+        queues.push((tenant, jobs));
     }
-    for ((tenant, _), group) in groups {
-        for job in split_by_size(group) {
+    while !queues.is_empty() {
+        for (tenant, jobs) in &mut queues {
+            let Some(job) = jobs.pop_front() else {
+                continue;
+            };
             if !meta
                 .acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS)
                 .await?
@@ -112,26 +157,69 @@ async fn pass(
                 report.skipped = true;
                 return Ok(report);
             }
-            let mut builder = SegmentBuilder::default();
-            for input in &job {
-                let data = profiles.read(&input.sha256).await?;
-                builder.merge(&data);
-            }
-            let merged = tokio::task::spawn_blocking(move || builder.finish())
-                .await
-                .expect("finishing a merge does not panic");
-            let row = profiles.put(&tenant, merged, 1).await?;
-            let inputs: Vec<String> = job.iter().map(|s| s.sha256.clone()).collect();
-            crate::store::crash_point("compaction-before-swap");
-            if meta.swap_segments(&tenant, &inputs, &[row]).await? {
-                report.inputs += inputs.len();
-                report.outputs += 1;
-            } else {
-                report.lost_races += 1;
-            }
+            compact_job(profiles, tenant, job, &mut report).await?;
         }
+        queues.retain(|(_, jobs)| !jobs.is_empty());
     }
     Ok(report)
+}
+
+/// Merges one job's segments into one. An input that cannot be read or
+/// decoded is quarantined (left out from now on, and reported) and the
+/// rest are merged; a database or object-store outage ends the pass.
+async fn compact_job(
+    profiles: &ProfileStore,
+    tenant: &str,
+    job: Vec<SegmentRef>,
+    report: &mut Report,
+) -> Result<(), ProfileStoreError> {
+    let meta = &profiles.store.meta;
+    let mut builder = SegmentBuilder::default();
+    let mut inputs: Vec<String> = Vec::with_capacity(job.len());
+    for input in &job {
+        match profiles.read(&input.sha256).await {
+            Ok(data) => {
+                builder.merge(&data);
+                inputs.push(input.sha256.clone());
+            }
+            Err(e) if unreadable(&e) => {
+                let why = e.to_string();
+                tracing::error!(tenant, sha256 = %input.sha256, error = %why,
+                    "compaction: quarantining an unreadable segment");
+                metrics::counter!("symtrace_compaction_quarantined_total").increment(1);
+                meta.quarantine_segment(tenant, &input.sha256, &why).await?;
+                report.quarantined += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if inputs.is_empty() {
+        return Ok(());
+    }
+    let merged = tokio::task::spawn_blocking(move || builder.finish())
+        .await
+        .map_err(|e| ProfileStoreError::Internal(format!("merging segments: {e}")))?;
+    let row = profiles.put(tenant, merged, 1).await?;
+    crate::store::crash_point("compaction-before-swap");
+    if meta.swap_segments(tenant, &inputs, &[row]).await? {
+        report.inputs += inputs.len();
+        report.outputs += 1;
+    } else {
+        report.lost_races += 1;
+    }
+    Ok(())
+}
+
+/// Whether an error reading a segment is the segment's own (it will never
+/// read), not an outage.
+fn unreadable(e: &ProfileStoreError) -> bool {
+    use crate::store::blobs::BlobError;
+    matches!(
+        e,
+        ProfileStoreError::Segment { .. }
+            | ProfileStoreError::Blob(BlobError::NotFound(_))
+            | ProfileStoreError::Store(crate::store::StoreError::Blob(BlobError::NotFound(_)))
+    )
 }
 
 /// Consecutive runs of segments of at most [`MAX_JOB_BYTES`] together.
@@ -149,32 +237,66 @@ fn split_by_size(group: Vec<SegmentRef>) -> Vec<Vec<SegmentRef>> {
     jobs
 }
 
-/// Runs [`run_once`] every `SYMTRACE_COMPACTION_INTERVAL` seconds.
+/// Runs [`run_once`] every `SYMTRACE_COMPACTION_INTERVAL` seconds (unless
+/// it is 0) and [`expire_once`] every [`RETENTION_INTERVAL`], as two
+/// supervised tasks: turning compaction off leaves retention on, and a
+/// pass that fails or panics is logged and the next one runs on time.
 pub fn spawn(profiles: Arc<ProfileStore>, config: &Config) {
-    if config.compaction_interval_secs == 0 {
-        return;
-    }
-    let interval = Duration::from_secs(config.compaction_interval_secs);
     let settings = Settings::from_config(config);
-    let holder = format!(
-        "{}:{}:{:x}",
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .unwrap_or_default()
-            .trim(),
-        std::process::id(),
-        now_ms()
-    );
+    if config.compaction_interval_secs > 0 {
+        let holder = format!(
+            "{}:{}:{:x}",
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .unwrap_or_default()
+                .trim(),
+            std::process::id(),
+            now_ms()
+        );
+        let (profiles, settings) = (profiles.clone(), settings.clone());
+        supervise(
+            "compaction",
+            Duration::from_secs(config.compaction_interval_secs),
+            move || {
+                let (profiles, settings, holder) =
+                    (profiles.clone(), settings.clone(), holder.clone());
+                async move {
+                    match run_once(&profiles, &holder, &settings).await {
+                        Ok(r) if r.skipped || r == Report::default() => {
+                            tracing::debug!(?r, "compaction: nothing to do")
+                        }
+                        Ok(r) => tracing::info!(?r, "compaction"),
+                        Err(e) => tracing::warn!(error = %e, "compaction failed"),
+                    }
+                }
+            },
+        );
+    }
+    supervise("retention", RETENTION_INTERVAL, move || {
+        let (profiles, settings) = (profiles.clone(), settings.clone());
+        async move {
+            match expire_once(&profiles, &settings).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(expired = n, "retention: segments expired"),
+                Err(e) => tracing::warn!(error = %e, "retention failed"),
+            }
+        }
+    });
+}
+
+/// Runs `pass` every `interval`, each in a task of its own so that a panic
+/// ends that pass only.
+fn supervise<F, Fut>(name: &'static str, interval: Duration, pass: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            match run_once(&profiles, &holder, &settings).await {
-                Ok(r) if r.skipped || r == Report::default() => {
-                    tracing::debug!(?r, "compaction: nothing to do")
-                }
-                Ok(r) => tracing::info!(?r, "compaction"),
-                Err(e) => tracing::warn!(error = %e, "compaction failed"),
+            if let Err(e) = tokio::spawn(pass()).await {
+                tracing::error!(task = name, error = %e, "background pass panicked; the next runs on time");
             }
         }
     });

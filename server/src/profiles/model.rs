@@ -197,7 +197,9 @@ pub struct SegmentBuilder {
     sample_index: HashMap<(u32, u32, u32, u32, bool), u32>,
 }
 
-type SeriesKey = (u32, u32, u32, u32, u32, i64, u32);
+/// A series' properties, and for one of value-only samples its exact time
+/// range (see [`SegmentBuilder::series_exact`]).
+type SeriesKey = (u32, u32, u32, u32, u32, i64, u32, Option<(u64, u64)>);
 
 impl Default for SegmentBuilder {
     fn default() -> Self {
@@ -252,8 +254,23 @@ impl SegmentBuilder {
         self.links.intern(link)
     }
 
-    /// The series with these properties, widened to `[start_ns, end_ns)`.
+    /// The series with these properties, widened to `[start_ns, end_ns)`:
+    /// for samples with timestamps, which a query filters one by one.
     pub fn series(&mut self, series: Series) -> u32 {
+        self.series_keyed(series, false)
+    }
+
+    /// The series with these properties and exactly this time range: for
+    /// samples without timestamps, which a query counts whole when their
+    /// series overlaps its range. Widening their series when exports are
+    /// merged would move their events in time (a query over the first of
+    /// two merged exports would count the second's), so compaction keeps
+    /// each range as ingest stored it.
+    pub fn series_exact(&mut self, series: Series) -> u32 {
+        self.series_keyed(series, true)
+    }
+
+    fn series_keyed(&mut self, series: Series, exact: bool) -> u32 {
         let key = (
             series.service,
             series.sample_type,
@@ -262,6 +279,7 @@ impl SegmentBuilder {
             series.period_unit,
             series.period,
             series.labels,
+            exact.then_some((series.start_ns, series.end_ns)),
         );
         if let Some(&i) = self.series_index.get(&key) {
             let existing = &mut self.series[i as usize];
@@ -367,24 +385,40 @@ impl SegmentBuilder {
             .map(|set| self.label_set(set.iter().map(|&(k, v)| (s(k), s(v))).collect()))
             .collect();
         let links: Vec<u32> = data.links.iter().map(|l| self.link(*l)).collect();
-        let series: Vec<u32> = data
+        let series: Vec<Series> = data
             .series
             .iter()
-            .map(|se| {
-                self.series(Series {
-                    service: s(se.service),
-                    sample_type: s(se.sample_type),
-                    sample_unit: s(se.sample_unit),
-                    period_type: s(se.period_type),
-                    period_unit: s(se.period_unit),
-                    labels: label_sets[se.labels as usize],
-                    ..se.clone()
-                })
+            .map(|se| Series {
+                service: s(se.service),
+                sample_type: s(se.sample_type),
+                sample_unit: s(se.sample_unit),
+                period_type: s(se.period_type),
+                period_unit: s(se.period_unit),
+                labels: label_sets[se.labels as usize],
+                ..se.clone()
             })
             .collect();
+        // Per source series: its (timestamped, value-only) series here,
+        // made when first used (a series without samples is kept as one of
+        // the first kind).
+        let mut targets: Vec<[u32; 2]> = vec![[u32::MAX; 2]; series.len()];
         for sample in &data.samples {
+            let exact = sample.timestamps.is_empty();
+            let slot = &mut targets[sample.series as usize][exact as usize];
+            if *slot == u32::MAX {
+                let se = series[sample.series as usize].clone();
+                *slot = self.series_keyed(se, exact);
+            }
+        }
+        for (i, t) in targets.iter_mut().enumerate() {
+            if *t == [u32::MAX; 2] {
+                t[0] = self.series(series[i].clone());
+            }
+        }
+        for sample in &data.samples {
+            let target = targets[sample.series as usize][sample.timestamps.is_empty() as usize];
             self.add_sample(Sample {
-                series: series[sample.series as usize],
+                series: target,
                 stack: stacks[sample.stack as usize],
                 labels: label_sets[sample.labels as usize],
                 link: links[sample.link as usize],

@@ -27,6 +27,9 @@ pub enum ProfileStoreError {
         sha256: String,
         source: segment::SegmentError,
     },
+    /// A task that encodes or decodes failed (a bug, never the input's fault).
+    #[error("internal: {0}")]
+    Internal(String),
 }
 
 /// Profiles on top of the symbol store's blobs and database.
@@ -94,7 +97,7 @@ impl ProfileStore {
             (bytes, row)
         })
         .await
-        .expect("segment encoding does not panic");
+        .map_err(|e| ProfileStoreError::Internal(format!("encoding a segment: {e}")))?;
         row.size = bytes.len() as i64;
         let spooled = self.store.store_derived(bytes).await?;
         row.sha256 = spooled.sha256.clone();
@@ -107,7 +110,7 @@ impl ProfileStore {
         let sha = sha256.to_owned();
         tokio::task::spawn_blocking(move || segment::decode(&bytes))
             .await
-            .expect("segment decoding does not panic")
+            .map_err(|e| ProfileStoreError::Internal(format!("decoding segment {sha256}: {e}")))?
             .map_err(|source| ProfileStoreError::Segment {
                 sha256: sha,
                 source,

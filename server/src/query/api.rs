@@ -219,6 +219,7 @@ async fn flamegraph(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
+    let _slot = state.concurrency.queries.take()?;
     let mut allowed = SELECTION.to_vec();
     allowed.extend(["max_nodes", "format"]);
     known(&params, &allowed)?;
@@ -269,6 +270,7 @@ async fn diff(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
+    let _slot = state.concurrency.queries.take()?;
     let mut allowed: Vec<String> = Vec::new();
     for p in SELECTION {
         allowed.push(p.to_string());
@@ -303,6 +305,7 @@ async fn trace(
     Path(trace_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
+    let _slot = state.concurrency.queries.take()?;
     let id = params::parse_trace_id(&trace_id).map_err(ApiError::bad_request)?;
     let out = tokio::time::timeout(
         state.query_limits.timeout,

@@ -114,11 +114,11 @@ pub fn flamegraph(
                     },
                     "symtrace": out,
                 });
-            } else {
-                out["functions"] = functions.unwrap_or_default().into();
-                out["tree"] = tree::json_tree(&t, agg, resolved, false);
+                return Ok(Json(out).into_response());
             }
-            Json(out).into_response()
+            out["functions"] = functions.unwrap_or_default().into();
+            let tree = tree::json_tree(&t, agg, resolved, false);
+            json_response(tree::with_raw_field(&out, "tree", &tree))
         }
     })
 }
@@ -148,6 +148,10 @@ pub fn diff(
         "from": sides[1].from_ns.to_string(), "to": sides[1].to_ns.to_string(),
         "samples": points[1], "total": t.nodes[0].total[1],
     });
-    out["tree"] = tree::json_tree(&t, agg, resolved, true);
-    Ok(Json(out).into_response())
+    let tree = tree::json_tree(&t, agg, resolved, true);
+    Ok(json_response(tree::with_raw_field(&out, "tree", &tree)))
+}
+
+fn json_response(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

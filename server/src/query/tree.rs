@@ -249,29 +249,68 @@ fn frame_fields(
     m
 }
 
-/// The nested JSON tree; `diff` adds the comparison side's values.
-pub fn json_tree(tree: &Tree, agg: &Aggregate, resolved: &Resolved, diff: bool) -> Value {
-    fn node(t: &Tree, agg: &Aggregate, r: &Resolved, i: u32, diff: bool) -> Value {
-        let n = &t.nodes[i as usize];
-        let mut m = frame_fields(agg, r, n.frame);
-        if diff {
-            m.insert("baseline".into(), n.total[0].into());
-            m.insert("comparison".into(), n.total[1].into());
-            m.insert("self_baseline".into(), n.self_[0].into());
-            m.insert("self_comparison".into(), n.self_[1].into());
+/// The nested JSON tree as text; `diff` adds the comparison side's values.
+///
+/// Written depth-first with an explicit stack, never through a nested
+/// `serde_json::Value`: building, serializing and dropping such a value
+/// recurses once per level, and a stack's depth is the sender's choice.
+pub fn json_tree(tree: &Tree, agg: &Aggregate, resolved: &Resolved, diff: bool) -> String {
+    let mut out = String::with_capacity(tree.nodes.len() * 96);
+    // (node, index of its next child to write).
+    let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
+    open_node(&mut out, tree, agg, resolved, 0, diff);
+    while let Some(top) = stack.last_mut() {
+        let (i, next) = *top;
+        let children = tree.children(i);
+        if next < children.len() {
+            top.1 += 1;
+            if next > 0 {
+                out.push(',');
+            }
+            let c = children[next];
+            open_node(&mut out, tree, agg, resolved, c, diff);
+            stack.push((c, 0));
         } else {
-            m.insert("self".into(), n.self_[0].into());
-            m.insert("total".into(), n.total[0].into());
+            out.push_str("]}");
+            stack.pop();
         }
-        let children: Vec<Value> = t
-            .children(i)
-            .iter()
-            .map(|&c| node(t, agg, r, c, diff))
-            .collect();
-        m.insert("children".into(), children.into());
-        Value::Object(m)
     }
-    node(tree, agg, resolved, 0, diff)
+    out
+}
+
+/// `{"name":…,…,"children":[` of one node.
+fn open_node(out: &mut String, t: &Tree, agg: &Aggregate, r: &Resolved, i: u32, diff: bool) {
+    let n = &t.nodes[i as usize];
+    let mut m = frame_fields(agg, r, n.frame);
+    if diff {
+        m.insert("baseline".into(), n.total[0].into());
+        m.insert("comparison".into(), n.total[1].into());
+        m.insert("self_baseline".into(), n.self_[0].into());
+        m.insert("self_comparison".into(), n.self_[1].into());
+    } else {
+        m.insert("self".into(), n.self_[0].into());
+        m.insert("total".into(), n.total[0].into());
+    }
+    let fields = Value::Object(m).to_string();
+    // `{…}` without its closing brace.
+    out.push_str(&fields[..fields.len() - 1]);
+    out.push_str(",\"children\":[");
+}
+
+/// A JSON object's text with `"key": raw` added (`raw` is JSON already).
+pub fn with_raw_field(object: &Value, key: &str, raw: &str) -> String {
+    let text = object.to_string();
+    let body = text.strip_suffix('}').unwrap_or(&text);
+    let mut out = String::with_capacity(body.len() + key.len() + raw.len() + 8);
+    out.push_str(body);
+    if body.len() > 1 {
+        out.push(',');
+    }
+    out.push_str(&Value::String(key.to_owned()).to_string());
+    out.push(':');
+    out.push_str(raw);
+    out.push('}');
+    out
 }
 
 /// Pyroscope's flamebearer: per depth, a flat list of

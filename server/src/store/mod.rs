@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
-use symtrace_elf::{BuildId, ElfInfo};
+use symtrace_elf::{Budget, BuildId, DecompressionKind, ElfInfo};
 
 use blobs::{BlobError, BlobStore};
 use lookup_cache::LookupCache;
@@ -90,6 +90,9 @@ pub struct SymbolStore {
     pub blobs: Arc<dyn BlobStore>,
     spool_dir: PathBuf,
     lookups: LookupCache,
+    /// Decompressed bytes one file's compressed debug sections may produce
+    /// (`SYMTRACE_MAX_DECOMPRESSED_BYTES`).
+    max_decompressed_bytes: u64,
 }
 
 impl SymbolStore {
@@ -104,7 +107,20 @@ impl SymbolStore {
             blobs,
             spool_dir,
             lookups: LookupCache::new(lookup_ttl),
+            max_decompressed_bytes: symtrace_elf::DEFAULT_MAX_DECOMPRESSED_BYTES,
         }
+    }
+
+    /// Sets how many bytes one file's compressed debug sections may
+    /// decompress to, at ingest and when symbolizing.
+    pub fn with_max_decompressed_bytes(mut self, bytes: u64) -> Self {
+        self.max_decompressed_bytes = bytes;
+        self
+    }
+
+    /// See [`Self::with_max_decompressed_bytes`].
+    pub fn max_decompressed_bytes(&self) -> u64 {
+        self.max_decompressed_bytes
     }
 
     /// The file served for (build-ID, kind), through the short-lived lookup
@@ -159,7 +175,8 @@ impl SymbolStore {
         origin: &str,
     ) -> Result<UploadOutcome, StoreError> {
         let path = body.path.to_path_buf();
-        let (info, source_names) = tokio::task::spawn_blocking(move || inspect_file(&path))
+        let budget = self.max_decompressed_bytes;
+        let (info, source_names) = tokio::task::spawn_blocking(move || inspect_file(&path, budget))
             .await
             .map_err(std::io::Error::other)??;
         validate(&info, build_id, kind)?;
@@ -374,14 +391,17 @@ pub fn checked_source_path(path: &str) -> Result<String, StoreError> {
     Ok(canonical)
 }
 
-fn inspect_file(path: &Path) -> Result<(ElfInfo, Vec<String>), StoreError> {
+/// Validates a spooled file (compressed debug sections must decompress to
+/// what they claim within `max_decompressed` bytes) and lists its sources.
+fn inspect_file(path: &Path, max_decompressed: u64) -> Result<(ElfInfo, Vec<String>), StoreError> {
     let file = std::fs::File::open(path)?;
     // SAFETY: the spool file is private to this request and not modified
     // while mapped.
     let map = unsafe { memmap2::Mmap::map(&file)? };
-    let info = symtrace_elf::inspect(&map).map_err(|e| StoreError::Rejected(e.to_string()))?;
+    let info = symtrace_elf::inspect_with(&map, &mut Budget::new(max_decompressed))
+        .map_err(|e| StoreError::Rejected(rejection(e)))?;
     let names = if info.has_dwarf {
-        match symtrace_elf::source_files(&map) {
+        match symtrace_elf::source_files_with(&map, &mut Budget::new(max_decompressed)) {
             Ok(files) => files
                 .paths
                 .into_iter()
@@ -396,6 +416,17 @@ fn inspect_file(path: &Path) -> Result<(ElfInfo, Vec<String>), StoreError> {
         Vec::new()
     };
     Ok((info, names))
+}
+
+/// Why inspection refused a file, as the uploader is told.
+fn rejection(e: symtrace_elf::Error) -> String {
+    match e {
+        symtrace_elf::Error::Decompression {
+            kind: DecompressionKind::OverBudget,
+            ..
+        } => format!("{e} (SYMTRACE_MAX_DECOMPRESSED_BYTES)"),
+        e => e.to_string(),
+    }
 }
 
 fn validate(info: &ElfInfo, claimed: &BuildId, kind: ArtifactKind) -> Result<(), StoreError> {

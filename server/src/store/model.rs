@@ -168,7 +168,6 @@ pub struct SeriesRow {
 /// A stored segment.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SegmentRef {
-    pub tenant: String,
     pub sha256: String,
     pub size: i64,
     pub start_ns: i64,

@@ -98,6 +98,7 @@ async fn symbolize(
     body: Bytes,
 ) -> ApiResult<Json<SymbolizeResponse>> {
     state.auth.check(&headers, peer, Scope::Read)?;
+    let _slot = state.concurrency.symbolize.take()?;
     let request: SymbolizeRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "invalid symbolize request: {e}; send {{\"build_id\": \"…\", \"addresses\": [\"0x…\", …]}} \
@@ -198,6 +199,7 @@ fn into_api_error(e: SymbolizeError) -> ApiError {
             "unusable_debug_file",
             format!("the stored file cannot be symbolized from: {e}"),
         ),
+        SymbolizeError::Busy(e) => e.into(),
         other => ApiError::internal(other.to_string()),
     }
 }

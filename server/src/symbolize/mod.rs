@@ -71,6 +71,17 @@ pub enum SymbolizeError {
     Symbolize(#[from] symtrace_symbolize::Error),
     #[error("symbolization task failed: {0}")]
     Task(String),
+    #[error(transparent)]
+    Busy(#[from] crate::limits::Busy),
+}
+
+impl From<crate::federation::FindError> for SymbolizeError {
+    fn from(e: crate::federation::FindError) -> Self {
+        match e {
+            crate::federation::FindError::Database(e) => Self::Database(e),
+            crate::federation::FindError::Busy(e) => Self::Busy(e),
+        }
+    }
 }
 
 /// The files one build-ID's answers come from, mapped.
@@ -81,6 +92,9 @@ struct Files {
     primary: Bytes,
     executable: Option<Bytes>,
     supplementary: Option<Bytes>,
+    /// Decompressed bytes the DWARF sections may take
+    /// (`SYMTRACE_MAX_DECOMPRESSED_BYTES`).
+    max_decompressed_bytes: u64,
 }
 
 impl Files {
@@ -89,6 +103,7 @@ impl Files {
             primary: &self.primary,
             executable: self.executable.as_deref(),
             supplementary: self.supplementary.as_deref(),
+            max_decompressed_bytes: self.max_decompressed_bytes,
         }
     }
 }
@@ -106,6 +121,9 @@ pub struct SymbolizeService {
     /// One permit per core for CPU-bound work.
     cpu: Arc<Semaphore>,
     cores: usize,
+    /// Index builds at once; a request that would start one more is
+    /// answered from DWARF, and a later one builds.
+    max_builds: usize,
 }
 
 /// How long a failed index build is not retried (requests meanwhile are
@@ -120,6 +138,7 @@ impl SymbolizeService {
         store: Arc<SymbolStore>,
         federation: Option<Arc<Federation>>,
         cache_bytes: u64,
+        max_builds: usize,
     ) -> Arc<Self> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Arc::new(Self {
@@ -131,6 +150,7 @@ impl SymbolizeService {
             alt_links: Mutex::new(HashMap::new()),
             cpu: Arc::new(Semaphore::new(cores)),
             cores,
+            max_builds: max_builds.max(1),
         })
     }
 
@@ -350,6 +370,7 @@ impl SymbolizeService {
             primary,
             executable,
             supplementary,
+            max_decompressed_bytes: self.store.max_decompressed_bytes(),
         })
     }
 
@@ -374,6 +395,11 @@ impl SymbolizeService {
         {
             let mut building = self.building.lock().expect("building set");
             if building.contains_key(&files.key) {
+                return;
+            }
+            if building.len() >= self.max_builds {
+                metrics::counter!("symtrace_busy_refusals_total", "work" => "index builds")
+                    .increment(1);
                 return;
             }
             building.insert(files.key.clone(), files.clone());

@@ -95,6 +95,7 @@ function color(node) {
   if (node.kind === "root") return "#d1d5db";
   if (node.kind === "kernel") return "#fdba74";
   if (node.kind === "unsymbolized") return "#cbd5e1";
+  if (node.kind === "truncated") return "#9ca3af";
   if (node.kind === "inlined") return "#86efac";
   let h = 0;
   for (let i = 0; i < node.name.length; i++) h = (h * 31 + node.name.charCodeAt(i)) >>> 0;
@@ -111,10 +112,18 @@ function diffColor(node) {
   return delta > 0 ? "hsl(0, 85%, " + light + "%)" : "hsl(215, 85%, " + light + "%)";
 }
 
-// Annotates parents so zoom can show the path to the focused node.
+// Annotates parents so zoom can show the path to the focused node
+// (iterative: a tree may be thousands of levels deep).
 function link(node, parent) {
   node.parent = parent;
-  for (const c of node.children) link(c, node);
+  const pending = [node];
+  while (pending.length) {
+    const n = pending.pop();
+    for (const c of n.children) {
+      c.parent = n;
+      pending.push(c);
+    }
+  }
 }
 
 function render(container, root, focus, opts) {
@@ -127,18 +136,20 @@ function render(container, root, focus, opts) {
   const path = [];
   for (let n = focus; n; n = n.parent) path.unshift(n);
   path.forEach((n, depth) => frames.push({ n, depth, x: 0, w: 1, ancestor: n !== focus }));
-  const walk = (n, depth, x) => {
+  // Depth-first with an explicit stack (no recursion over the tree).
+  const pending = [[focus, path.length, 0]];
+  while (pending.length) {
+    const [n, depth, x] = pending.pop();
     let cx = x;
     for (const c of n.children) {
       const w = value(c) / scale;
       if (w * width >= 0.5) {
         frames.push({ n: c, depth, x: cx, w });
-        walk(c, depth + 1, cx);
+        pending.push([c, depth + 1, cx]);
       }
       cx += w;
     }
-  };
-  walk(focus, path.length, 0);
+  }
   let maxDepth = 0;
   const frag = document.createDocumentFragment();
   for (const f of frames) {
@@ -207,8 +218,12 @@ function applySearch() {
   for (const d of frames) d.classList.toggle("match", !!re && re.test(d.dataset.name));
   if (re && state.tree) {
     // Total of matching nodes not under another match.
-    const sum = (n) => (re.test(n.name) ? n.total : n.children.reduce((a, c) => a + sum(c), 0));
-    matched = sum(state.tree);
+    const pending = [state.tree];
+    while (pending.length) {
+      const n = pending.pop();
+      if (re.test(n.name)) matched += n.total;
+      else for (const c of n.children) pending.push(c);
+    }
     $("search-stats").textContent =
       $("flame").querySelectorAll(".frame.match").length + " frames, " + pct(matched, state.tree.total) + " of samples";
   } else {

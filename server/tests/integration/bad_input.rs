@@ -258,3 +258,140 @@ fn read_tokens_guard_reads_and_keep_shared_caches_out() {
         .unwrap();
     assert_eq!(relayed.status(), 403);
 }
+
+/// `ch_size` (little-endian u64 at offset 8 of the Elf64_Chdr) of the
+/// compressed `.debug_info` of `data` set to `size`.
+fn claim_debug_info(data: &[u8], size: u64) -> Vec<u8> {
+    let info = symtrace_elf::inspect(data).unwrap();
+    assert!(info.is_64 && info.compressed_debug);
+    let at = info.section(".debug_info").unwrap().offset as usize;
+    let mut out = data.to_vec();
+    // ELFCOMPRESS_ZLIB: the section really is SHF_COMPRESSED.
+    assert_eq!(u32::from_le_bytes(out[at..at + 4].try_into().unwrap()), 1);
+    out[at + 8..at + 16].copy_from_slice(&size.to_le_bytes());
+    out
+}
+
+fn main_address(binary: &std::path::Path) -> String {
+    let out = run(std::process::Command::new("nm").arg(binary));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_suffix(" T main").map(|a| format!("0x{a}")))
+        .expect("main in nm's output")
+}
+
+fn symbolize_main(server: &Server, build_id: &str, address: &str) -> (u16, serde_json::Value) {
+    json_of(
+        client()
+            .post(format!("{}/api/v1/symbolize", server.url))
+            .header("content-type", "application/json")
+            .body(serde_json::json!({"build_id": build_id, "addresses": [address]}).to_string())
+            .send()
+            .unwrap(),
+    )
+}
+
+/// A DWARF file whose compressed `.debug_info` claims 1 TiB (or more or
+/// fewer bytes than its stream holds) is refused at upload, naming the
+/// section, instead of being stored and ranked above a good file; the
+/// server keeps serving. A stored file over a lowered budget fails
+/// symbolization with a clear 422.
+#[test]
+fn compressed_debug_sections_that_lie_about_their_size_are_refused() {
+    if !tools() || !have("nm") {
+        return;
+    }
+    let mut server = Server::start(&Backend::local(), &[]);
+    let fx = Fixture::hello("src", "hello.c", &["-g", "-gz=zlib"]);
+    let id = fx.build_id.clone();
+    let url = format!("/api/v1/debuginfo/{id}/debuginfo");
+    // A good upload of lower rank: the symbol table only.
+    let symtab_only = fx.dir.path().join("hello.symtab");
+    run(std::process::Command::new("strip")
+        .args(["--strip-debug", "-o"])
+        .arg(&symtab_only)
+        .arg(&fx.unstripped));
+    let body = server.upload(&id, "debuginfo", &symtab_only);
+    assert_eq!(body["quality"], "symtab", "{body}");
+
+    let good = std::fs::read(&fx.unstripped).unwrap();
+    let bad = claim_debug_info(&good, 1 << 40);
+    let (s, b) = server.put_bytes(&url, bad, None);
+    assert_error(
+        s,
+        &b,
+        422,
+        "section .debug_info: claims 1099511627776 uncompressed bytes (zlib), over the \
+         4294967296-byte budget",
+    );
+    assert_eq!(b["error"]["code"], "invalid_content", "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("SYMTRACE_MAX_DECOMPRESSED_BYTES"),
+        "{b}"
+    );
+    // A claim the stream does not fill, and one it overruns.
+    let real = {
+        let at = symtrace_elf::inspect(&good)
+            .unwrap()
+            .section(".debug_info")
+            .unwrap()
+            .offset as usize;
+        u64::from_le_bytes(good[at + 8..at + 16].try_into().unwrap())
+    };
+    let (s, b) = server.put_bytes(&url, claim_debug_info(&good, real + 1), None);
+    assert_error(s, &b, 422, ".debug_info: zlib stream ends after");
+    let (s, b) = server.put_bytes(&url, claim_debug_info(&good, real - 1), None);
+    assert_error(s, &b, 422, ".debug_info: zlib stream inflates to more than");
+
+    // Nothing was stored; the good file is still what is served, and the
+    // server still serves.
+    let got = server.get(&format!("/buildid/{id}/debuginfo"));
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().unwrap(), std::fs::read(&symtab_only).unwrap());
+    let (_, details) = json_of(server.get(&format!("/api/v1/debuginfo/{id}")));
+    assert_eq!(
+        details["artifacts"].as_array().unwrap().len(),
+        1,
+        "{details}"
+    );
+    assert!(spool_is_empty(&server));
+    assert_eq!(server.get("/healthz").status(), 200);
+
+    // The honest compressed file is accepted and ranked DWARF.
+    let body = server.upload(&id, "debuginfo", &fx.unstripped);
+    assert_eq!(body["quality"], "dwarf", "{body}");
+    let address = main_address(&fx.unstripped);
+
+    // The same stored file under a budget smaller than its DWARF (set by the
+    // setting's environment twin), before any symbol index was built from
+    // it: symbolizing fails with a clear 422, and uploading it again is
+    // refused.
+    server.kill9();
+    let mut small = Server::start_on(&server, &[("SYMTRACE_MAX_DECOMPRESSED_BYTES", "64")]);
+    let (s, b) = symbolize_main(&small, &id, &address);
+    assert_error(s, &b, 422, "section .debug_");
+    assert_eq!(b["error"]["code"], "unusable_debug_file", "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the 64-byte budget"),
+        "{b}"
+    );
+    let (s, b) = small.put_file(&url, &fx.unstripped);
+    assert_error(s, &b, 422, "over the 64-byte budget");
+    assert_eq!(small.get("/healthz").status(), 200);
+
+    // Under the default budget it symbolizes.
+    small.kill9();
+    let default = Server::start_on(&server, &[]);
+    let (s, b) = symbolize_main(&default, &id, &address);
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["results"][0]["addresses"][0]["frames"][0]["function"], "main",
+        "{b}"
+    );
+}

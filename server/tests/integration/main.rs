@@ -11,6 +11,7 @@ mod crash;
 mod deploy;
 mod federation;
 mod gdb;
+mod hostile;
 mod profiles;
 mod profiles_bad_input;
 mod quality;

@@ -116,9 +116,8 @@ fn check(label: &str, reference: &Path, primary: &Path, supplementary: Option<&P
     let data = std::fs::read(primary).unwrap();
     let sup = supplementary.map(|p| std::fs::read(p).unwrap());
     let inputs = Inputs {
-        primary: &data,
-        executable: None,
         supplementary: sup.as_deref(),
+        ..Inputs::new(&data)
     };
 
     let dwarf = DwarfSymbolizer::new(&inputs).unwrap();

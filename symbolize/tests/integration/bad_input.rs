@@ -132,3 +132,137 @@ fn absurd_batches_are_refused() {
         Err(Error::BatchTooLarge(_))
     ));
 }
+
+/// `ch_size` of the Elf64_Chdr of `section` (little-endian, at offset 8 of
+/// the section's bytes) set to `size`.
+fn claim(data: &[u8], section: &str, size: u64) -> Vec<u8> {
+    let file = object::File::parse(data).unwrap();
+    assert!(file.is_64() && file.is_little_endian());
+    let s = file.section_by_name(section).unwrap();
+    assert_ne!(
+        s.compressed_file_range().unwrap().format,
+        object::CompressionFormat::None,
+        "{section} is not compressed"
+    );
+    let start = s.file_range().unwrap().0 as usize;
+    let mut out = data.to_vec();
+    out[start + 8..start + 16].copy_from_slice(&size.to_le_bytes());
+    out
+}
+
+/// The error both tiers give for `inputs`, which must fail to decompress
+/// `.debug_info` with a message containing `needle`.
+fn assert_decompression_refused(inputs: &Inputs<'_>, needle: &str) {
+    let errors = [
+        DwarfSymbolizer::new(inputs).map(|_| ()).unwrap_err(),
+        index::build(inputs).map(|_| ()).unwrap_err(),
+    ];
+    for err in errors {
+        match &err {
+            Error::Decompression(symtrace_elf::Error::Decompression { section, .. }) => {
+                assert_eq!(section, ".debug_info", "{err}")
+            }
+            other => panic!("expected a decompression error, got {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(text.starts_with("section .debug_info: "), "{text}");
+        assert!(text.contains(needle), "{text:?} should mention {needle:?}");
+    }
+}
+
+/// A stored file whose compressed `.debug_info` lies about its size (1 TiB,
+/// or more than the stream holds) or is larger than the budget: both tiers
+/// return an error naming the section, and never allocate what it claims.
+#[test]
+fn compressed_sections_over_the_budget_are_clear_errors() {
+    if !have("gcc") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("z.c");
+    std::fs::write(
+        &c,
+        "#include <stdio.h>\nstatic int twice(int x) { return 2 * x; }\n\
+         int main(int argc, char **argv) { printf(\"%d\\n\", twice(argc)); return 0; }\n",
+    )
+    .unwrap();
+    let zlib = dir.path().join("zlib");
+    run(Command::new("gcc")
+        .args(["-O0", "-g", "-gz=zlib", "-o"])
+        .arg(&zlib)
+        .arg(&c));
+    let mut cases = vec![("zlib", std::fs::read(&zlib).unwrap())];
+    // Debian 12's gcc has no -gz=zstd and its objcopy leaves sections
+    // uncompressed: llvm-objcopy makes the zstd case.
+    match ["llvm-objcopy-19", "llvm-objcopy"]
+        .into_iter()
+        .find(|t| have(t))
+    {
+        Some(tool) => {
+            // From an uncompressed build: llvm-objcopy keeps zlib sections.
+            let plain = dir.path().join("plain");
+            run(Command::new("gcc")
+                .args(["-O0", "-g", "-o"])
+                .arg(&plain)
+                .arg(&c));
+            let zstd = dir.path().join("zstd");
+            run(Command::new(tool)
+                .arg("--compress-debug-sections=zstd")
+                .arg(&plain)
+                .arg(&zstd));
+            cases.push(("zstd", std::fs::read(&zstd).unwrap()));
+        }
+        None => assert!(
+            std::env::var("CI").is_err(),
+            "llvm-objcopy is required in CI"
+        ),
+    }
+    for (what, good) in &cases {
+        // The honest file symbolizes.
+        let symbolizer = DwarfSymbolizer::new(&Inputs::new(good)).unwrap();
+        assert_eq!(
+            symbolizer.best_source(),
+            Some(symtrace_symbolize::Source::Dwarf)
+        );
+        index::build(&Inputs::new(good)).unwrap();
+        let real = {
+            let file = object::File::parse(&**good).unwrap();
+            let range = file
+                .section_by_name(".debug_info")
+                .unwrap()
+                .compressed_file_range()
+                .unwrap();
+            assert_eq!(
+                range.format,
+                if *what == "zlib" {
+                    object::CompressionFormat::Zlib
+                } else {
+                    object::CompressionFormat::Zstandard
+                }
+            );
+            range.uncompressed_size
+        };
+
+        // 1 TiB claimed: refused before allocating, under the default budget.
+        let bad = claim(good, ".debug_info", 1 << 40);
+        assert_decompression_refused(
+            &Inputs::new(&bad),
+            &format!(
+                "claims 1099511627776 uncompressed bytes ({what}), over the 4294967296-byte budget"
+            ),
+        );
+        // A budget smaller than what the honest file really inflates to.
+        assert_decompression_refused(
+            &Inputs::new(good).with_max_decompressed_bytes(real - 1),
+            &format!("claims {real} uncompressed bytes ({what}), over the"),
+        );
+        // A claim the stream does not fill, and one it overruns.
+        let bad = claim(good, ".debug_info", real + 100);
+        assert_decompression_refused(
+            &Inputs::new(&bad),
+            &format!("stream ends after {real} of the {} bytes", real + 100),
+        );
+        let bad = claim(good, ".debug_info", real - 1);
+        assert_decompression_refused(&Inputs::new(&bad), "stream inflates to more than");
+    }
+}

@@ -117,9 +117,8 @@ fn each_input_gives_the_best_answer_its_data_allows() {
     // A debug file whose executable has the symbols: DWARF still wins, and
     // the executable's `.dynsym` backs a debug file without symbols.
     let with_exe = Inputs {
-        primary: &debug,
         executable: Some(&dynsym),
-        supplementary: None,
+        ..Inputs::new(&debug)
     };
     assert_eq!(answer(&with_exe, helper).unwrap().0, Source::Dwarf);
     // Nothing at all.

@@ -12,9 +12,9 @@ const ROWS_PER_INSERT: usize = 1000;
 
 #[async_trait]
 pub trait ProfileMetadata {
-    /// Makes a segment visible with its series, labels and trace IDs, in one
-    /// transaction. Returns false if the tenant already has this segment
-    /// (a retried export).
+    /// Makes an ingested segment visible with its series, labels and trace
+    /// IDs, in one transaction. Returns false if the tenant already stored
+    /// this export (a retry), even if its segment has since been compacted.
     async fn commit_segment(&self, segment: &NewSegment) -> MetaResult<bool>;
     /// Segments with series matching the query, oldest first.
     async fn segments(&self, query: &SeriesQuery) -> MetaResult<Vec<SegmentRef>>;
@@ -37,8 +37,22 @@ pub trait ProfileMetadata {
     ) -> MetaResult<bool>;
     /// Gives a lease up (if `holder` still has it).
     async fn release_lease(&self, name: &str, holder: &str) -> MetaResult<()>;
-    /// Level-0 segments that started before `before_ns`, oldest first.
-    async fn uncompacted(&self, before_ns: i64, limit: i64) -> MetaResult<Vec<SegmentRef>>;
+    /// Tenants with level-0 segments (not quarantined) that started before
+    /// `before_ns`.
+    async fn uncompacted_tenants(&self, before_ns: i64) -> MetaResult<Vec<String>>;
+    /// A tenant's level-0 segments (not quarantined) that started before
+    /// `before_ns`, oldest first.
+    async fn uncompacted(
+        &self,
+        tenant: &str,
+        before_ns: i64,
+        limit: i64,
+    ) -> MetaResult<Vec<SegmentRef>>;
+    /// Leaves a segment out of compaction from now on, saying why.
+    async fn quarantine_segment(&self, tenant: &str, sha256: &str, why: &str) -> MetaResult<()>;
+    /// Forgets the idempotency keys of exports stored before `cutoff_ms`.
+    /// Returns how many.
+    async fn expire_export_keys(&self, cutoff_ms: i64) -> MetaResult<u64>;
     /// Replaces `inputs` by `outputs` in one transaction; false (and nothing
     /// changed) if any input is already gone.
     async fn swap_segments(
@@ -52,7 +66,7 @@ pub trait ProfileMetadata {
     async fn expire_segments(&self, cutoff_ns: i64) -> MetaResult<u64>;
 }
 
-const SEGMENT_COLUMNS: &str = "g.tenant, g.sha256, g.size, g.start_ns, g.end_ns, g.points, g.level";
+const SEGMENT_COLUMNS: &str = "g.sha256, g.size, g.start_ns, g.end_ns, g.points, g.level";
 
 /// Inserts a segment with its series and trace rows; evaluates to false if
 /// the tenant already has it.
@@ -115,9 +129,19 @@ macro_rules! insert_segment {
 #[async_trait]
 impl ProfileMetadata for SqlMetadata {
     async fn commit_segment(&self, segment: &NewSegment) -> MetaResult<bool> {
+        let key = "INSERT INTO profile_exports (tenant, sha256, created_at) VALUES ($1, $2, $3) \
+                   ON CONFLICT DO NOTHING";
         on_pool!(self, p => {
             let mut tx = p.begin().await?;
-            let inserted = insert_segment!(tx, segment);
+            let new = sqlx::query(key)
+                .bind(&segment.tenant)
+                .bind(&segment.sha256)
+                .bind(segment.created_at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                == 1;
+            let inserted = new && insert_segment!(tx, segment);
             tx.commit().await?;
             Ok(inserted)
         })
@@ -179,7 +203,7 @@ impl ProfileMetadata for SqlMetadata {
              ON t.segment_id = g.id WHERE t.trace_id = $1 AND g.tenant = $2 \
              UNION SELECT {SEGMENT_COLUMNS} FROM profile_segments g \
              WHERE g.tenant = $2 AND g.level = 0 AND {contains} \
-             ORDER BY 4, 2"
+             ORDER BY 3, 1"
         );
         on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
             .bind(trace_id)
@@ -214,17 +238,52 @@ impl ProfileMetadata for SqlMetadata {
         on_pool!(self, p => sqlx::query(sql).bind(name).bind(holder).execute(p).await.map(|_| ()))
     }
 
-    async fn uncompacted(&self, before_ns: i64, limit: i64) -> MetaResult<Vec<SegmentRef>> {
+    async fn uncompacted_tenants(&self, before_ns: i64) -> MetaResult<Vec<String>> {
+        let sql = "SELECT DISTINCT tenant FROM profile_segments \
+                   WHERE level = 0 AND start_ns < $1 AND quarantined IS NULL ORDER BY tenant";
+        on_pool!(self, p => sqlx::query_scalar::<_, String>(sql)
+            .bind(before_ns)
+            .fetch_all(p)
+            .await)
+    }
+
+    async fn uncompacted(
+        &self,
+        tenant: &str,
+        before_ns: i64,
+        limit: i64,
+    ) -> MetaResult<Vec<SegmentRef>> {
         let sql = format!(
             "SELECT {SEGMENT_COLUMNS} FROM profile_segments g \
-             WHERE g.level = 0 AND g.start_ns < $1 \
-             ORDER BY g.tenant, g.start_ns, g.sha256 LIMIT $2"
+             WHERE g.level = 0 AND g.tenant = $1 AND g.start_ns < $2 AND g.quarantined IS NULL \
+             ORDER BY g.start_ns, g.sha256 LIMIT $3"
         );
         on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
+            .bind(tenant)
             .bind(before_ns)
             .bind(limit)
             .fetch_all(p)
             .await)
+    }
+
+    async fn quarantine_segment(&self, tenant: &str, sha256: &str, why: &str) -> MetaResult<()> {
+        let sql = "UPDATE profile_segments SET quarantined = $3 WHERE tenant = $1 AND sha256 = $2";
+        on_pool!(self, p => sqlx::query(sql)
+            .bind(tenant)
+            .bind(sha256)
+            .bind(why)
+            .execute(p)
+            .await
+            .map(|_| ()))
+    }
+
+    async fn expire_export_keys(&self, cutoff_ms: i64) -> MetaResult<u64> {
+        let sql = "DELETE FROM profile_exports WHERE created_at < $1";
+        on_pool!(self, p => sqlx::query(sql)
+            .bind(cutoff_ms)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected()))
     }
 
     async fn swap_segments(

@@ -1,0 +1,230 @@
+//! Normalization rules over bytes-built requests (no server).
+
+use symtrace_proto::collector::ExportProfilesServiceRequest;
+use symtrace_proto::common::{any_value, AnyValue, ArrayValue};
+use symtrace_proto::profiles::{
+    Function, KeyValueAndUnit, Line, Location, Profile, ProfilesDictionary, ResourceProfiles,
+    Sample, ScopeProfiles, Stack, ValueType,
+};
+
+use super::*;
+use crate::profiles::model::SegmentBuilder;
+
+/// Named frames `f0` (leaf) … `f{depth-1}`, one stack of all of them.
+fn request(depth: usize, samples: Vec<Sample>, time_ns: u64) -> ExportProfilesServiceRequest {
+    let mut strings: Vec<String> = ["", "samples", "count", "cpu", "nanoseconds"]
+        .map(String::from)
+        .to_vec();
+    strings.extend((0..depth).map(|i| format!("f{i}")));
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles {
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![Profile {
+                    sample_type: Some(ValueType {
+                        type_strindex: 1,
+                        unit_strindex: 2,
+                    }),
+                    period_type: Some(ValueType {
+                        type_strindex: 3,
+                        unit_strindex: 4,
+                    }),
+                    time_unix_nano: time_ns,
+                    duration_nano: 1_000,
+                    samples,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        dictionary: Some(ProfilesDictionary {
+            string_table: strings,
+            function_table: std::iter::once(Function::default())
+                .chain((0..depth).map(|i| Function {
+                    name_strindex: 5 + i as i32,
+                    ..Default::default()
+                }))
+                .collect(),
+            location_table: std::iter::once(Location::default())
+                .chain((0..depth).map(|i| Location {
+                    lines: vec![Line {
+                        function_index: 1 + i as i32,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }))
+                .collect(),
+            stack_table: vec![
+                Stack::default(),
+                Stack {
+                    location_indices: (1..=depth as i32).collect(),
+                },
+            ],
+            attribute_table: vec![KeyValueAndUnit::default()],
+            ..Default::default()
+        }),
+    }
+}
+
+fn valued(values: Vec<i64>) -> Sample {
+    Sample {
+        stack_index: 1,
+        values,
+        ..Default::default()
+    }
+}
+
+fn names(data: &SegmentData, stack: u32) -> Vec<&str> {
+    data.stacks[stack as usize]
+        .iter()
+        .map(|&f| data.str(data.frames[f as usize].lines[0].function))
+        .collect()
+}
+
+#[test]
+fn deep_stacks_keep_their_leaf_most_frames_and_a_marker() {
+    let limits = Limits {
+        max_stack_depth: 10,
+        ..Limits::default()
+    };
+    let out = normalize(request(25, vec![valued(vec![3])], 1), 0, &limits).unwrap();
+    assert_eq!(out.accepted, 1);
+    assert_eq!(out.truncated_stacks, 1);
+    let stack = out.data.samples[0].stack;
+    let got = names(&out.data, stack);
+    assert_eq!(got.len(), 11);
+    assert_eq!(
+        got[..10],
+        ["f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9"]
+    );
+    assert_eq!(
+        got[10],
+        "[truncated: 15 root-most frames beyond the 10 kept]"
+    );
+    let marker = &out.data.frames[*out.data.stacks[stack as usize].last().unwrap() as usize];
+    assert_eq!(out.data.str(marker.frame_type), TRUNCATED_FRAME_TYPE);
+    // At the limit: untouched.
+    let out = normalize(request(10, vec![valued(vec![3])], 1), 0, &limits).unwrap();
+    assert_eq!(out.truncated_stacks, 0);
+    assert_eq!(names(&out.data, out.data.samples[0].stack).len(), 10);
+}
+
+#[test]
+fn repeated_keys_are_found_in_long_and_short_lists() {
+    for n in [3usize, SHORT_LIST, SHORT_LIST + 1, 5_000] {
+        let mut r = request(1, vec![], 1);
+        let dict = r.dictionary.as_mut().unwrap();
+        let first = dict.string_table.len() as i32;
+        dict.string_table.extend((0..n).map(|i| format!("k{i}")));
+        for i in 0..n {
+            dict.attribute_table.push(KeyValueAndUnit {
+                key_strindex: first + i as i32,
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::IntValue(1)),
+                }),
+                unit_strindex: 0,
+            });
+        }
+        let all: Vec<i32> = (1..=n as i32).collect();
+        let profiles = &mut r.resource_profiles[0].scope_profiles[0].profiles;
+        let mut ok = valued(vec![1]);
+        ok.attribute_indices = all.clone();
+        let mut repeated = valued(vec![1]);
+        // The last key again, far from its first use.
+        repeated.attribute_indices = std::iter::once(n as i32).chain(all).collect();
+        profiles[0].samples = vec![ok];
+        let mut bad = profiles[0].clone();
+        bad.samples = vec![repeated];
+        profiles.push(bad);
+        let out = normalize(r, 0, &Limits::default()).unwrap();
+        assert_eq!((out.accepted, out.rejected), (1, 1), "n = {n}");
+        let key = format!("repeat the key \"k{}\"", n - 1);
+        assert!(out.errors[0].contains(&key), "n = {n}: {:?}", out.errors);
+    }
+}
+
+#[test]
+fn attribute_values_nested_too_deep_are_refused() {
+    let mut value = AnyValue {
+        value: Some(any_value::Value::IntValue(1)),
+    };
+    // Prost's decoder refuses more than 100 levels, so no request nests
+    // deeper than that; 90 is more than the 16 accepted.
+    for _ in 0..90 {
+        value = AnyValue {
+            value: Some(any_value::Value::ArrayValue(ArrayValue {
+                values: vec![value],
+            })),
+        };
+    }
+    let mut r = request(1, vec![], 1);
+    let dict = r.dictionary.as_mut().unwrap();
+    dict.string_table.push("deep".into());
+    dict.attribute_table.push(KeyValueAndUnit {
+        key_strindex: dict.string_table.len() as i32 - 1,
+        value: Some(value),
+        unit_strindex: 0,
+    });
+    let mut sample = valued(vec![1]);
+    sample.attribute_indices = vec![1];
+    r.resource_profiles[0].scope_profiles[0].profiles[0].samples = vec![sample];
+    let out = normalize(r, 0, &Limits::default()).unwrap();
+    assert_eq!(out.rejected, 1);
+    assert!(
+        out.errors[0].contains("more than 16 deep"),
+        "{:?}",
+        out.errors
+    );
+}
+
+#[test]
+fn value_only_samples_keep_their_profile_range_through_merges() {
+    let a = normalize(
+        request(2, vec![valued(vec![100])], 1_000),
+        0,
+        &Limits::default(),
+    )
+    .unwrap();
+    let b = normalize(
+        request(2, vec![valued(vec![7])], 36_000),
+        0,
+        &Limits::default(),
+    )
+    .unwrap();
+    let mut timed_sample = valued(vec![5]);
+    timed_sample.timestamps_unix_nano = vec![50_000];
+    let c = normalize(
+        request(2, vec![timed_sample], 40_000),
+        0,
+        &Limits::default(),
+    )
+    .unwrap();
+    let mut merged = SegmentBuilder::default();
+    for d in [&a.data, &b.data, &c.data] {
+        merged.merge(d);
+    }
+    let merged = merged.finish();
+    // Each value-only sample under a series of its own export's range.
+    let ranges: Vec<(u64, u64, i64)> = merged
+        .samples
+        .iter()
+        .filter(|s| s.timestamps.is_empty())
+        .map(|s| {
+            let se = &merged.series[s.series as usize];
+            (se.start_ns, se.end_ns, s.total())
+        })
+        .collect();
+    assert_eq!(ranges, [(1_000, 2_000, 100), (36_000, 37_000, 7)]);
+    // The timestamped one under a series that covers its timestamps.
+    let timed = merged
+        .samples
+        .iter()
+        .find(|s| !s.timestamps.is_empty())
+        .unwrap();
+    let se = &merged.series[timed.series as usize];
+    assert!(se.start_ns <= 50_000 && 50_000 < se.end_ns, "{se:?}");
+    // Merging again (a second compaction) changes nothing.
+    let mut again = SegmentBuilder::default();
+    again.merge(&merged);
+    assert_eq!(again.finish(), merged);
+}
