@@ -3,7 +3,8 @@
 # as root: the debuginfod clients (elfutils' debuginfod-find, gdb), binutils
 # gcc, clang and dwz for fixtures, llvm-symbolizer-19 as the symbolizer
 # reference, clang-19 + libbpf-dev for the agent's BPF program and capsh
-# for its capability test, PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
+# for its capability test, strace for the durability test (syscall order),
+# PostgreSQL 15, s3s-fs as the S3-compatible server, and a Python
 # venv with PyPI's opentelemetry-proto and grpcio as the independent OTLP client
 # and kubernetes-validate for the manifests under deploy/kubernetes, Debian's
 # docker-compose (1.29) to validate docker-compose.yml (`config` only, which
@@ -26,7 +27,7 @@ need_apt=()
 for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:binutils gcc:gcc \
             pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++ dwz:dwz \
             llvm-symbolizer-19:llvm-19 chromium:chromium node:nodejs npm:npm \
-            clang-19:clang-19 capsh:libcap2-bin; do
+            clang-19:clang-19 capsh:libcap2-bin strace:strace; do
   tool=${pair%%:*}; pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

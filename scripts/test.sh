@@ -10,11 +10,20 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/test-services.sh)"
 mkdir -p target
 log=target/test-output.txt
+skips=target/test-skips.txt
+rm -f "$skips"
 set +e
 cargo test --workspace --locked "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
 failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
-echo "tests: $passed passed, $failed failed" | tee target/test-summary.txt
+skipped=0
+if [ -f "$skips" ]; then
+  skipped=$(cut -f1 "$skips" | sort -u | wc -l)
+  echo "skipped (test, why):"
+  sort -u "$skips" | sed 's/^/  /'
+fi
+passed=$((passed - skipped))
+echo "tests: $passed passed, $failed failed, $skipped skipped" | tee target/test-summary.txt
 exit "$status"

@@ -19,6 +19,7 @@
 //!   header claiming a terabyte is refused before anything is allocated.
 
 mod build_id;
+mod bundle;
 mod content;
 mod decompress;
 mod inspect;
@@ -27,6 +28,7 @@ mod rewrite;
 mod sources;
 
 pub use build_id::{BuildId, BuildIdError};
+pub use bundle::{read_bundle, BundleError, RejectedMember};
 pub use content::content_hash_file;
 pub use decompress::{
     check_section, section_data, Budget, DecompressionKind, DEFAULT_MAX_DECOMPRESSED_BYTES,

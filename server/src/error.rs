@@ -91,6 +91,9 @@ impl From<SpoolError> for ApiError {
             SpoolError::TooLarge { .. } => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
             }
+            SpoolError::Body(ref m) if crate::listen::is_body_idle(m) => {
+                Self::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", e.to_string())
+            }
             SpoolError::Body(_) => Self::bad_request(e.to_string()),
             SpoolError::Io(e) => Self::internal(format!("spool I/O error: {e}")),
         }

@@ -150,8 +150,16 @@ impl IdleTimeoutBody {
 
 /// The request body stopped arriving.
 #[derive(Debug, thiserror::Error)]
-#[error("no byte of the request body arrived for {0:?} (SYMTRACE_BODY_IDLE_TIMEOUT)")]
+#[error("no byte of the request body arrived for {0:?} ({BODY_IDLE_SETTING})")]
 pub struct BodyIdle(Duration);
+
+const BODY_IDLE_SETTING: &str = "SYMTRACE_BODY_IDLE_TIMEOUT";
+
+/// Whether a body error's text is a [`BodyIdle`] (errors reach handlers
+/// through body streams as text).
+pub fn is_body_idle(message: &str) -> bool {
+    message.contains(BODY_IDLE_SETTING)
+}
 
 impl http_body::Body for IdleTimeoutBody {
     type Data = Bytes;

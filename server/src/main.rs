@@ -1,41 +1,7 @@
 //! symtrace-server: see `symtrace-server --help` and README.md.
 
-mod app;
-mod auth;
-mod config;
-mod debuginfod;
-mod error;
-mod federation;
-mod ingest;
-mod limits;
-mod listen;
-mod lru;
-mod metrics;
-mod profiles;
-mod query;
-mod serve;
-mod store;
-mod symbolize;
-mod tenant;
-mod ui;
-mod upload;
-mod zerocopy;
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use anyhow::Context;
 use clap::Parser;
-use tokio::sync::Semaphore;
-
-use crate::app::AppState;
-use crate::auth::Auth;
-use crate::config::{Command, Config, LogFormat};
-use crate::federation::Federation;
-use crate::profiles::store::ProfileStore;
-use crate::store::blobs::ObjectBlobStore;
-use crate::store::meta::SqlMetadata;
-use crate::store::SymbolStore;
+use symtrace_server::config::{Command, Config};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -48,168 +14,15 @@ async fn main() -> anyhow::Result<()> {
         json,
     }) = &config.command
     {
-        return symbolize::cli::run(build_id, addresses, server, token.as_deref(), *json).await;
-    }
-    init_tracing(config.log_format);
-    run(config).await
-}
-
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-async fn run(config: Config) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
-    let spool_dir = config.data_dir.join("spool");
-    let cleared = store::spool::clear_spool_dir(&spool_dir)
-        .with_context(|| format!("clearing spool directory {}", spool_dir.display()))?;
-    if cleared > 0 {
-        tracing::info!(cleared, "removed unfinished uploads left by an earlier run");
-    }
-
-    let meta = SqlMetadata::open(&config.database_url())
-        .await
-        .context("opening the metadata database")?;
-    let blobs =
-        ObjectBlobStore::from_url(&config.storage_url()).context("opening the blob store")?;
-    tracing::info!(database = meta_backend(&meta), objects = %blobs_description(&blobs), "storage ready");
-    let store = Arc::new(
-        SymbolStore::new(
-            Arc::new(meta),
-            Arc::new(blobs),
-            spool_dir,
-            Duration::from_millis(config.lookup_cache_ms),
+        return symtrace_server::symbolize_command(
+            build_id,
+            addresses,
+            server,
+            token.as_deref(),
+            *json,
         )
-        .with_max_decompressed_bytes(config.max_decompressed_bytes),
-    );
-
-    let auth = Auth::new(
-        config.read_tokens.clone(),
-        config.upload_tokens.clone(),
-        config.admin_tokens.clone(),
-    );
-    if !auth.uploads_need_token() {
-        tracing::warn!("no upload token configured (SYMTRACE_UPLOAD_TOKENS): uploads are accepted from loopback clients only");
+        .await;
     }
-    tracing::info!(auth = %auth.describe());
-
-    let concurrency = limits::Concurrency::from_config(&config);
-    let upstreams = config.upstreams();
-    let federation = if upstreams.is_empty() {
-        None
-    } else {
-        tracing::info!(
-            ?upstreams,
-            hop_limit = config.hop_limit,
-            "federating misses"
-        );
-        Some(Arc::new(Federation::new(
-            upstreams,
-            store.clone(),
-            Duration::from_secs(config.upstream_timeout_secs),
-            Duration::from_secs(config.upstream_negative_ttl_secs),
-            config.hop_limit,
-            config.max_upload_bytes,
-            concurrency.federation.clone(),
-        )?))
-    };
-
-    store::gc::spawn(store.clone(), config.gc_interval(), config.gc_grace());
-
-    let state = Arc::new(AppState {
-        upload_slots: Semaphore::new(config.max_concurrent_uploads.max(1)),
-        metrics: metrics::recorder()?,
-        config: config.clone(),
-        symbolizer: symbolize::SymbolizeService::new(
-            store.clone(),
-            federation.clone(),
-            config.symbol_cache_bytes,
-            config.max_concurrent_index_builds,
-        ),
-        profiles: Arc::new(ProfileStore::new(store.clone(), config.max_label_values)),
-        segment_cache: query::SegmentCache::new(config.segment_cache_bytes),
-        name_cache: query::NameCache::new(query::NAME_CACHE_ADDRESSES),
-        frame_table: Arc::default(),
-        query_limits: query::QueryLimits {
-            max_bytes: config.query_max_bytes,
-            timeout: Duration::from_secs(config.query_timeout_secs),
-        },
-        concurrency,
-        ingest_limits: ingest::normalize::Limits {
-            max_stack_depth: config.max_stack_depth,
-            max_elements: config.max_export_elements,
-        },
-        store,
-        auth,
-        federation,
-    });
-    profiles::compact::spawn(state.profiles.clone(), &config);
-    zerocopy::raise_fd_limit();
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("binding {}", config.http_addr))?;
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, "symtrace-server listening on http://{addr}");
-    let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
-        .await
-        .with_context(|| format!("binding {}", config.grpc_addr))?;
-    let grpc_addr = grpc_listener.local_addr()?;
-    tracing::info!(%grpc_addr, "OTLP gRPC listening on {grpc_addr}");
-    let keepalive = Duration::from_secs(config.header_timeout_secs.max(1));
-    let grpc = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(config.grpc_max_streams.max(1)))
-        .http2_keepalive_interval(Some(keepalive))
-        .http2_keepalive_timeout(Some(keepalive))
-        .tcp_keepalive(Some(keepalive))
-        .timeout(Duration::from_secs(config.query_timeout_secs.max(1)))
-        .add_service(ingest::grpc::ProfilesGrpc::new(state.clone()))
-        .serve_with_incoming_shutdown(
-            listen::capped_incoming(grpc_listener, config.max_connections),
-            shutdown_signal(),
-        );
-    let grpc = tokio::spawn(grpc);
-    let http_limits = listen::HttpLimits {
-        max_connections: config.max_connections,
-        header_timeout: Duration::from_secs(config.header_timeout_secs.max(1)),
-        body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs.max(1)),
-    };
-    listen::serve(listener, app::router(state), http_limits, shutdown_signal()).await?;
-    grpc.await?.context("OTLP gRPC server")?;
-    tracing::info!("shut down");
-    Ok(())
-}
-
-fn meta_backend(meta: &SqlMetadata) -> &'static str {
-    use crate::store::meta::MetadataStore;
-    meta.backend()
-}
-
-fn blobs_description(blobs: &ObjectBlobStore) -> String {
-    use crate::store::blobs::BlobStore;
-    blobs.describe()
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-    tracing::info!("shutting down: finishing requests in flight");
+    symtrace_server::init_tracing(config.log_format);
+    symtrace_server::run(config).await
 }

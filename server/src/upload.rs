@@ -10,7 +10,6 @@
 //! Bodies may be sent with `Content-Encoding: zstd` or `gzip`. Every body is
 //! spooled and validated before anything becomes visible.
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -265,65 +264,35 @@ async fn upload_bundle(
     Ok((status, Json(report)).into_response())
 }
 
-/// Reads a tar bundle whose members are named by absolute path (the leading
-/// `/` may be dropped, as tar does). Only regular files are kept.
+/// Reads a tar bundle ([`symtrace_elf::read_bundle`]), each member into a
+/// file of its own in the spool directory.
 fn extract_bundle(
     bundle: &std::path::Path,
     dir: &std::path::Path,
     limit: u64,
 ) -> ApiResult<(Vec<Member>, Vec<Rejected>)> {
-    let bad = |e: std::io::Error| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_content",
-            format!("not a valid tar bundle: {e}"),
-        )
-    };
-    let mut archive = tar::Archive::new(
-        std::fs::File::open(bundle).map_err(|e| ApiError::internal(e.to_string()))?,
-    );
-    let mut members = Vec::new();
-    let mut rejected = Vec::new();
-    for entry in archive.entries().map_err(bad)? {
-        let mut entry = entry.map_err(bad)?;
-        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        if !entry.header().entry_type().is_file() {
-            if !entry.header().entry_type().is_dir() {
-                rejected.push(Rejected {
-                    path: raw,
-                    reason: "not a regular file".into(),
-                });
-            }
-            continue;
-        }
-        if members.len() >= MAX_BUNDLE_ENTRIES {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!("bundle has more than {MAX_BUNDLE_ENTRIES} files"),
-            ));
-        }
-        let path = format!("/{}", raw.trim_start_matches("./").trim_start_matches('/'));
-        if raw.split('/').any(|s| s == "..") {
-            rejected.push(Rejected {
-                path: raw,
-                reason: "path contains '..'".into(),
-            });
-            continue;
-        }
+    use symtrace_elf::BundleError;
+    let file = std::fs::File::open(bundle).map_err(|e| ApiError::internal(e.to_string()))?;
+    let read = symtrace_elf::read_bundle(file, MAX_BUNDLE_ENTRIES, limit, |path, member| {
         let mut temp = tempfile::Builder::new()
             .prefix("bundle-")
-            .tempfile_in(dir)
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        let copied =
-            std::io::copy(&mut (&mut entry).take(limit + 1), temp.as_file_mut()).map_err(bad)?;
-        if copied > limit {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!("bundle member {raw} is over the size limit"),
-            ));
+            .tempfile_in(dir)?;
+        let copied = std::io::copy(member, temp.as_file_mut())?;
+        Ok(((path.to_owned(), temp), copied))
+    });
+    let (kept, rejected) = read.map_err(|e| match e {
+        BundleError::Invalid(_) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_content",
+            e.to_string(),
+        ),
+        BundleError::TooManyMembers(_) | BundleError::MemberTooLarge(_) => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
         }
+        other => ApiError::internal(other.to_string()),
+    })?;
+    let mut members = Vec::with_capacity(kept.len());
+    for (path, temp) in kept {
         let temp_path = temp.into_temp_path();
         let (sha256, size) = symtrace_elf::content_hash_file(&temp_path)
             .map_err(|e| ApiError::internal(e.to_string()))?;
@@ -336,6 +305,13 @@ fn extract_bundle(
             },
         });
     }
+    let rejected = rejected
+        .into_iter()
+        .map(|r| Rejected {
+            path: r.path,
+            reason: r.reason,
+        })
+        .collect();
     Ok((members, rejected))
 }
 

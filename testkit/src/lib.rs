@@ -48,12 +48,33 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+/// Records that the running test skips (part of) its work for `why`: on
+/// stderr, and as a line `test-name<TAB>why` in `target/test-skips.txt`,
+/// which scripts/test.sh counts into its summary (a skipped test still
+/// reports "ok" to cargo).
+pub fn skip(why: &str) {
+    eprintln!("SKIP: {why}");
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_owned();
+    let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-skips.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+    {
+        use std::io::Write;
+        let _ = writeln!(f, "{test}\t{why}");
+    }
+}
+
 /// Whether something a test needs (root, a kernel feature) is there.
 /// Missing under `CI=true` is a failure, not a skip.
 pub fn require(available: bool, what: &str) -> bool {
     if !available {
         assert!(!in_ci(), "{what} is required in CI");
-        eprintln!("SKIP: {what} is not available");
+        skip(&format!("{what} is not available"));
     }
     available
 }
@@ -71,7 +92,9 @@ pub fn have(tool: &str) -> bool {
             !in_ci(),
             "{tool} is required in CI (scripts/test-services.sh installs it)"
         );
-        eprintln!("SKIP: {tool} not installed (run scripts/test-services.sh)");
+        skip(&format!(
+            "{tool} not installed (run scripts/test-services.sh)"
+        ));
     }
     found
 }
@@ -122,7 +145,9 @@ impl Backend {
                 !in_ci(),
                 "PostgreSQL/S3 test services are required in CI: set {vars:?}"
             );
-            eprintln!("SKIP postgres+s3 backend: run scripts/test.sh (sets {vars:?})");
+            skip(&format!(
+                "postgres+s3 backend: run scripts/test.sh (sets {vars:?})"
+            ));
             return None;
         }
         let [admin, endpoint, bucket, access, secret] = <[Option<String>; 5]>::try_from(values)
@@ -684,7 +709,7 @@ pub fn python() -> Option<PathBuf> {
             !in_ci(),
             "SYMTRACE_TEST_PYTHON is required in CI (scripts/test-services.sh sets it)"
         );
-        eprintln!("SKIP: no SYMTRACE_TEST_PYTHON (run scripts/test.sh)");
+        skip("no SYMTRACE_TEST_PYTHON (run scripts/test.sh)");
     }
     found
 }
@@ -706,7 +731,7 @@ pub fn node_modules() -> Option<PathBuf> {
             !in_ci(),
             "SYMTRACE_TEST_NODE_MODULES is required in CI (scripts/test-services.sh sets it)"
         );
-        eprintln!("SKIP: no SYMTRACE_TEST_NODE_MODULES (run scripts/test.sh)");
+        skip("no SYMTRACE_TEST_NODE_MODULES (run scripts/test.sh)");
     }
     found
 }

@@ -33,12 +33,31 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Records a skip as symtrace-testkit's `skip` does (this crate cannot use
+/// the testkit, which depends on it): stderr and `target/test-skips.txt`.
+fn skip(why: &str) {
+    eprintln!("SKIP: {why}");
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_owned();
+    let log = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-skips.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+    {
+        use std::io::Write;
+        let _ = writeln!(f, "{test}\t{why}");
+    }
+}
+
 /// Whether a tool is there; missing under `CI=true` fails instead of skipping.
 fn require(tool: &str) -> bool {
     let found = have(tool);
     if !found {
         assert!(!in_ci(), "{tool} is required in CI");
-        eprintln!("SKIP: {tool} is not available");
+        skip(&format!("{tool} is not available"));
     }
     found
 }
@@ -103,7 +122,7 @@ fn files() -> Option<Files> {
         }
         None => {
             assert!(!in_ci(), "llvm-objcopy is required in CI");
-            eprintln!("SKIP (zstd cases): llvm-objcopy is not available");
+            skip("zstd cases: llvm-objcopy is not available");
             None
         }
     };

@@ -145,6 +145,18 @@ async fn export(
             if over {
                 return too_large("the request body");
             }
+            let text = format!(
+                "{e} {}",
+                e.source().map(|s| s.to_string()).unwrap_or_default()
+            );
+            if crate::listen::is_body_idle(&text) {
+                return failure(
+                    format,
+                    StatusCode::REQUEST_TIMEOUT,
+                    tonic::Code::DeadlineExceeded,
+                    format!("reading the request body failed: {text}"),
+                );
+            }
             return failure(
                 format,
                 StatusCode::BAD_REQUEST,

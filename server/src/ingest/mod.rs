@@ -4,7 +4,7 @@
 
 pub mod grpc;
 pub mod http;
-pub mod normalize;
+pub use symtrace_profiles::normalize;
 
 use std::sync::Arc;
 

@@ -45,6 +45,17 @@ async fn samples(
 ) -> Result<Json<Value>, ApiError> {
     let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     let _slot = state.concurrency.queries.take()?;
+    let timeout = state.query_limits.timeout;
+    tokio::time::timeout(timeout, samples_of(&state, tenant, q))
+        .await
+        .map_err(|_| ApiError::from(crate::query::QueryError::Timeout(timeout)))?
+}
+
+async fn samples_of(
+    state: &SharedState,
+    tenant: String,
+    q: SamplesQuery,
+) -> Result<Json<Value>, ApiError> {
     let from = q.from.unwrap_or(0);
     let to = q.to.unwrap_or(i64::MAX);
     if from >= to {
@@ -85,6 +96,15 @@ async fn samples(
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?,
     };
+    let bytes: u64 = segments.iter().map(|s| s.size as u64).sum();
+    let max_bytes = state.query_limits.max_bytes;
+    if bytes > max_bytes {
+        return Err(crate::query::QueryError::TooLarge {
+            bytes,
+            limit: max_bytes,
+        }
+        .into());
+    }
     let mut out = Vec::new();
     let mut truncated = false;
     'segments: for segment in &segments {

@@ -3,6 +3,6 @@
 
 pub mod api;
 pub mod compact;
-pub mod model;
-pub mod segment;
+pub use symtrace_profiles::model;
+pub use symtrace_profiles::segment;
 pub mod store;

@@ -45,6 +45,11 @@ pub async fn trace(
         .trace_segments(tenant, &trace_id)
         .await
         .map_err(internal)?;
+    let bytes: u64 = segments.iter().map(|s| s.size as u64).sum();
+    let limit = state.query_limits.max_bytes;
+    if bytes > limit {
+        return Err(QueryError::TooLarge { bytes, limit });
+    }
     // (span, service, profile type) → row.
     let mut rows: BTreeMap<([u8; 8], String, String), SpanRow> = BTreeMap::new();
     for segment in &segments {

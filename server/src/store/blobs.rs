@@ -181,23 +181,6 @@ impl ObjectBlobStore {
             maps: MapCache::default(),
         })
     }
-
-    async fn sync_local(&self, sha256: &str) -> Result<(), BlobError> {
-        let Some(root) = &self.local_root else {
-            return Ok(());
-        };
-        let file = root.join(key(sha256).as_ref());
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            std::fs::File::open(&file)?.sync_all()?;
-            if let Some(dir) = file.parent() {
-                std::fs::File::open(dir)?.sync_all()?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(std::io::Error::other)??;
-        Ok(())
-    }
 }
 
 #[async_trait]
@@ -217,15 +200,20 @@ impl BlobStore for ObjectBlobStore {
         if let Some(root) = &self.local_root {
             // Same filesystem as the spool (the default layout): link the
             // spooled file into place instead of copying it.
-            let (root, file, sha) = (root.clone(), file.to_owned(), sha256.to_owned());
-            let linked = tokio::task::spawn_blocking(move || link_local(&root, &file, &sha))
+            let (dir, spooled, sha) = (root.clone(), file.to_owned(), sha256.to_owned());
+            let linked = tokio::task::spawn_blocking(move || link_local(&dir, &spooled, &sha))
                 .await
                 .map_err(std::io::Error::other)?;
             match linked {
                 Ok(()) => return Ok(()),
-                // Another filesystem, or one without hard links: copy below.
+                // Another filesystem, or one without hard links: copy.
                 Err(e) => {
-                    tracing::debug!(error = %e, "linking the spooled blob failed; copying it")
+                    tracing::debug!(error = %e, "linking the spooled blob failed; copying it");
+                    let (root, source, sha) = (root.clone(), file.to_owned(), sha256.to_owned());
+                    tokio::task::spawn_blocking(move || copy_local(&root, &source, &sha))
+                        .await
+                        .map_err(std::io::Error::other)??;
+                    return Ok(());
                 }
             }
         }
@@ -240,7 +228,7 @@ impl BlobStore for ObjectBlobStore {
             let _ = writer.abort().await;
             return Err(e.into());
         }
-        self.sync_local(sha256).await
+        Ok(())
     }
 
     async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, BlobError> {
@@ -330,10 +318,15 @@ fn link_local(root: &Path, file: &Path, sha256: &str) -> std::io::Result<()> {
                 return Ok(());
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if std::fs::metadata(&target)?.len() == spooled.metadata()?.len() {
+                // The name is the content's hash, but a file of that name
+                // may be a damaged leftover (a power cut, a disk error):
+                // trusted only when its bytes hash to the name.
+                if std::fs::metadata(&target)?.len() == spooled.metadata()?.len()
+                    && hash_file(&target)? == sha256
+                {
                     return Ok(());
                 }
-                // A damaged leftover (say, from a power cut): replace it.
+                tracing::warn!(sha256, "replacing a damaged local blob");
                 std::fs::remove_file(&target)?;
             }
             Err(e) => return Err(e),
@@ -342,6 +335,38 @@ fn link_local(root: &Path, file: &Path, sha256: &str) -> std::io::Result<()> {
     Err(std::io::Error::other(format!(
         "could not link blob {sha256} into place"
     )))
+}
+
+/// Copies a spooled file into the local store (when the spool is on another
+/// filesystem): to a staging name in the blob's directory, fsynced, renamed
+/// into place, and the directory fsynced — so the name never appears before
+/// the data is durable. An existing blob is kept when its bytes hash to its
+/// name.
+fn copy_local(root: &Path, file: &Path, sha256: &str) -> std::io::Result<()> {
+    let target = root.join(key(sha256).as_ref());
+    let dir = target.parent().expect("blob keys have a directory");
+    std::fs::create_dir_all(dir)?;
+    if target.exists() && hash_file(&target)? == sha256 {
+        return Ok(());
+    }
+    let mut staging = tempfile::Builder::new()
+        .prefix(&format!(".{sha256}."))
+        .tempfile_in(dir)?;
+    std::io::copy(&mut std::fs::File::open(file)?, staging.as_file_mut())?;
+    staging.as_file().sync_all()?;
+    staging.persist(&target).map_err(|e| e.error)?;
+    for d in [dir, dir.parent().unwrap_or(dir)] {
+        std::fs::File::open(d)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// The sha256 of a file's bytes, as lowercase hex.
+fn hash_file(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Maps a whole local blob. The mapping is registered for `sendfile`, so

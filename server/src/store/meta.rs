@@ -50,7 +50,10 @@ pub trait MetadataStore: ProfileMetadata + Send + Sync + 'static {
     /// (then its object exists and need not be written again).
     async fn claim_blob(&self, sha256: &str, size: i64, now: i64) -> MetaResult<bool>;
     /// Makes an artifact visible: blob row, artifact row and DWARF-named
-    /// source paths in one transaction. Returns false if it already existed.
+    /// source paths in one transaction. Returns false if it already existed;
+    /// `RowNotFound` (and commits nothing) when the blob row claimed before
+    /// the object was written is gone (the collector took it: store the
+    /// blob again and retry).
     async fn commit_artifact(&self, new: &NewArtifact) -> MetaResult<bool>;
     /// The uploaded source file at a canonical path.
     async fn source(&self, build_id: &str, path: &str) -> MetaResult<Option<SourceFile>>;
@@ -60,6 +63,7 @@ pub trait MetadataStore: ProfileMetadata + Send + Sync + 'static {
     async fn source_name_count(&self, build_id: &str) -> MetaResult<i64>;
     /// Makes a source file visible (replacing an older upload of the path).
     /// `name_it` also records the path as named (for federated sources).
+    /// `RowNotFound` as for [`Self::commit_artifact`].
     async fn commit_source(&self, source: &SourceFile, name_it: bool) -> MetaResult<()>;
     /// Uploaded sources of a build-ID.
     async fn sources_of(&self, build_id: &str) -> MetaResult<Vec<SourceFile>>;
@@ -257,18 +261,22 @@ impl MetadataStore for SqlMetadata {
         let a = &new.artifact;
         on_pool!(self, p => {
             let mut tx = p.begin().await?;
-            sqlx::query(
-                "INSERT INTO blobs (sha256, size, sections, created_at, orphaned_at) \
-                 VALUES ($1, $2, $3, $4, NULL) \
-                 ON CONFLICT (sha256) DO UPDATE SET orphaned_at = NULL, \
-                 sections = COALESCE(blobs.sections, excluded.sections)",
+            // The row the upload claimed before writing the object: if the
+            // collector deleted it meanwhile (an upload slower than the
+            // grace period), the object may be gone too — commit nothing.
+            let kept = sqlx::query(
+                "UPDATE blobs SET orphaned_at = NULL, sections = COALESCE(sections, $2) \
+                 WHERE sha256 = $1",
             )
             .bind(&a.sha256)
-            .bind(a.size)
             .bind(&new.sections)
-            .bind(a.created_at)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+            if kept == 0 {
+                tx.rollback().await?;
+                return Err(sqlx::Error::RowNotFound);
+            }
             let inserted = sqlx::query(&format!(
                 "INSERT INTO artifacts ({ARTIFACT_COLUMNS}) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
@@ -338,16 +346,16 @@ impl MetadataStore for SqlMetadata {
     async fn commit_source(&self, s: &SourceFile, name_it: bool) -> MetaResult<()> {
         on_pool!(self, p => {
             let mut tx = p.begin().await?;
-            sqlx::query(
-                "INSERT INTO blobs (sha256, size, sections, created_at, orphaned_at) \
-                 VALUES ($1, $2, NULL, $3, NULL) \
-                 ON CONFLICT (sha256) DO UPDATE SET orphaned_at = NULL",
-            )
-            .bind(&s.sha256)
-            .bind(s.size)
-            .bind(s.created_at)
-            .execute(&mut *tx)
-            .await?;
+            // As in commit_artifact: only while the claimed row is there.
+            let kept = sqlx::query("UPDATE blobs SET orphaned_at = NULL WHERE sha256 = $1")
+                .bind(&s.sha256)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if kept == 0 {
+                tx.rollback().await?;
+                return Err(sqlx::Error::RowNotFound);
+            }
             if name_it {
                 sqlx::query(
                     "INSERT INTO source_names (build_id, path) VALUES ($1, $2) \

@@ -202,6 +202,7 @@ impl SymbolStore {
         }
         self.store_blob(body).await?;
         crash_point("after_blob_put");
+        pause_point("after_blob_put").await;
         let default_name = match kind {
             ArtifactKind::Executable => build_id.to_string(),
             ArtifactKind::Debuginfo => format!("{build_id}.debug"),
@@ -230,7 +231,16 @@ impl SymbolStore {
             sections: serde_json::to_string(&sections).unwrap_or_else(|_| "[]".into()),
             source_names,
         };
-        self.meta.commit_artifact(&new).await?;
+        match self.meta.commit_artifact(&new).await {
+            // The collector took the claimed blob meanwhile: store it again.
+            Err(sqlx::Error::RowNotFound) => {
+                self.store_blob(body).await?;
+                self.meta.commit_artifact(&new).await?;
+            }
+            other => {
+                other?;
+            }
+        }
         self.lookups.invalidate(build_id.as_str());
         let served = self.served_sha(build_id, kind).await?;
         let status = if served == body.sha256 {
@@ -354,7 +364,14 @@ impl SymbolStore {
             size: body.size as i64,
             created_at: now_ms(),
         };
-        self.meta.commit_source(&source, trusted).await?;
+        match self.meta.commit_source(&source, trusted).await {
+            // The collector took the claimed blob meanwhile: store it again.
+            Err(sqlx::Error::RowNotFound) => {
+                self.store_blob(body).await?;
+                self.meta.commit_source(&source, trusted).await?;
+            }
+            other => other?,
+        }
         Ok(UploadStatus::Created)
     }
 }
@@ -371,6 +388,23 @@ pub(crate) fn crash_point(name: &str) {
     {
         tracing::error!(point = name, "SYMTRACE_CRASH_AT: aborting");
         std::process::abort();
+    }
+}
+
+/// Test hook: `SYMTRACE_PAUSE_AT=<name>:<ms>` waits that long at that point
+/// (the race tests use it to let the orphan collector run in between).
+pub(crate) async fn pause_point(name: &str) {
+    static AT: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| {
+        let v = std::env::var("SYMTRACE_PAUSE_AT").ok()?;
+        let (point, ms) = v.rsplit_once(':')?;
+        Some((point.to_owned(), ms.parse().ok()?))
+    });
+    if let Some((point, ms)) = at {
+        if point == name {
+            tracing::warn!(point = name, ms, "SYMTRACE_PAUSE_AT: pausing");
+            tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
+        }
     }
 }
 

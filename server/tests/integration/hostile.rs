@@ -23,7 +23,7 @@ use crate::support::*;
 const TRACE: [u8; 16] = [0x5b; 16];
 const SPAN: [u8; 8] = [0xee; 8];
 
-fn now_ns() -> u64 {
+pub fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -86,7 +86,7 @@ fn with_service(
 
 /// One sample whose stack is `depth` named frames `f0` (leaf) … `f{depth-1}`
 /// (root), linked to [`TRACE`]/[`SPAN`].
-fn deep_request(service: &str, depth: usize, time_ns: u64) -> ExportProfilesServiceRequest {
+pub fn deep_request(service: &str, depth: usize, time_ns: u64) -> ExportProfilesServiceRequest {
     let dictionary = ProfilesDictionary {
         string_table: strings((0..depth).map(|i| format!("f{i}"))),
         function_table: std::iter::once(Function::default())

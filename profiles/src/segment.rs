@@ -13,7 +13,7 @@
 //! start. Decoding checks every
 //! index, so a damaged object is an error, never a panic or a wrong answer.
 
-use super::model::{BuildIdKind, Frame, Line, Link, Mapping, Sample, SegmentData, Series};
+use crate::model::{BuildIdKind, Frame, Line, Link, Mapping, Sample, SegmentData, Series};
 
 const MAGIC: &[u8; 8] = b"SYMTSEG1";
 /// Largest body accepted when decoding (a guard against a damaged length).

@@ -1,6 +1,6 @@
 //! Tests of the segment format: round trips, damage, merging.
 use super::*;
-use crate::profiles::model::SegmentBuilder;
+use crate::model::SegmentBuilder;
 
 fn sample_data() -> SegmentData {
     let mut b = SegmentBuilder::default();

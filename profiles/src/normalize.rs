@@ -11,7 +11,7 @@ use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::common::{any_value::Value, AnyValue, KeyValue};
 use symtrace_proto::profiles::{KeyValueAndUnit, Profile, ProfilesDictionary};
 
-use crate::profiles::model::{
+use crate::model::{
     BuildIdKind, Frame, Line, Link, Mapping, Sample, SegmentBuilder, SegmentData, Series,
 };
 

@@ -8,7 +8,7 @@ use symtrace_proto::profiles::{
 };
 
 use super::*;
-use crate::profiles::model::SegmentBuilder;
+use crate::model::SegmentBuilder;
 
 /// Named frames `f0` (leaf) … `f{depth-1}`, one stack of all of them.
 fn request(depth: usize, samples: Vec<Sample>, time_ns: u64) -> ExportProfilesServiceRequest {
