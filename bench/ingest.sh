@@ -13,8 +13,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-medium}
 SECS=${2:-20}
-cargo build --release -q -p symtrace-server -p symtrace-loadtest
-BIN=$PWD/target/release
+# SYMTRACE_BENCH_BIN: a directory with other symtrace-server and
+# symtrace-loadtest binaries (an older build, to compare in one session).
+if [ -n "${SYMTRACE_BENCH_BIN:-}" ]; then
+  BIN=$SYMTRACE_BENCH_BIN
+else
+  cargo build --release -q -p symtrace-server -p symtrace-loadtest
+  BIN=$PWD/target/release
+fi
 DATA=$(mktemp -d)
 SERVER=
 trap 'stop; rm -rf "$DATA"' EXIT

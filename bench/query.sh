@@ -15,8 +15,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-30}
-cargo build --release -q -p symtrace-server -p symtrace-loadtest
-BIN=$PWD/target/release
+# SYMTRACE_BENCH_BIN: a directory with other symtrace-server and
+# symtrace-loadtest binaries (an older build, to compare in one session).
+if [ -n "${SYMTRACE_BENCH_BIN:-}" ]; then
+  BIN=$SYMTRACE_BENCH_BIN
+else
+  cargo build --release -q -p symtrace-server -p symtrace-loadtest
+  BIN=$PWD/target/release
+fi
 DATA=$(mktemp -d)
 URL=http://127.0.0.1:18903
 Q='service=bench-svc&from=now-3h&to=now'
@@ -41,7 +47,9 @@ segments() {
 
 # 20 ELF files with distinct build-IDs, largest first.
 mapfile -t ELF < <(
-  for f in "$BIN"/symtrace-server "$BIN"/symtrace-loadtest "$BIN"/symtrace-upload \
+  # (this tree's release binaries, whichever BIN is measured: the same files
+  # for every run)
+  for f in target/release/symtrace-server target/release/symtrace-loadtest target/release/symtrace-upload \
            target/*/build/*/build-script-build; do
     [ -f "$f" ] || continue
     id=$(readelf -n "$f" 2>/dev/null | awk '/Build ID/{print $3}')

@@ -19,9 +19,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptor_path = out.join("otlp_descriptor.bin");
     std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&files))?;
 
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
+        .build_client(grpc)
+        .build_server(grpc)
         .compile_fds(files)?;
 
     let descriptors = std::fs::read(&descriptor_path)?;

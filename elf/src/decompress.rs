@@ -258,20 +258,31 @@ fn decompress_into_vec(
     })?;
     let mut reader = decoder(name, data)?;
     let mut out = Vec::new();
-    out.try_reserve_exact(size).map_err(|_| {
+    // Reserved up front: the claim, but never more than 64× the compressed
+    // bytes (real DWARF compresses 3–10×; a header that lies about a tiny
+    // stream gets no more than that); beyond it the buffer grows with what
+    // the stream really produces, one chunk at a time.
+    let reserve = size.min(data.data.len().saturating_mul(64));
+    out.try_reserve_exact(reserve).map_err(|_| {
         decompression_error(
             name,
             DecompressionKind::OutOfMemory,
             format!("cannot allocate the {claimed} bytes it claims ({format})"),
         )
     })?;
-    // The capacity is reserved (address space); pages are only touched as
-    // the stream really produces bytes, one chunk at a time, so a header
-    // that lies about a small stream costs no memory. Growing within the
-    // reserved capacity never reallocates.
     while out.len() < size {
         let filled = out.len();
-        out.resize(size.min(filled + CHUNK), 0);
+        let want = size.min(filled + CHUNK);
+        if want > out.capacity() {
+            out.try_reserve(want - filled).map_err(|_| {
+                decompression_error(
+                    name,
+                    DecompressionKind::OutOfMemory,
+                    format!("cannot allocate the {claimed} bytes it claims ({format})"),
+                )
+            })?;
+        }
+        out.resize(want, 0);
         match reader.read(&mut out[filled..]) {
             Ok(0) => return Err(too_short(name, format, filled as u64, claimed)),
             Ok(n) => out.truncate(filled + n),

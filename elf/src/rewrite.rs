@@ -49,9 +49,10 @@ impl Input for [u8] {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-        let src = self
-            .get(start..start + buf.len())
+        let end = start
+            .checked_add(buf.len())
             .ok_or(io::ErrorKind::UnexpectedEof)?;
+        let src = self.get(start..end).ok_or(io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(src);
         Ok(())
     }
@@ -67,7 +68,15 @@ impl Input for std::fs::File {
     }
 }
 
+/// `len` bytes at `offset`, checked against the input's size before
+/// anything is allocated.
 fn read_vec(input: &(impl Input + ?Sized), offset: u64, len: u64) -> Result<Vec<u8>, Error> {
+    let size = input.size().map_err(|e| Error::Malformed(e.to_string()))?;
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(Error::Malformed(format!(
+            "{len} bytes at offset {offset} are past the end of the {size}-byte file"
+        )));
+    }
     let mut buf = vec![0u8; len as usize];
     input
         .read_at(offset, &mut buf)
@@ -192,6 +201,40 @@ struct Elf {
     sections: Vec<Shdr>,
     /// Contents of the section name table.
     names: Vec<u8>,
+    /// The input's length.
+    file_len: u64,
+}
+
+/// Largest section alignment honoured when sections are laid out anew:
+/// real files ask for at most a page or two; a header that asks for more
+/// would only make the output grow by padding.
+const MAX_SECTION_ALIGN: u64 = 1 << 20;
+
+/// `pos` rounded up to a multiple of `align`, checked.
+fn align_up(pos: u64, align: u64) -> Result<u64, Error> {
+    let align = align.max(1);
+    if align > MAX_SECTION_ALIGN {
+        return Err(Error::Malformed(format!(
+            "a section asks for {align}-byte alignment (at most {MAX_SECTION_ALIGN} is laid out)"
+        )));
+    }
+    pos.div_ceil(align)
+        .checked_mul(align)
+        .ok_or_else(|| Error::Malformed("section offsets overflow".into()))
+}
+
+/// Refuses a layout whose output would be far larger than its input: a
+/// rewrite only drops or moves what the input holds (plus a debuglink and
+/// names), so anything more comes from lying headers.
+fn check_output_size(output: u64, input: u64) -> Result<(), Error> {
+    let max = input.saturating_mul(2).saturating_add(1 << 20);
+    if output > max {
+        return Err(Error::Malformed(format!(
+            "the rewritten file would be {output} bytes from a {input}-byte input \
+             (its headers ask for more than the file holds)"
+        )));
+    }
+    Ok(())
 }
 
 impl Elf {
@@ -278,6 +321,7 @@ impl Elf {
             phnum,
             sections,
             names,
+            file_len,
         })
     }
 
@@ -309,12 +353,21 @@ impl Elf {
         (0..self.phnum)
             .map(|p| {
                 let at = self.phoff as usize + p * self.phentsize;
-                Ok((
-                    at,
+                let (offset, size) = (
                     self.l.get(&self.head, at + off_at, w)?,
                     self.l.get(&self.head, at + filesz_at, w)?,
-                    self.l.get(&self.head, at, 4)? as u32,
-                ))
+                );
+                if offset
+                    .checked_add(size)
+                    .is_none_or(|end| end > self.file_len)
+                {
+                    return Err(Error::Malformed(format!(
+                        "program header {p} ({size} bytes at offset {offset}) extends past \
+                         the end of the {}-byte file",
+                        self.file_len
+                    )));
+                }
+                Ok((at, offset, size, self.l.get(&self.head, at, 4)? as u32))
             })
             .collect()
     }
@@ -396,8 +449,7 @@ pub fn only_keep_debug<W: Write>(input: &(impl Input + ?Sized), out: W) -> Resul
         let s = &elf.sections[i];
         let keep = s.kind != SHT_NOBITS && (s.flags & SHF_ALLOC == 0 || s.kind == SHT_NOTE);
         if keep {
-            let align = s.align.max(1);
-            pos = pos.div_ceil(align) * align;
+            pos = align_up(pos, s.align)?;
             new[i].offset = pos;
             body.push((i, pos));
             pos += s.size;
@@ -409,6 +461,7 @@ pub fn only_keep_debug<W: Write>(input: &(impl Input + ?Sized), out: W) -> Resul
         }
     }
     let shoff = pos.div_ceil(8) * 8;
+    check_output_size(shoff, elf.file_len)?;
 
     // Program headers keep their addresses; file bytes only for what stays.
     let (off_at, filesz_at) = l.phdr_fields();
@@ -573,8 +626,7 @@ pub fn strip_debug<W: Write>(
         if new_i == 0 || new_i == shstrndx_new || s.flags & SHF_ALLOC != 0 || s.kind == SHT_NOBITS {
             continue;
         }
-        let align = s.align.max(1);
-        pos = pos.div_ceil(align) * align;
+        pos = align_up(pos, s.align)?;
         sections[new_i].offset = pos;
         pos += s.size;
         moved.push((new_i, s.offset));
@@ -586,6 +638,7 @@ pub fn strip_debug<W: Write>(
     let link_off = pos.div_ceil(4) * 4;
     let names_off = link_off + link.len() as u64;
     let shoff = (names_off + names.len() as u64).div_ceil(8) * 8;
+    check_output_size(shoff, elf.file_len)?;
     sections[shstrndx_new].offset = names_off;
     sections[shstrndx_new].size = names.len() as u64;
     let mut debuglink = sections[0].clone(); // address and entsize stay 0
@@ -696,5 +749,48 @@ mod tests {
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let cut = &me[..me.len() - 100];
         assert!(only_keep_debug(cut, Vec::new()).is_err());
+    }
+
+    /// Found by the `elf_split` fuzz target: a program header whose
+    /// p_filesz reaches far past the file made strip_debug pad its output
+    /// to gigabytes; and a section asking for a huge alignment would do the
+    /// same when laid out anew.
+    #[test]
+    fn lying_headers_are_refused_before_anything_is_written() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let elf = Elf::parse(&me[..]).unwrap();
+        let (_, filesz_at) = elf.l.phdr_fields();
+        let w = elf.l.word();
+        let phdr = elf.phoff as usize;
+        let mut huge_segment = me.clone();
+        elf.l
+            .put(&mut huge_segment[..], phdr + filesz_at, w, 1 << 40);
+        let mut out = Vec::new();
+        let e = strip_debug(&huge_segment[..], "x.debug", 0, &mut out).unwrap_err();
+        assert!(e.to_string().contains("extends past the end"), "{e}");
+        assert!(out.is_empty(), "nothing is written");
+
+        // A non-allocated section (moved by strip, kept by split) asking
+        // for 2^40-byte alignment.
+        let f = elf.l.shdr_fields();
+        let (i, _) = elf
+            .sections
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.flags & SHF_ALLOC == 0 && s.kind != SHT_NOBITS && s.size > 0)
+            .unwrap();
+        let shoff = elf
+            .l
+            .get(&me, if elf.l.is_64 { 0x28 } else { 0x20 }, w)
+            .unwrap() as usize;
+        let entsize = elf.sections[0].raw.len();
+        let mut aligned = me.clone();
+        elf.l
+            .put(&mut aligned[..], shoff + i * entsize + f[5], w, 1 << 40);
+        let mut out = Vec::new();
+        let e = only_keep_debug(&aligned[..], &mut out).unwrap_err();
+        assert!(e.to_string().contains("alignment"), "{e}");
+        let e = strip_debug(&aligned[..], "x.debug", 0, Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("alignment"), "{e}");
     }
 }

@@ -116,7 +116,8 @@ impl Sample {
         if self.values.is_empty() {
             self.timestamps.len() as i64
         } else {
-            self.values.iter().sum()
+            // Values are the sender's: saturate rather than overflow.
+            self.values.iter().fold(0i64, |a, &b| a.saturating_add(b))
         }
     }
 }

@@ -49,7 +49,13 @@ pub fn decode(bytes: &[u8]) -> Result<SegmentData, SegmentError> {
     if len > MAX_BODY {
         return Err(SegmentError::Corrupt("body length"));
     }
-    let body = zstd::bulk::decompress(&bytes[12..], len)?;
+    // The header's length is the file's claim: memory grows with what the
+    // stream really inflates to (reserved up front only up to 32× the
+    // compressed bytes), and a stream longer than the claim is corrupt.
+    let compressed = &bytes[12..];
+    let mut body = Vec::with_capacity(len.min(compressed.len().saturating_mul(32)));
+    let decoder = zstd::stream::read::Decoder::with_buffer(compressed)?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(decoder, len as u64 + 1), &mut body)?;
     if body.len() != len {
         return Err(SegmentError::Corrupt("body length"));
     }

@@ -188,3 +188,17 @@ fn merging_segments_sums_samples() {
     let once: i64 = data.samples.iter().map(|s| s.total()).sum();
     assert_eq!(total, 2 * once);
 }
+
+/// Found by the `segment_decode` fuzz target: a header claiming a 4 GiB
+/// body made decoding allocate 4 GiB before inflating a stream of a few
+/// bytes.
+#[test]
+fn a_body_length_claim_is_not_allocated_on_trust() {
+    let data = SegmentBuilder::default().finish();
+    let mut bytes = encode(&data, 3);
+    bytes[8..12].copy_from_slice(&(u32::MAX - 1).to_le_bytes());
+    match decode(&bytes) {
+        Err(SegmentError::Corrupt("body length")) => {}
+        other => panic!("{other:?}"),
+    }
+}

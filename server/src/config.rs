@@ -285,6 +285,15 @@ pub struct Config {
     )]
     pub compaction_delay_secs: u64,
 
+    /// Seconds between retention passes (which run whether or not
+    /// compaction is on).
+    #[arg(
+        long = "retention-interval",
+        env = "SYMTRACE_RETENTION_INTERVAL",
+        default_value_t = 60
+    )]
+    pub retention_interval_secs: u64,
+
     /// Hours profiles are kept (0 keeps them forever).
     #[arg(
         long = "profile-retention",

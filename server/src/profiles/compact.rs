@@ -34,8 +34,6 @@ const MAX_JOB_BYTES: i64 = 64 << 20;
 const MAX_SEGMENTS_PER_PASS: i64 = 10_000;
 /// A tenant's share of a pass is never below this.
 const MIN_SEGMENTS_PER_TENANT: i64 = 100;
-/// How often retention runs.
-pub const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 /// How long an export's idempotency key is kept: a sender retrying an
 /// acknowledged export later than this stores it again.
 pub const EXPORT_KEY_TTL_MS: i64 = 24 * 3600 * 1000;
@@ -238,7 +236,7 @@ fn split_by_size(group: Vec<SegmentRef>) -> Vec<Vec<SegmentRef>> {
 }
 
 /// Runs [`run_once`] every `SYMTRACE_COMPACTION_INTERVAL` seconds (unless
-/// it is 0) and [`expire_once`] every [`RETENTION_INTERVAL`], as two
+/// it is 0) and [`expire_once`] every `SYMTRACE_RETENTION_INTERVAL`, as two
 /// supervised tasks: turning compaction off leaves retention on, and a
 /// pass that fails or panics is logged and the next one runs on time.
 pub fn spawn(profiles: Arc<ProfileStore>, config: &Config) {
@@ -271,7 +269,8 @@ pub fn spawn(profiles: Arc<ProfileStore>, config: &Config) {
             },
         );
     }
-    supervise("retention", RETENTION_INTERVAL, move || {
+    let retention_every = Duration::from_secs(config.retention_interval_secs.max(1));
+    supervise("retention", retention_every, move || {
         let (profiles, settings) = (profiles.clone(), settings.clone());
         async move {
             match expire_once(&profiles, &settings).await {

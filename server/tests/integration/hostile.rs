@@ -545,3 +545,133 @@ fn compaction_never_changes_an_answer_and_a_retry_after_it_is_not_counted_twice(
         assert_eq!(a, b, "[{}] {query} changed with retries", backend.name);
     }
 }
+
+#[test]
+fn an_unreadable_segment_is_quarantined_and_the_rest_compacted() {
+    let ingest = Server::start(&Backend::local(), &[]);
+    let tenant = "quarantine";
+    let base = (now_ns() - 3_600_000_000_000) / 60_000_000_000 * 60_000_000_000;
+    for k in 0..4u64 {
+        export(
+            &ingest,
+            tenant,
+            &deep_request("q", 5, base + k * 5_000_000_000),
+        );
+    }
+    let segments = dump(&ingest, tenant)["segments"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(segments.len(), 4);
+    // One segment's object is damaged on disk (a disk error, a bad copy).
+    let bad = segments[1]["sha256"].as_str().unwrap().to_owned();
+    let object = ingest
+        .data_dir
+        .join("objects/blobs")
+        .join(&bad[..2])
+        .join(&bad);
+    std::fs::write(&object, b"not a segment").unwrap();
+    let compactor = Server::start_on(
+        &ingest,
+        &[
+            ("SYMTRACE_COMPACTION_INTERVAL", "1"),
+            ("SYMTRACE_COMPACTION_WINDOW", "60"),
+            ("SYMTRACE_COMPACTION_DELAY", "0"),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while compactor.metric("symtrace_compaction_quarantined_total", &[]) < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "nothing quarantined:\n{}",
+            compactor.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The other three were merged into one; the damaged one is left as it
+    // was, and later passes do not try it again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resp = client()
+            .get(format!("{}/api/v1/profiles/samples?limit=0", compactor.url))
+            .header("X-Scope-OrgID", tenant)
+            .send()
+            .unwrap();
+        let (_, body) = json_of(resp);
+        let levels: Vec<(String, i64)> = body["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["sha256"].as_str().unwrap().to_owned(),
+                    s["level"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        if levels.iter().filter(|(_, l)| *l == 1).count() == 1 {
+            assert_eq!(levels.len(), 2, "{levels:?}");
+            assert!(levels.contains(&(bad.clone(), 0)), "{levels:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not compacted: {levels:?}\n{}",
+            compactor.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        compactor.metric("symtrace_compaction_quarantined_total", &[]),
+        1.0
+    );
+    let log = compactor.log_text();
+    assert!(log.contains("quarantining an unreadable segment"), "{log}");
+    assert!(log.contains(&bad), "the log names the segment");
+}
+
+#[test]
+fn retention_runs_with_compaction_off() {
+    let server = Server::start(
+        &Backend::local(),
+        &[
+            "--compaction-interval",
+            "0",
+            "--profile-retention",
+            "1",
+            "--retention-interval",
+            "1",
+        ],
+    );
+    let tenant = "retention";
+    let hour = 3_600_000_000_000u64;
+    export(
+        &server,
+        tenant,
+        &deep_request("old", 3, now_ns() - 3 * hour),
+    );
+    export(
+        &server,
+        tenant,
+        &deep_request("new", 3, now_ns() - 60_000_000_000),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let services: Vec<String> = dump(&server, tenant)["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["service"].as_str().unwrap().to_owned())
+            .collect();
+        if services == ["new"] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{services:?}\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
