@@ -7,3 +7,5 @@
 pub mod model;
 pub mod normalize;
 pub mod segment;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

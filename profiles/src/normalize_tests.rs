@@ -2,68 +2,18 @@
 
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::common::{any_value, AnyValue, ArrayValue};
-use symtrace_proto::profiles::{
-    Function, KeyValueAndUnit, Line, Location, Profile, ProfilesDictionary, ResourceProfiles,
-    Sample, ScopeProfiles, Stack, ValueType,
-};
+use symtrace_proto::profiles::{KeyValueAndUnit, Sample};
 
 use super::*;
 use crate::model::SegmentBuilder;
+use crate::testing::{self, cpu_profile, named_frames};
 
-/// Named frames `f0` (leaf) … `f{depth-1}`, one stack of all of them.
+/// Named frames `f0` (leaf) … `f{depth-1}`, one stack of all of them, in a
+/// 1 µs profile at `time_ns`.
 fn request(depth: usize, samples: Vec<Sample>, time_ns: u64) -> ExportProfilesServiceRequest {
-    let mut strings: Vec<String> = ["", "samples", "count", "cpu", "nanoseconds"]
-        .map(String::from)
-        .to_vec();
-    strings.extend((0..depth).map(|i| format!("f{i}")));
-    ExportProfilesServiceRequest {
-        resource_profiles: vec![ResourceProfiles {
-            scope_profiles: vec![ScopeProfiles {
-                profiles: vec![Profile {
-                    sample_type: Some(ValueType {
-                        type_strindex: 1,
-                        unit_strindex: 2,
-                    }),
-                    period_type: Some(ValueType {
-                        type_strindex: 3,
-                        unit_strindex: 4,
-                    }),
-                    time_unix_nano: time_ns,
-                    duration_nano: 1_000,
-                    samples,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        dictionary: Some(ProfilesDictionary {
-            string_table: strings,
-            function_table: std::iter::once(Function::default())
-                .chain((0..depth).map(|i| Function {
-                    name_strindex: 5 + i as i32,
-                    ..Default::default()
-                }))
-                .collect(),
-            location_table: std::iter::once(Location::default())
-                .chain((0..depth).map(|i| Location {
-                    lines: vec![Line {
-                        function_index: 1 + i as i32,
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }))
-                .collect(),
-            stack_table: vec![
-                Stack::default(),
-                Stack {
-                    location_indices: (1..=depth as i32).collect(),
-                },
-            ],
-            attribute_table: vec![KeyValueAndUnit::default()],
-            ..Default::default()
-        }),
-    }
+    let mut profile = cpu_profile(time_ns, samples);
+    profile.duration_nano = 1_000;
+    testing::request(None, vec![profile], named_frames(depth))
 }
 
 fn valued(values: Vec<i64>) -> Sample {

@@ -137,12 +137,13 @@ pub struct Config {
     #[arg(long, env = "SYMTRACE_MAX_CONCURRENT_FETCHES", default_value_t = 64)]
     pub max_concurrent_fetches: usize,
 
-    /// Symbol index builds at once; a symbolization that would start one
-    /// more is answered from DWARF and builds later.
+    /// Symbol index builds under way at once (they take turns on the CPU);
+    /// a symbolization that would start one more is answered from DWARF,
+    /// and a later one starts the build.
     #[arg(
         long,
         env = "SYMTRACE_MAX_CONCURRENT_INDEX_BUILDS",
-        default_value_t = 2
+        default_value_t = 64
     )]
     pub max_concurrent_index_builds: usize,
 

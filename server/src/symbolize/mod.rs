@@ -427,6 +427,7 @@ impl SymbolizeService {
     }
 
     async fn build(&self, build_id: &str, files: Arc<Files>) -> Result<(), SymbolizeError> {
+        crate::store::pause_point("index-build").await;
         let started = std::time::Instant::now();
         let built = files.clone();
         let bytes = self

@@ -6,16 +6,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 use serde_json::Value;
+use symtrace_profiles::testing::{self, cpu_profile, named_frames, strings};
 use symtrace_proto::collector::{
     profiles_service_client::ProfilesServiceClient, ExportProfilesServiceRequest,
     ExportProfilesServiceResponse,
 };
-use symtrace_proto::common::{any_value, AnyValue, KeyValue};
+use symtrace_proto::common::{any_value, AnyValue};
 use symtrace_proto::profiles::{
-    Function, KeyValueAndUnit, Line, Link, Location, Profile, ProfilesDictionary, ResourceProfiles,
-    Sample, ScopeProfiles, Stack, ValueType,
+    Function, KeyValueAndUnit, Line, Link, Location, Profile, ProfilesDictionary, Sample, Stack,
 };
-use symtrace_proto::resource::Resource;
 
 use super::profiles::dump;
 use crate::support::*;
@@ -30,98 +29,28 @@ pub fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// Strings 1–4 are the CPU profile type; `extra` follow from index 5.
-fn strings(extra: impl IntoIterator<Item = String>) -> Vec<String> {
-    ["", "samples", "count", "cpu", "nanoseconds"]
-        .into_iter()
-        .map(str::to_owned)
-        .chain(extra)
-        .collect()
-}
-
-fn cpu_profile(time_ns: u64, samples: Vec<Sample>) -> Profile {
-    Profile {
-        sample_type: Some(ValueType {
-            type_strindex: 1,
-            unit_strindex: 2,
-        }),
-        period_type: Some(ValueType {
-            type_strindex: 3,
-            unit_strindex: 4,
-        }),
-        period: 10_000_000,
-        time_unix_nano: time_ns,
-        duration_nano: 1_000_000_000,
-        samples,
-        ..Default::default()
-    }
-}
-
 fn with_service(
     service: &str,
     profiles: Vec<Profile>,
     dictionary: ProfilesDictionary,
 ) -> ExportProfilesServiceRequest {
-    ExportProfilesServiceRequest {
-        resource_profiles: vec![ResourceProfiles {
-            resource: Some(Resource {
-                attributes: vec![KeyValue {
-                    key: "service.name".into(),
-                    value: Some(AnyValue {
-                        value: Some(any_value::Value::StringValue(service.into())),
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            scope_profiles: vec![ScopeProfiles {
-                profiles,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        dictionary: Some(dictionary),
-    }
+    testing::request(Some(service), profiles, dictionary)
 }
 
 /// One sample whose stack is `depth` named frames `f0` (leaf) … `f{depth-1}`
 /// (root), linked to [`TRACE`]/[`SPAN`].
 pub fn deep_request(service: &str, depth: usize, time_ns: u64) -> ExportProfilesServiceRequest {
-    let dictionary = ProfilesDictionary {
-        string_table: strings((0..depth).map(|i| format!("f{i}"))),
-        function_table: std::iter::once(Function::default())
-            .chain((0..depth).map(|i| Function {
-                name_strindex: 5 + i as i32,
-                ..Default::default()
-            }))
-            .collect(),
-        location_table: std::iter::once(Location::default())
-            .chain((0..depth).map(|i| Location {
-                lines: vec![Line {
-                    function_index: 1 + i as i32,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }))
-            .collect(),
-        stack_table: vec![
-            Stack::default(),
-            Stack {
-                location_indices: (1..=depth as i32).collect(),
-            },
-        ],
-        link_table: vec![
-            Link {
-                trace_id: vec![0; 16],
-                span_id: vec![0; 8],
-            },
-            Link {
-                trace_id: TRACE.to_vec(),
-                span_id: SPAN.to_vec(),
-            },
-        ],
-        ..Default::default()
-    };
+    let mut dictionary = named_frames(depth);
+    dictionary.link_table = vec![
+        Link {
+            trace_id: vec![0; 16],
+            span_id: vec![0; 8],
+        },
+        Link {
+            trace_id: TRACE.to_vec(),
+            span_id: SPAN.to_vec(),
+        },
+    ];
     let sample = Sample {
         stack_index: 1,
         link_index: 1,
@@ -324,7 +253,7 @@ fn long_attribute_lists_are_checked_in_linear_time_and_repeats_named() {
     let dict = request.dictionary.as_mut().unwrap();
     let first_key = dict.string_table.len() as i32;
     dict.string_table.extend((0..n).map(|i| format!("k{i}")));
-    dict.attribute_table.push(KeyValueAndUnit::default());
+    // (index 0, the empty attribute, is there already)
     for i in 0..n {
         dict.attribute_table.push(KeyValueAndUnit {
             key_strindex: first_key + i as i32,
@@ -489,6 +418,19 @@ fn grid(server: &Server, tenant: &str, base: u64) -> Vec<(String, String)> {
     answers
 }
 
+/// A second server on `ingest`'s store that compacts every second, in
+/// one-minute windows, as soon as they end.
+fn compactor_of(ingest: &Server) -> Server {
+    Server::start_on(
+        ingest,
+        &[
+            ("SYMTRACE_COMPACTION_INTERVAL", "1"),
+            ("SYMTRACE_COMPACTION_WINDOW", "60"),
+            ("SYMTRACE_COMPACTION_DELAY", "0"),
+        ],
+    )
+}
+
 #[test]
 fn compaction_never_changes_an_answer_and_a_retry_after_it_is_not_counted_twice() {
     let backend = Backend::postgres_s3().unwrap_or_else(Backend::local);
@@ -504,14 +446,7 @@ fn compaction_never_changes_an_answer_and_a_retry_after_it_is_not_counted_twice(
     let segments_before = dump(&ingest, tenant)["segments"].as_array().unwrap().len();
     assert_eq!(segments_before, exports.len());
 
-    let compactor = Server::start_on(
-        &ingest,
-        &[
-            ("SYMTRACE_COMPACTION_INTERVAL", "1"),
-            ("SYMTRACE_COMPACTION_WINDOW", "60"),
-            ("SYMTRACE_COMPACTION_DELAY", "0"),
-        ],
-    );
+    let compactor = compactor_of(&ingest);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let d = dump(&compactor, tenant);
@@ -571,14 +506,7 @@ fn an_unreadable_segment_is_quarantined_and_the_rest_compacted() {
         .join(&bad[..2])
         .join(&bad);
     std::fs::write(&object, b"not a segment").unwrap();
-    let compactor = Server::start_on(
-        &ingest,
-        &[
-            ("SYMTRACE_COMPACTION_INTERVAL", "1"),
-            ("SYMTRACE_COMPACTION_WINDOW", "60"),
-            ("SYMTRACE_COMPACTION_DELAY", "0"),
-        ],
-    );
+    let compactor = compactor_of(&ingest);
     let deadline = Instant::now() + Duration::from_secs(60);
     while compactor.metric("symtrace_compaction_quarantined_total", &[]) < 1.0 {
         assert!(

@@ -12,6 +12,8 @@ use prost::Message;
 use symtrace_proto::collector::{
     profiles_service_client::ProfilesServiceClient, ExportProfilesServiceRequest,
 };
+use symtrace_proto::common::{any_value, AnyValue};
+use symtrace_proto::profiles::{KeyValueAndUnit, Mapping};
 
 use crate::support::*;
 
@@ -144,6 +146,75 @@ fn stalled_upstream() -> (
     (url, rx, handle, listener)
 }
 
+/// An export of one native frame in a file with this GNU build-ID (a
+/// flamegraph of it symbolizes that build-ID).
+fn native_export(service: &str, build_id: &str) -> ExportProfilesServiceRequest {
+    let mut request =
+        super::hostile::deep_request(service, 1, super::hostile::now_ns() - 60_000_000_000);
+    let dict = request.dictionary.as_mut().unwrap();
+    dict.string_table
+        .push("process.executable.build_id.gnu".into());
+    dict.attribute_table = vec![
+        KeyValueAndUnit::default(),
+        KeyValueAndUnit {
+            key_strindex: dict.string_table.len() as i32 - 1,
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(build_id.into())),
+            }),
+            unit_strindex: 0,
+        },
+    ];
+    dict.mapping_table = vec![
+        Mapping::default(),
+        Mapping {
+            memory_start: 0x1000,
+            memory_limit: 0x9000,
+            attribute_indices: vec![1],
+            ..Default::default()
+        },
+    ];
+    let location = &mut dict.location_table[1];
+    location.mapping_index = 1;
+    location.address = 0x1234;
+    location.lines.clear();
+    request
+}
+
+fn post_export(
+    server: &Server,
+    request: &ExportProfilesServiceRequest,
+) -> reqwest::blocking::Response {
+    client()
+        .post(format!("{}/v1development/profiles", server.url))
+        .header("Content-Type", "application/x-protobuf")
+        .body(request.encode_to_vec())
+        .send()
+        .unwrap()
+}
+
+/// Polls `done` every 100 ms until it holds, for at most 30 s.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A thread that sends `request` until it is not refused for a full slot:
+/// then it holds that slot for as long as its request waits. (A poll of the
+/// test may take the slot first for a moment; the holder then tries again.)
+fn hold(
+    request: impl Fn() -> reqwest::Result<reqwest::blocking::Response> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || loop {
+        match request() {
+            Ok(resp) if resp.status() == 503 => std::thread::sleep(Duration::from_millis(20)),
+            _ => return,
+        }
+    })
+}
+
 fn busy(resp: reqwest::blocking::Response, setting: &str) {
     let status = resp.status().as_u16();
     let retry = resp.headers().get("retry-after").cloned();
@@ -169,9 +240,14 @@ fn full_slots_answer_503_with_retry_after_and_other_clients_are_served() {
             "1",
             "--max-concurrent-exports",
             "1",
+            "--max-concurrent-queries",
+            "1",
         ],
     );
     let held = "aa".repeat(20);
+    // A profile whose only frame is in the file the upstream will stall on.
+    let request = native_export("held-svc", &held);
+    assert_eq!(post_export(&server, &request).status(), 200);
     // 1. A debuginfod miss holds the one fetch slot (the upstream stalls).
     let url = server.url.clone();
     let path = format!("/buildid/{held}/debuginfo");
@@ -192,15 +268,14 @@ fn full_slots_answer_503_with_retry_after_and_other_clients_are_served() {
     // holds the one symbolize slot.
     let url = server.url.clone();
     let body = format!(r#"{{"build_id":"{held}","addresses":["0x1000"]}}"#);
-    let second = std::thread::spawn(move || {
-        let _ = client()
+    let second = hold(move || {
+        client()
             .post(format!("{url}/api/v1/symbolize"))
-            .body(body)
+            .body(body.clone())
             .timeout(Duration::from_secs(120))
-            .send();
+            .send()
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until("the symbolize slot was never full", || {
         let resp = client()
             .post(format!("{}/api/v1/symbolize", server.url))
             .body(format!(
@@ -209,19 +284,39 @@ fn full_slots_answer_503_with_retry_after_and_other_clients_are_served() {
             ))
             .send()
             .unwrap();
-        if resp.status() == 503 {
-            let body = resp.text().unwrap();
-            if body.contains("SYMTRACE_MAX_CONCURRENT_SYMBOLIZE") {
-                break;
-            }
+        resp.status() == 503
+            && resp
+                .text()
+                .unwrap()
+                .contains("SYMTRACE_MAX_CONCURRENT_SYMBOLIZE")
+    });
+    // 3. A flamegraph of that profile waits for the same fetch (its frame
+    // is symbolized at query time) and holds the one query slot.
+    let url = server.url.clone();
+    let third = hold(move || {
+        client()
+            .get(format!(
+                "{url}/api/v1/flamegraph?service=held-svc&from=now-1h"
+            ))
+            .timeout(Duration::from_secs(120))
+            .send()
+    });
+    // Polled with a query that cannot wait (no such service: 400 at once
+    // whenever it gets the slot).
+    wait_until("the query slot was never full", || {
+        let resp = server.get("/api/v1/flamegraph?service=no-such-svc&from=now-1h&format=folded");
+        let full = resp.status() == 503;
+        if full {
+            busy(resp, "SYMTRACE_MAX_CONCURRENT_QUERIES");
         }
-        assert!(
-            Instant::now() < deadline,
-            "the symbolize slot was never full"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // 3. An export whose body stalls holds the one export slot.
+        full
+    });
+    // The raw samples are queries too.
+    busy(
+        server.get("/api/v1/profiles/samples?limit=1"),
+        "SYMTRACE_MAX_CONCURRENT_QUERIES",
+    );
+    // 4. An export whose body stalls holds the one export slot.
     let addr = server.url.trim_start_matches("http://").to_owned();
     let mut stalled = TcpStream::connect(&addr).unwrap();
     write!(
@@ -231,21 +326,14 @@ fn full_slots_answer_503_with_retry_after_and_other_clients_are_served() {
     )
     .unwrap();
     let request = ExportProfilesServiceRequest::default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let resp = client()
-            .post(format!("{}/v1development/profiles", server.url))
-            .header("Content-Type", "application/x-protobuf")
-            .body(request.encode_to_vec())
-            .send()
-            .unwrap();
-        if resp.status() == 503 {
-            assert!(resp.headers().get("retry-after").is_some());
-            break;
+    wait_until("the export slot was never full", || {
+        let resp = post_export(&server, &request);
+        let full = resp.status() == 503;
+        if full {
+            busy(resp, "SYMTRACE_MAX_CONCURRENT_EXPORTS");
         }
-        assert!(Instant::now() < deadline, "the export slot was never full");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        full
+    });
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut grpc = ProfilesServiceClient::connect(format!("http://{}", server.grpc_addr))
@@ -271,20 +359,9 @@ fn full_slots_answer_503_with_retry_after_and_other_clients_are_served() {
     assert!(server.metric("symtrace_busy_refusals_total", &[("work", "OTLP exports")]) >= 2.0);
     // Release: the export slot frees when its client goes away.
     drop(stalled);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let resp = client()
-            .post(format!("{}/v1development/profiles", server.url))
-            .header("Content-Type", "application/x-protobuf")
-            .body(request.encode_to_vec())
-            .send()
-            .unwrap();
-        if resp.status() == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the export slot was not freed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("the export slot was not freed", || {
+        post_export(&server, &request).status() == 200
+    });
     // The upstream goes away: the held fetch fails and frees its slot.
     drop(accepted);
     let _ = TcpStream::connect(upstream_listener.local_addr().unwrap());
@@ -292,4 +369,102 @@ fn full_slots_answer_503_with_retry_after_and_other_clients_are_served() {
     drop(upstream_listener);
     first.join().unwrap();
     second.join().unwrap();
+    third.join().unwrap();
+}
+
+#[test]
+fn every_read_that_scans_segments_obeys_the_byte_cap() {
+    let server = Server::start(&Backend::local(), &["--query-max-bytes", "100"]);
+    let trace = "5b".repeat(16);
+    for k in 0..3 {
+        let request = native_export(&format!("svc-{k}"), &"cd".repeat(20));
+        assert_eq!(post_export(&server, &request).status(), 200);
+    }
+    for path in [
+        "/api/v1/flamegraph?from=now-1h".to_owned(),
+        "/api/v1/diff?from=now-1h".to_owned(),
+        format!("/api/v1/traces/{trace}"),
+        "/api/v1/profiles/samples".to_owned(),
+        format!("/api/v1/profiles/samples?trace_id={trace}"),
+    ] {
+        let (status, body) = json_of(server.get(&path));
+        assert!(status == 400, "{path}: {status} {body}");
+        assert_error(status, &body, 400, "SYMTRACE_QUERY_MAX_BYTES");
+    }
+    healthy(&server);
+}
+
+#[test]
+fn index_builds_beyond_the_limit_are_answered_from_dwarf_and_built_later() {
+    // Each build pauses 3 s before it starts, so the first is surely still
+    // running when the second build-ID is asked for.
+    let base = Server::start(&Backend::local(), &["--max-concurrent-index-builds", "1"]);
+    let server = Server::start_on(&base, &[("SYMTRACE_PAUSE_AT", "index-build:3000")]);
+    let a = Fixture::hello("src", "hello.c", &["-g"]);
+    let b = Fixture::hello("src", "hello.c", &["-g", "-O1"]);
+    assert_ne!(a.build_id, b.build_id);
+    for f in [&a, &b] {
+        server.upload(&f.build_id, "debuginfo", &f.debug);
+    }
+    let tier = |build_id: &str| -> String {
+        let resp = client()
+            .post(format!("{}/api/v1/symbolize", server.url))
+            .body(format!(
+                r#"{{"build_id":"{build_id}","addresses":["0x1139"]}}"#
+            ))
+            .send()
+            .unwrap();
+        let (status, body) = json_of(resp);
+        assert_eq!(status, 200, "{body}");
+        body["results"][0]["tier"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        tier(&a.build_id),
+        "dwarf",
+        "answered while its index builds"
+    );
+    assert_eq!(
+        tier(&b.build_id),
+        "dwarf",
+        "answered from DWARF, no second build"
+    );
+    assert_eq!(
+        server.metric("symtrace_busy_refusals_total", &[("work", "index builds")]),
+        1.0
+    );
+    wait_until("the first index was never built", || {
+        tier(&a.build_id) == "index"
+    });
+    // Now the slot is free: the next request for the second starts its build.
+    wait_until("the second index was never built", || {
+        tier(&b.build_id) == "index"
+    });
+    healthy(&server);
+}
+
+#[test]
+fn grpc_connections_are_told_the_stream_limit() {
+    // HTTP/2 enforces SETTINGS_MAX_CONCURRENT_STREAMS at the client and the
+    // server alike: what is checked is that the server sends ours.
+    let server = Server::start(&Backend::local(), &["--grpc-max-streams", "3"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(&server.grpc_addr)
+            .await
+            .unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        let mut client = client.ready().await.unwrap();
+        // One round trip, so that the server's SETTINGS are in effect.
+        let request = http::Request::post(format!("http://{}/", server.grpc_addr))
+            .body(())
+            .unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        let _ = response.await;
+        assert_eq!(client.current_max_send_streams(), 3);
+    });
+    healthy(&server);
 }

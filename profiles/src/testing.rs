@@ -1,0 +1,105 @@
+//! OTLP requests for tests (this crate's, the server's): CPU profiles of
+//! named frames, built the way senders lay them out. Enabled by the
+//! `testing` feature.
+
+use symtrace_proto::collector::ExportProfilesServiceRequest;
+use symtrace_proto::common::{any_value, AnyValue, KeyValue};
+use symtrace_proto::profiles::{
+    Function, KeyValueAndUnit, Line, Location, Profile, ProfilesDictionary, ResourceProfiles,
+    Sample, ScopeProfiles, Stack, ValueType,
+};
+use symtrace_proto::resource::Resource;
+
+/// A string table: the CPU profile type at indexes 1–4
+/// (`samples:count:cpu:nanoseconds`), then `extra` from index 5.
+pub fn strings(extra: impl IntoIterator<Item = String>) -> Vec<String> {
+    ["", "samples", "count", "cpu", "nanoseconds"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(extra)
+        .collect()
+}
+
+/// A CPU profile (10 ms period) starting at `time_ns`, one second long.
+pub fn cpu_profile(time_ns: u64, samples: Vec<Sample>) -> Profile {
+    Profile {
+        sample_type: Some(ValueType {
+            type_strindex: 1,
+            unit_strindex: 2,
+        }),
+        period_type: Some(ValueType {
+            type_strindex: 3,
+            unit_strindex: 4,
+        }),
+        period: 10_000_000,
+        time_unix_nano: time_ns,
+        duration_nano: 1_000_000_000,
+        samples,
+        ..Default::default()
+    }
+}
+
+/// A dictionary ([`strings`] first) of `depth` named frames `f0` … and one
+/// stack (index 1) of all of them, `f0` the leaf: function and location
+/// `i + 1` name frame `i`.
+pub fn named_frames(depth: usize) -> ProfilesDictionary {
+    ProfilesDictionary {
+        string_table: strings((0..depth).map(|i| format!("f{i}"))),
+        function_table: std::iter::once(Function::default())
+            .chain((0..depth).map(|i| Function {
+                name_strindex: 5 + i as i32,
+                ..Default::default()
+            }))
+            .collect(),
+        location_table: std::iter::once(Location::default())
+            .chain((0..depth).map(|i| Location {
+                lines: vec![Line {
+                    function_index: 1 + i as i32,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }))
+            .collect(),
+        stack_table: vec![
+            Stack::default(),
+            Stack {
+                location_indices: (1..=depth as i32).collect(),
+            },
+        ],
+        attribute_table: vec![KeyValueAndUnit::default()],
+        ..Default::default()
+    }
+}
+
+/// One resource (named `service` when given) with one scope holding
+/// `profiles`.
+pub fn request(
+    service: Option<&str>,
+    profiles: Vec<Profile>,
+    dictionary: ProfilesDictionary,
+) -> ExportProfilesServiceRequest {
+    let attributes = service
+        .map(|s| KeyValue {
+            key: "service.name".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(s.into())),
+            }),
+            ..Default::default()
+        })
+        .into_iter()
+        .collect();
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes,
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        dictionary: Some(dictionary),
+    }
+}
