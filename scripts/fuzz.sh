@@ -6,10 +6,16 @@
 # (turn it into a regression test). Needs the nightly toolchain; installs
 # cargo-fuzz if it is missing.
 #
-#   scripts/fuzz.sh [seconds per target]     (default 20)
+# The runs are deterministic (a fixed seed and a number of inputs, with the
+# time as a cap only), so CI explores exactly what a developer's run of the
+# same command did: a new crash is found by someone's exploration on
+# purpose, not by CI at random.
+#
+#   scripts/fuzz.sh [seconds cap per target] [inputs per target]   (default 60, 50000)
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
-SECS=${1:-20}
+SECS=${1:-60}
+RUNS=${2:-50000}
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   echo "fuzz: installing cargo-fuzz" >&2
@@ -18,11 +24,12 @@ fi
 cargo +nightly fuzz build
 for target in $(cargo +nightly fuzz list); do
   work=$(mktemp -d)
-  echo "== fuzz $target (${SECS}s)"
+  echo "== fuzz $target ($RUNS inputs, at most ${SECS}s)"
   log="$work.log"
   set +e
   cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
-    -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -seed=1 -runs="$RUNS" -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+    -print_final_stats=1 \
     >"$log" 2>&1
   status=$?
   set -e
@@ -35,4 +42,4 @@ for target in $(cargo +nightly fuzz list); do
     exit "$status"
   fi
 done
-echo "fuzz: every target ran ${SECS}s without a failure"
+echo "fuzz: every target ran $RUNS inputs (or ${SECS}s) without a failure"

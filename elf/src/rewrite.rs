@@ -504,7 +504,14 @@ pub fn only_keep_debug<W: Write>(input: &(impl Input + ?Sized), out: W) -> Resul
                     let vaddr = l.get(&head, at + vaddr_at, w)?;
                     let align = l.get(&head, at + align_at, w)?;
                     if align > 1 {
-                        new_off += (vaddr % align + align - new_off % align) % align;
+                        // In u128: p_align is the file's word, any value.
+                        let (v, a, o) = (vaddr as u128, align as u128, new_off as u128);
+                        let shift = ((v % a + a - o % a) % a) as u64;
+                        new_off = new_off.checked_add(shift).ok_or_else(|| {
+                            Error::Malformed(format!(
+                                "program header alignment {align} overflows the file offset"
+                            ))
+                        })?;
                         end = new_off;
                     }
                 }

@@ -33,6 +33,10 @@ enum Kind {
     Stack,
     Location,
     KeyValueAndUnit,
+    EntityRef,
+    /// A group (deprecated wire type 3) of this field number: unknown to
+    /// the schema, skipped by the decoder, walked to its end here.
+    Group(u64),
 }
 
 /// What a field holds.
@@ -67,7 +71,8 @@ fn field(kind: Kind, number: u64) -> Field {
         (ResourceProfiles, 1) => Message(Resource),
         (ResourceProfiles, 2) => Message(ScopeProfiles),
         (Resource, 1) => Message(KeyValue),
-        (Resource, 3) => Leaf,
+        (Resource, 3) => Message(EntityRef),
+        (EntityRef, 3 | 4) => Leaf,
         (KeyValue, 2) | (KeyValueAndUnit, 2) => Message(AnyValue),
         (AnyValue, 5) => Message(ArrayValue),
         (AnyValue, 6) => Message(KeyValueList),
@@ -107,7 +112,7 @@ fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
 /// making sense, and once `stop_after` is passed.
 pub fn count_protobuf_elements(bytes: &[u8], stop_after: usize) -> usize {
     let mut count = 0usize;
-    // (message kind, end offset of its bytes).
+    // (message kind, end offset of its bytes; a group's is its parent's).
     let mut stack: Vec<(Kind, usize)> = vec![(Kind::Request, bytes.len())];
     let mut at = 0usize;
     while let Some(&(kind, end)) = stack.last() {
@@ -121,7 +126,11 @@ pub fn count_protobuf_elements(bytes: &[u8], stop_after: usize) -> usize {
         let Some(tag) = varint(bytes, &mut at) else {
             break;
         };
-        let f = field(kind, tag >> 3);
+        // Nothing inside a group is a field of ours.
+        let f = match kind {
+            Kind::Group(_) => Field::Other,
+            _ => field(kind, tag >> 3),
+        };
         match tag & 7 {
             // varint
             0 => {
@@ -171,7 +180,22 @@ pub fn count_protobuf_elements(bytes: &[u8], stop_after: usize) -> usize {
             }
             // fixed32
             5 => at += 4,
-            // groups (not in proto3) or garbage: the decoder says what.
+            // start group: the decoder skips groups (and what follows them
+            // is decoded), so they are walked, not a reason to stop.
+            3 => {
+                if stack.len() >= MAX_DEPTH {
+                    break;
+                }
+                stack.push((Kind::Group(tag >> 3), end));
+            }
+            // end group: must close the open one (else the decoder fails).
+            4 => match kind {
+                Kind::Group(number) if number == tag >> 3 => {
+                    stack.pop();
+                }
+                _ => break,
+            },
+            // garbage: the decoder says what.
             _ => break,
         }
     }
@@ -304,6 +328,31 @@ mod tests {
             (MAX_DEPTH - 5..=MAX_DEPTH + 5).contains(&n),
             "descended to the depth bound only: {n}"
         );
+    }
+
+    #[test]
+    fn groups_are_walked_not_a_way_around_the_count() {
+        // Found in review: a group in front made the walk stop at 0 while
+        // prost skips it and decodes the 100,000 locations behind it.
+        let mut bytes = vec![0x1b, 0x08, 0x01, 0x1c]; // group 3 { field 1 = 1 }
+        bytes.extend(request(100_000, 1, 1).encode_to_vec());
+        assert!(ExportProfilesServiceRequest::decode(&bytes[..]).is_ok());
+        assert!(count_protobuf_elements(&bytes, usize::MAX) > 100_000);
+    }
+
+    #[test]
+    fn entity_ref_keys_are_counted() {
+        use crate::common::EntityRef;
+        use crate::resource::Resource;
+        let mut r = request(1, 1, 1);
+        r.resource_profiles[0].resource = Some(Resource {
+            entity_refs: vec![EntityRef {
+                id_keys: vec![String::new(); 50_000],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert!(count_protobuf_elements(&r.encode_to_vec(), usize::MAX) > 50_000);
     }
 
     #[test]

@@ -171,6 +171,15 @@ pub struct Config {
     )]
     pub body_idle_timeout_secs: u64,
 
+    /// Seconds an OTLP/HTTP export's whole body may take to arrive (408
+    /// beyond; the export slot it holds is freed).
+    #[arg(
+        long = "export-body-timeout",
+        env = "SYMTRACE_EXPORT_BODY_TIMEOUT",
+        default_value_t = 60
+    )]
+    pub export_body_timeout_secs: u64,
+
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "SYMTRACE_GRPC_MAX_STREAMS", default_value_t = 64)]
     pub grpc_max_streams: u32,

@@ -10,8 +10,8 @@
 //! - **Bodies**: a request body that goes `body_idle_timeout` without a
 //!   byte ends in an error the handler reports ([`IdleTimeoutBody`]).
 //!
-//! Connections are served as `axum::serve` serves them (HTTP/1 and HTTP/2,
-//! [`SendfileStream`] for zero-copy files, [`PeerAddr`] for handlers), and
+//! Connections are served as `axum::serve` serves them ([`SendfileStream`]
+//! for zero-copy files, [`PeerAddr`] for handlers), HTTP/1.1 only, and
 //! shut down gracefully: no new connections, requests in flight finished.
 
 use std::future::Future;
@@ -64,17 +64,15 @@ pub async fn serve(
     ));
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = Builder::new(TokioExecutor::new());
+    // HTTP/1.1 only: debuginfod clients (libcurl), browsers on plain http
+    // and OTLP/HTTP senders all speak it, and HTTP/2's idle connections
+    // have no header timeout to end them (a client answering pings could
+    // hold a connection slot forever). OTLP gRPC has its own listener.
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(limits.header_timeout))
-        .keep_alive_timeout(limits.header_timeout)
-        .enable_connect_protocol();
     let builder = Arc::new(builder);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -210,7 +208,14 @@ pub fn capped_incoming(
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        let accepted = listener.accept().await.map(|(stream, _)| {
+        let accepted = listener.accept().await;
+        if let Err(e) = &accepted {
+            // Out of descriptors, say: tonic polls again at once, so back
+            // off here rather than spin.
+            tracing::warn!(error = %e, "gRPC accept failed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let accepted = accepted.map(|(stream, _)| {
             let _ = stream.set_nodelay(true);
             CappedStream {
                 stream,

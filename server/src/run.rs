@@ -133,7 +133,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .max_concurrent_streams(Some(config.grpc_max_streams.max(1)))
         .http2_keepalive_interval(Some(keepalive))
         .http2_keepalive_timeout(Some(keepalive))
-        .tcp_keepalive(Some(keepalive))
         .timeout(Duration::from_secs(config.query_timeout_secs.max(1)))
         .add_service(ingest::grpc::ProfilesGrpc::new(state.clone()))
         .serve_with_incoming_shutdown(

@@ -134,7 +134,24 @@ async fn export(
             format!("{what} is larger than the limit of {limit} bytes (SYMTRACE_MAX_EXPORT_BYTES)"),
         )
     };
-    let raw = match axum::body::to_bytes(body, limit).await {
+    // A whole-body deadline too: an idle timeout alone would let a sender
+    // trickle a byte a minute and hold an export slot for hours.
+    let deadline = std::time::Duration::from_secs(state.config.export_body_timeout_secs.max(1));
+    let read = match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(read) => read,
+        Err(_) => {
+            return failure(
+                format,
+                StatusCode::REQUEST_TIMEOUT,
+                tonic::Code::DeadlineExceeded,
+                format!(
+                    "the request body did not arrive within {deadline:?} \
+                     (SYMTRACE_EXPORT_BODY_TIMEOUT)"
+                ),
+            )
+        }
+    };
+    let raw = match read {
         Ok(b) => b,
         Err(e) => {
             use std::error::Error;

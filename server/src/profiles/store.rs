@@ -162,7 +162,7 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
             .get_mut(&keys[sample.series as usize])
             .expect("series row");
         row.points += sample.points() as i64;
-        row.total += sample.total();
+        row.total = row.total.saturating_add(sample.total());
         let service = data.series[sample.series as usize].service;
         if used_sets.insert((service, sample.labels)) {
             for &(k, v) in &data.label_sets[sample.labels as usize] {

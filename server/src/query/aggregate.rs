@@ -185,7 +185,12 @@ impl Aggregate {
                 let mut points = 0;
                 for (i, &t) in sample.timestamps.iter().enumerate() {
                     if (sel.from_ns..sel.to_ns).contains(&(t as i64)) {
-                        value += sample.values.get(i).copied().unwrap_or(1);
+                        value = sample
+                            .values
+                            .get(i)
+                            .copied()
+                            .unwrap_or(1)
+                            .saturating_add(value);
                         points += 1;
                     }
                 }
@@ -195,13 +200,15 @@ impl Aggregate {
                 continue;
             }
             self.points.entry(ty).or_default()[side] += points as u64;
-            *values.entry((sample.stack, ty)).or_default() += value;
+            // Values are the senders': saturate rather than overflow.
+            let v = values.entry((sample.stack, ty)).or_default();
+            *v = v.saturating_add(value);
         }
         // Stacks in the frame table's numbering (mapped once per segment).
         for ((stack, ty), value) in values {
             let key = (ty, frames.stacks[stack as usize]);
             match self.pending.get_mut(&key) {
-                Some(v) => v[side] += value,
+                Some(v) => v[side] = v[side].saturating_add(value),
                 None => {
                     if self.pending.len() >= MAX_STACKS {
                         return Err(AggregateError::TooManyStacks);

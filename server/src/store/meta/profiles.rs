@@ -14,7 +14,9 @@ const ROWS_PER_INSERT: usize = 1000;
 pub trait ProfileMetadata {
     /// Makes an ingested segment visible with its series, labels and trace
     /// IDs, in one transaction. Returns false if the tenant already stored
-    /// this export (a retry), even if its segment has since been compacted.
+    /// this export (a retry), even if its segment has since been compacted;
+    /// `RowNotFound` (nothing committed) if the collector took the segment's
+    /// claimed blob meanwhile.
     async fn commit_segment(&self, segment: &NewSegment) -> MetaResult<bool>;
     /// Segments with series matching the query, oldest first.
     async fn segments(&self, query: &SeriesQuery) -> MetaResult<Vec<SegmentRef>>;
@@ -54,7 +56,8 @@ pub trait ProfileMetadata {
     /// Returns how many.
     async fn expire_export_keys(&self, cutoff_ms: i64) -> MetaResult<u64>;
     /// Replaces `inputs` by `outputs` in one transaction; false (and nothing
-    /// changed) if any input is already gone.
+    /// changed) if any input is already gone, or an output's blob was
+    /// collected meanwhile.
     async fn swap_segments(
         &self,
         tenant: &str,
@@ -67,6 +70,19 @@ pub trait ProfileMetadata {
 }
 
 const SEGMENT_COLUMNS: &str = "g.sha256, g.size, g.start_ns, g.end_ns, g.points, g.level";
+
+/// Clears the orphan mark of a segment's claimed blob row; evaluates to
+/// false when the row is gone (the collector took the blob).
+macro_rules! blob_kept {
+    ($tx:expr, $sha256:expr) => {
+        sqlx::query("UPDATE blobs SET orphaned_at = NULL WHERE sha256 = $1")
+            .bind($sha256)
+            .execute(&mut *$tx)
+            .await?
+            .rows_affected()
+            == 1
+    };
+}
 
 /// Inserts a segment with its series and trace rows; evaluates to false if
 /// the tenant already has it.
@@ -133,6 +149,13 @@ impl ProfileMetadata for SqlMetadata {
                    ON CONFLICT DO NOTHING";
         on_pool!(self, p => {
             let mut tx = p.begin().await?;
+            // The blob row claimed when the object was written: gone means
+            // the collector took it (an export stalled past its grace), and
+            // the object may be gone too — commit nothing; the sender retries.
+            if !blob_kept!(tx, &segment.sha256) {
+                tx.rollback().await?;
+                return Err(sqlx::Error::RowNotFound);
+            }
             let new = sqlx::query(key)
                 .bind(&segment.tenant)
                 .bind(&segment.sha256)
@@ -308,7 +331,7 @@ impl ProfileMetadata for SqlMetadata {
                 }
             }
             for segment in outputs {
-                if !insert_segment!(tx, segment) {
+                if !blob_kept!(tx, &segment.sha256) || !insert_segment!(tx, segment) {
                     // The output exists already: keep everything as it was.
                     tx.rollback().await?;
                     return Ok(false);
