@@ -127,6 +127,22 @@ macro_rules! on_pool {
     };
 }
 
+/// Clears the orphan mark of a blob row claimed before its object was
+/// written; evaluates to false when the row is gone (the collector took the
+/// blob, and the object may be gone too). Used by the source and segment
+/// commits; `commit_artifact` does the same in one statement that also
+/// records the sections.
+macro_rules! blob_kept {
+    ($tx:expr, $sha256:expr) => {
+        sqlx::query("UPDATE blobs SET orphaned_at = NULL WHERE sha256 = $1")
+            .bind($sha256)
+            .execute(&mut *$tx)
+            .await?
+            .rows_affected()
+            == 1
+    };
+}
+
 mod profiles;
 pub use profiles::ProfileMetadata;
 
@@ -347,12 +363,7 @@ impl MetadataStore for SqlMetadata {
         on_pool!(self, p => {
             let mut tx = p.begin().await?;
             // As in commit_artifact: only while the claimed row is there.
-            let kept = sqlx::query("UPDATE blobs SET orphaned_at = NULL WHERE sha256 = $1")
-                .bind(&s.sha256)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if kept == 0 {
+            if !blob_kept!(tx, &s.sha256) {
                 tx.rollback().await?;
                 return Err(sqlx::Error::RowNotFound);
             }

@@ -9,7 +9,6 @@ use serde_json::Value;
 use symtrace_profiles::testing::{self, cpu_profile, named_frames, strings};
 use symtrace_proto::collector::{
     profiles_service_client::ProfilesServiceClient, ExportProfilesServiceRequest,
-    ExportProfilesServiceResponse,
 };
 use symtrace_proto::common::{any_value, AnyValue};
 use symtrace_proto::profiles::{
@@ -17,6 +16,7 @@ use symtrace_proto::profiles::{
 };
 
 use super::profiles::dump;
+use super::profiles_bad_input::{export_http as export, post};
 use crate::support::*;
 
 const TRACE: [u8; 16] = [0x5b; 16];
@@ -63,32 +63,6 @@ pub fn deep_request(service: &str, depth: usize, time_ns: u64) -> ExportProfiles
         vec![cpu_profile(time_ns, vec![sample])],
         dictionary,
     )
-}
-
-fn post(server: &Server, tenant: &str, content_type: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
-    let resp = client()
-        .post(format!("{}/v1development/profiles", server.url))
-        .header("Content-Type", content_type)
-        .header("X-Scope-OrgID", tenant)
-        .body(body)
-        .send()
-        .unwrap();
-    (resp.status().as_u16(), resp.bytes().unwrap().to_vec())
-}
-
-fn export(
-    server: &Server,
-    tenant: &str,
-    req: &ExportProfilesServiceRequest,
-) -> ExportProfilesServiceResponse {
-    let (status, body) = post(
-        server,
-        tenant,
-        "application/x-protobuf",
-        req.encode_to_vec(),
-    );
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    ExportProfilesServiceResponse::decode(&body[..]).unwrap()
 }
 
 fn get(server: &Server, tenant: &str, path: &str) -> (u16, String) {
@@ -203,6 +177,7 @@ fn exports_over_the_element_limit_are_refused_before_decoding_and_others_are_ser
         &server,
         "limits",
         "application/x-protobuf",
+        None,
         big.encode_to_vec(),
     );
     assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
@@ -211,10 +186,10 @@ fn exports_over_the_element_limit_are_refused_before_decoding_and_others_are_ser
     assert!(text.contains("SYMTRACE_MAX_EXPORT_ELEMENTS"), "{text}");
     // OTLP/JSON: bounded by its structure, before parsing.
     let json = symtrace_proto::json::encode_export_request(&big);
-    let (status, body) = post(&server, "limits", "application/json", json);
+    let (status, body) = post(&server, "limits", "application/json", None, json);
     assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
     let small_json = symtrace_proto::json::encode_export_request(&small);
-    let (status, body) = post(&server, "limits", "application/json", small_json);
+    let (status, body) = post(&server, "limits", "application/json", None, small_json);
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     // gRPC: RESOURCE_EXHAUSTED with the same message.
     let rt = tokio::runtime::Runtime::new().unwrap();

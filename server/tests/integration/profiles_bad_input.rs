@@ -121,7 +121,7 @@ fn request(profiles: Vec<Profile>) -> ExportProfilesServiceRequest {
     }
 }
 
-fn post(
+pub fn post(
     server: &Server,
     tenant: &str,
     content_type: &str,
@@ -154,7 +154,7 @@ fn status_message(body: &[u8]) -> String {
         .message
 }
 
-fn export_http(
+pub fn export_http(
     server: &Server,
     tenant: &str,
     req: &ExportProfilesServiceRequest,

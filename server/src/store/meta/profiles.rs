@@ -71,19 +71,6 @@ pub trait ProfileMetadata {
 
 const SEGMENT_COLUMNS: &str = "g.sha256, g.size, g.start_ns, g.end_ns, g.points, g.level";
 
-/// Clears the orphan mark of a segment's claimed blob row; evaluates to
-/// false when the row is gone (the collector took the blob).
-macro_rules! blob_kept {
-    ($tx:expr, $sha256:expr) => {
-        sqlx::query("UPDATE blobs SET orphaned_at = NULL WHERE sha256 = $1")
-            .bind($sha256)
-            .execute(&mut *$tx)
-            .await?
-            .rows_affected()
-            == 1
-    };
-}
-
 /// Inserts a segment with its series and trace rows; evaluates to false if
 /// the tenant already has it.
 macro_rules! insert_segment {
