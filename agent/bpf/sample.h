@@ -1,11 +1,27 @@
 /* The records the BPF program hands to userspace through the ring buffer.
- * Mirrored by agent/src/bpf/record.rs (#[repr(C)], size asserted there):
- * change both together. */
+ * Mirrored by agent/src/record.rs (#[repr(C)]): its constants are generated
+ * from the #defines below by build.rs, and a record whose size is not
+ * exactly the Rust struct's is refused (counted as malformed), so the two
+ * cannot drift apart silently. */
 #ifndef SYMTRACE_SAMPLE_H
 #define SYMTRACE_SAMPLE_H
 
 #define USER_STACK_DEPTH 127   /* the kernel's default perf_event_max_stack */
 #define KERNEL_STACK_DEPTH 64
+/* Bytes of the user stack copied from %rsp at the sample: where a frameless
+ * leaf (or a function in its prologue or epilogue) keeps its return address.
+ * Userspace finds it with the leaf's .eh_frame CFI. */
+#define USER_STACK_WINDOW 256
+
+/* Why the frame-pointer walk of the user stack ended. */
+enum user_stack_end {
+	USER_END_ROOT = 0,           /* a zero frame pointer or return address */
+	USER_END_DEPTH = 1,          /* USER_STACK_DEPTH frames */
+	USER_END_UNREADABLE = 2,     /* a frame pointer pointed at unreadable memory */
+	USER_END_NOT_INCREASING = 3, /* the next frame pointer was not above this one */
+	USER_END_NO_USER = 4,        /* no user registers (a kernel thread) */
+	USER_END_HELPER = 5,         /* walked by bpf_get_stack (kernel < 5.15, in a syscall) */
+};
 
 enum record_kind {
 	RECORD_SAMPLE = 1,
@@ -36,11 +52,18 @@ struct cpu_sample {
 	__u32 pid;           /* tgid */
 	__u32 tid;
 	__u64 boot_ns;       /* bpf_ktime_get_boot_ns() */
-	__s32 user_bytes;    /* bpf_get_stack's answer: bytes, or -errno */
-	__s32 kernel_bytes;
+	__u32 user_frames;   /* entries of user[] */
+	__u32 user_end;      /* enum user_stack_end */
+	__s32 kernel_bytes;  /* bpf_get_stack's answer: bytes, or -errno */
+	__u32 window_bytes;  /* bytes of window[] read */
 	char comm[16];       /* the thread's name */
+	__u64 user_sp;       /* the user registers at the sample (or at */
+	__u64 user_bp;       /* kernel entry, when sampled in the kernel) */
 	struct trace_ctx trace;
-	__u64 user[USER_STACK_DEPTH];     /* return addresses, leaf first */
+	__u8 window[USER_STACK_WINDOW];   /* user stack from user_sp up */
+	/* user[0] is the user %rip, then the return addresses of the
+	 * frame-pointer chain, leaf first */
+	__u64 user[USER_STACK_DEPTH];
 	__u64 kernel[KERNEL_STACK_DEPTH];
 };
 

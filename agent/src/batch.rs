@@ -20,6 +20,7 @@ use symtrace_proto::resource::Resource;
 
 use crate::procs::{self, ProcessInfo, UserFrame};
 use crate::record::TraceCtx;
+use crate::unwind::Cut;
 
 /// Index tables with 0 as the required zero value.
 struct Table<K> {
@@ -55,6 +56,8 @@ pub struct Observed<'a> {
     pub thread_name: &'a str,
     pub unix_ns: u64,
     pub user: &'a [UserFrame],
+    /// Why the user stack was cut after `user` (a marker frame ends it).
+    pub cut: Option<Cut>,
     /// Kernel frames, leaf first: (address, name if known).
     pub kernel: &'a [(u64, Option<&'a str>)],
     pub trace: &'a TraceCtx,
@@ -81,6 +84,8 @@ pub struct Batch {
     kernel_mapping: i32,
     native: i32,
     kernel: i32,
+    /// The marker location ending a cut stack (made on first use).
+    cut_marker: i32,
     samples: usize,
     start_ns: u64,
     period_ns: i64,
@@ -103,6 +108,7 @@ impl Batch {
             kernel_mapping: 0,
             native: 0,
             kernel: 0,
+            cut_marker: 0,
             samples: 0,
             start_ns,
             period_ns: (1_000_000_000 / frequency_hz.max(1)) as i64,
@@ -168,39 +174,64 @@ impl Batch {
         i
     }
 
-    fn native_location(&mut self, (mapping, address): &UserFrame) -> i32 {
-        let mapping = self.mapping(mapping);
-        let (i, new) = self.locations.intern((mapping, *address));
+    fn native_location(&mut self, frame: &UserFrame) -> i32 {
+        let mapping = self.mapping(&frame.mapping);
+        let (i, new) = self.locations.intern((mapping, frame.address));
         if new {
+            // Named by the agent (the vDSO): sent as a line, as the kernel's.
+            let lines = match &frame.name {
+                Some(name) => vec![self.line(name)],
+                None => vec![],
+            };
             self.dict.location_table.push(Location {
                 mapping_index: mapping,
-                address: *address,
-                lines: vec![],
+                address: frame.address,
+                lines,
                 attribute_indices: vec![self.native],
             });
         }
         i
     }
 
+    fn line(&mut self, name: &str) -> Line {
+        let name = self.string(name);
+        let (f, new) = self.functions.intern(name);
+        if new {
+            self.dict.function_table.push(Function {
+                name_strindex: name,
+                system_name_strindex: name,
+                ..Default::default()
+            });
+        }
+        Line {
+            function_index: f,
+            ..Default::default()
+        }
+    }
+
+    /// The frame ending a stack the agent cut (`profile.frame.type`
+    /// `truncated`, as the server marks the stacks it cuts).
+    fn cut_location(&mut self) -> i32 {
+        if self.cut_marker == 0 {
+            let line = self.line(Cut::MARKER);
+            let kind = self.attribute("profile.frame.type", "truncated");
+            self.dict.location_table.push(Location {
+                mapping_index: 0,
+                address: 0,
+                lines: vec![line],
+                attribute_indices: vec![kind],
+            });
+            self.locations.len += 1;
+            self.cut_marker = self.locations.len - 1;
+        }
+        self.cut_marker
+    }
+
     fn kernel_location(&mut self, address: u64, name: Option<&str>) -> i32 {
         let (i, new) = self.locations.intern((self.kernel_mapping, address));
         if new {
             let lines = match name {
-                Some(name) => {
-                    let name = self.string(name);
-                    let (f, new) = self.functions.intern(name);
-                    if new {
-                        self.dict.function_table.push(Function {
-                            name_strindex: name,
-                            system_name_strindex: name,
-                            ..Default::default()
-                        });
-                    }
-                    vec![Line {
-                        function_index: f,
-                        ..Default::default()
-                    }]
-                }
+                Some(name) => vec![self.line(name)],
                 None => vec![],
             };
             self.dict.location_table.push(Location {
@@ -223,6 +254,9 @@ impl Batch {
         }
         for frame in s.user {
             stack.push(self.native_location(frame));
+        }
+        if s.cut.is_some() {
+            stack.push(self.cut_location());
         }
         let stack_index = match self.stacks.index.get(&stack) {
             Some(&i) => i,
@@ -410,7 +444,12 @@ mod tests {
             limit: 0x9000,
             file_offset: 0x1000,
         });
-        let user = [(exe.clone(), 0x1234), (exe.clone(), 0x2345)];
+        let frame = |address| UserFrame {
+            mapping: exe.clone(),
+            address,
+            name: None,
+        };
+        let user = [frame(0x1234), frame(0x2345)];
         let kernel = [
             (0xffff_ffff_8100_0010, Some("do_syscall_64")),
             (0xffff_ffff_8100_0020, None),
@@ -423,6 +462,7 @@ mod tests {
                 thread_name: "worker",
                 unix_ns: t,
                 user: &user,
+                cut: None,
                 kernel,
                 trace: &trace,
             });
@@ -437,6 +477,7 @@ mod tests {
             thread_name: "worker",
             unix_ns: 40,
             user: &user,
+            cut: None,
             kernel: &[],
             trace: &trace,
         });
@@ -514,5 +555,67 @@ mod tests {
             (0x1000, 0x9000)
         );
         assert!(Batch::new(0, 19, "h").finish(1).is_none());
+    }
+
+    #[test]
+    fn names_vdso_frames_and_marks_cut_stacks() {
+        let p = process(8);
+        let vdso = Arc::new(procs::Mapping {
+            path: "[vdso]".into(),
+            build_id: None,
+            start: 0,
+            limit: 0x2000,
+            file_offset: 0,
+        });
+        let user = [UserFrame {
+            mapping: vdso,
+            address: 0x9a0,
+            name: Some(Arc::from("clock_gettime")),
+        }];
+        let mut batch = Batch::new(1_000, 97, "node-1");
+        for cut in [None, Some(Cut::NotAfterCall), Some(Cut::OutsideCode)] {
+            batch.add(&Observed {
+                process: &p,
+                thread_name: "worker",
+                unix_ns: 10,
+                user: &user,
+                cut,
+                kernel: &[],
+                trace: &TraceCtx::default(),
+            });
+        }
+        let req = batch.finish(2_000).unwrap();
+        let d = req.dictionary.as_ref().unwrap();
+        let str_of = |i: i32| d.string_table[i as usize].as_str();
+        let name = |l: &Location| {
+            str_of(d.function_table[l.lines[0].function_index as usize].name_strindex)
+        };
+        let samples = &req.resource_profiles[0].scope_profiles[0].profiles[0].samples;
+        // Every cause gives the same marker: two stacks, not three.
+        assert_eq!(samples.len(), 2);
+        let cut = samples
+            .iter()
+            .map(|s| &d.stack_table[s.stack_index as usize].location_indices)
+            .find(|s| s.len() == 2)
+            .unwrap();
+        assert_eq!(
+            samples
+                .iter()
+                .map(|s| s.timestamps_unix_nano.len())
+                .sum::<usize>(),
+            3
+        );
+        let leaf = &d.location_table[cut[0] as usize];
+        assert_eq!(name(leaf), "clock_gettime");
+        let marker = &d.location_table[cut[1] as usize];
+        assert_eq!(name(marker), Cut::MARKER);
+        assert_eq!(marker.mapping_index, 0);
+        let kind = &d.attribute_table[marker.attribute_indices[0] as usize];
+        assert_eq!(str_of(kind.key_strindex), "profile.frame.type");
+        assert!(
+            matches!(&kind.value, Some(AnyValue { value: Some(Value::StringValue(v)) }) if v == "truncated")
+        );
+        // The location table's indices stay dense.
+        assert!(d.location_table.len() == 3, "zero, vdso frame, marker");
     }
 }

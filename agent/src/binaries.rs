@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use object::{Object, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment};
 
+use crate::cfi::SectionRef;
 use crate::maps::MapEntry;
 
 /// A loaded ELF file.
@@ -25,6 +26,11 @@ pub struct Binary {
     /// When this file, as a shared library, defines the slot: the ELF
     /// address of its TLSDESC GOT entry.
     pub thread_ctx_tlsdesc_got: Option<u64>,
+    /// Where its call-frame information is (read when a leaf needs it).
+    pub eh_frame: Option<SectionRef>,
+    pub eh_frame_hdr: Option<SectionRef>,
+    /// `.text`'s address (a base of CFI pointer encodings).
+    pub text_address: u64,
 }
 
 impl Binary {
@@ -38,9 +44,21 @@ impl Binary {
                 (offset, size, s.address())
             })
             .collect();
+        let section = |name: &str| {
+            let s = file.section_by_name(name)?;
+            let (offset, size) = s.file_range()?;
+            Some(SectionRef {
+                offset,
+                size,
+                address: s.address(),
+            })
+        };
         Ok(Binary {
             build_id,
             loads,
+            eh_frame: section(".eh_frame"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
             thread_ctx_offset: crate::threadctx::executable_offset(&file, data),
             thread_ctx_tlsdesc_got: crate::threadctx::library_tlsdesc_got(&file),
         })
@@ -121,7 +139,8 @@ impl Binaries {
     }
 }
 
-fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> anyhow::Result<Binary> {
+/// Opens a mapped file as the process sees it.
+pub fn open(proc_root: &Path, pid: u32, map: &MapEntry) -> std::io::Result<std::fs::File> {
     let process = proc_root.join(pid.to_string());
     // map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), which the
     // agent does not ask for; it is the only way to a deleted file.
@@ -129,7 +148,11 @@ fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> anyhow::Result<Binary> {
         .join("map_files")
         .join(format!("{:x}-{:x}", map.start, map.end));
     let via_root = process.join("root").join(map.path.trim_start_matches('/'));
-    let file = std::fs::File::open(&via_map_files).or_else(|_| std::fs::File::open(&via_root))?;
+    std::fs::File::open(&via_map_files).or_else(|_| std::fs::File::open(&via_root))
+}
+
+fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> anyhow::Result<Binary> {
+    let file = open(proc_root, pid, map)?;
     // SAFETY: read-only private mapping; a file truncated underneath us
     // could fault, which is why only headers and notes are touched.
     let data = unsafe { memmap2::Mmap::map(&file)? };
@@ -168,6 +191,9 @@ mod tests {
             loads: vec![(0, 0x1d570, 0), (0x1d570, 0x4eb80, 0x1e570)],
             thread_ctx_offset: None,
             thread_ctx_tlsdesc_got: None,
+            eh_frame: None,
+            eh_frame_hdr: None,
+            text_address: 0,
         };
         assert_eq!(binary.vaddr_of_mapping(0x1d000), 0x1e000);
         assert_eq!(binary.vaddr_of_mapping(0), 0);

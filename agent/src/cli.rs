@@ -54,6 +54,12 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_RING_BUFFER_BYTES", default_value_t = 8 << 20, value_parser = parse_ring_size)]
     pub ring_buffer_bytes: u32,
 
+    /// Bytes of call-frame information (`.eh_frame` of the files samples'
+    /// leaf functions are in) kept in memory, to recover the caller of a
+    /// frameless leaf; beyond it the cache starts over.
+    #[arg(long, env = "SYMTRACE_AGENT_CFI_CACHE_BYTES", default_value_t = 64 << 20)]
+    pub cfi_cache_bytes: usize,
+
     /// Also record kernel threads (kworker, ksoftirqd, …).
     #[arg(long, env = "SYMTRACE_AGENT_KERNEL_THREADS")]
     pub kernel_threads: bool,

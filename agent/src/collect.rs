@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::batch::{Batch, Observed};
 use crate::export::Queue;
 use crate::kallsyms::KernelSymbols;
-use crate::procs::Processes;
+use crate::procs::{Processes, UserStack};
 use crate::record::{self, Record};
 use crate::sampler::Sampler;
 use crate::stats;
@@ -27,6 +27,7 @@ pub struct Collector {
     pub frequency: u64,
     pub host_name: String,
     pub print_stats: bool,
+    pub cfi_cache_bytes: usize,
 }
 
 /// What the collector saw over its whole run, for the final summary.
@@ -51,7 +52,8 @@ impl Collector {
                  name kernel frames): kernel frames stay unnamed"
             );
         }
-        let mut procs = Processes::new(Path::new("/proc"));
+        let mut procs = Processes::new(Path::new("/proc"), self.cfi_cache_bytes);
+        tracing::debug!(functions = procs.vdso_functions(), "vDSO symbols read");
         let priming = Instant::now();
         let primed = procs.prime();
         let publishing = procs.take_tls_changes();
@@ -78,7 +80,13 @@ impl Collector {
                 Record::Sample(s) => {
                     let comm = s.thread_name();
                     user.clear();
-                    let process = procs.resolve(s.pid, &comm, s.user_stack(), &mut user);
+                    let stack = UserStack {
+                        chain: s.user_stack(),
+                        end: s.user_end,
+                        bp: s.user_bp,
+                        window: s.window(),
+                    };
+                    let (process, cut) = procs.resolve(s.pid, &comm, &stack, &mut user);
                     kernel_frames.clear();
                     for (depth, &ret) in s.kernel_stack().iter().enumerate() {
                         let address = record::call_site(depth, ret);
@@ -89,6 +97,7 @@ impl Collector {
                         thread_name: &comm,
                         unix_ns: s.boot_ns.saturating_add_signed(boot_to_unix),
                         user: &user,
+                        cut,
                         kernel: &kernel_frames,
                         trace: &s.trace,
                     });
@@ -156,6 +165,9 @@ impl Collector {
             processes: procs.len(),
             vanished: procs.vanished,
             binaries: procs.binaries(),
+            malformed: self.sampler.malformed,
+            unwind: procs.unwind,
+            cfi: procs.cfi_stats(),
             delivery: self.queue.stats(),
         }
     }

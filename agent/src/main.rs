@@ -4,6 +4,7 @@
 mod batch;
 mod binaries;
 mod caps;
+mod cfi;
 mod cli;
 mod collect;
 mod export;
@@ -14,6 +15,8 @@ mod record;
 mod sampler;
 mod stats;
 mod threadctx;
+mod unwind;
+mod vdso;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -67,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         frequency: args.frequency,
         host_name,
         print_stats: args.stats,
+        cfi_cache_bytes: args.cfi_cache_bytes,
     };
     let collecting = {
         let stop = stop.clone();

@@ -10,10 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::binaries::Binaries;
+use rustc_hash::FxHashMap;
+
+use crate::binaries::{self, Binaries};
+use crate::cfi::{CfiCache, FileCfi, LeafRule};
 use crate::maps::{self, MapEntry};
-use crate::record::call_site;
+use crate::record::{call_site, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
 use crate::threadctx;
+use crate::unwind::{self, Cut, LeafStep, UnwindStats};
+use crate::vdso::Vdso;
 
 /// Mappings older than this are read again on the next sample.
 const MAPS_MAX_AGE: Duration = Duration::from_secs(10);
@@ -47,8 +52,31 @@ pub struct Mapping {
 }
 
 /// A user frame: its mapping and address (an ELF virtual address when the
-/// mapping is a file).
-pub type UserFrame = (Arc<Mapping>, u64);
+/// mapping is a file or the vDSO), and its name when the agent knows it (the
+/// vDSO's functions).
+#[derive(Debug, Clone)]
+pub struct UserFrame {
+    pub mapping: Arc<Mapping>,
+    pub address: u64,
+    pub name: Option<Arc<str>>,
+}
+
+/// A user stack as the BPF program captured it.
+#[derive(Debug, Clone, Copy)]
+pub struct UserStack<'a> {
+    /// `%rip`, then the frame-pointer chain's return addresses.
+    pub chain: &'a [u64],
+    /// `enum user_stack_end`.
+    pub end: u32,
+    /// `%rbp` at the sample (where the chain was walked from).
+    pub bp: u64,
+    /// The stack bytes from `%rsp` up.
+    pub window: &'a [u8],
+}
+
+/// Cached answers of "is this return address just after a call" at most;
+/// the cache starts over beyond.
+const CODE_CHECKS_MAX: usize = 64 * 1024;
 
 struct Process {
     info: Arc<ProcessInfo>,
@@ -71,6 +99,13 @@ pub struct Processes {
     by_pid: HashMap<u32, Process>,
     binaries: Binaries,
     unknown: Arc<Mapping>,
+    cfi: CfiCache,
+    vdso: Option<Vdso>,
+    /// (file or memory, address) → whether a return address there follows
+    /// a call instruction (or is a signal trampoline).
+    code_checks: FxHashMap<(u64, u64, u64), bool>,
+    /// What unwinding did so far.
+    pub unwind: UnwindStats,
     /// Processes gone before their first sample was read.
     pub vanished: u64,
     /// Trace-context offsets to hand to the BPF program: `Some` for a new
@@ -79,7 +114,8 @@ pub struct Processes {
 }
 
 impl Processes {
-    pub fn new(proc_root: &Path) -> Self {
+    /// `cfi_budget`: bytes of call-frame information kept in memory.
+    pub fn new(proc_root: &Path, cfi_budget: usize) -> Self {
         Self {
             proc_root: proc_root.to_owned(),
             by_pid: HashMap::new(),
@@ -93,7 +129,21 @@ impl Processes {
             }),
             vanished: 0,
             tls_changes: Vec::new(),
+            cfi: CfiCache::new(cfi_budget),
+            vdso: Vdso::read_own(),
+            code_checks: FxHashMap::default(),
+            unwind: UnwindStats::default(),
         }
+    }
+
+    /// Functions of the vDSO the agent names (0: no vDSO read).
+    pub fn vdso_functions(&self) -> usize {
+        self.vdso.as_ref().map_or(0, Vdso::functions)
+    }
+
+    /// What the CFI cache holds.
+    pub fn cfi_stats(&self) -> crate::cfi::CacheStats {
+        self.cfi.stats()
     }
 
     /// What changed for the BPF program's trace-context offsets since the
@@ -155,6 +205,8 @@ impl Processes {
         });
         if self.binaries.len() > 4096 {
             self.binaries.clear();
+            self.cfi.forget_all(); // (device, inode) may name other files now
+            self.code_checks.clear();
         }
     }
 
@@ -170,16 +222,18 @@ impl Processes {
         )
     }
 
-    /// Resolves a user stack of process `pid` (return addresses, leaf
-    /// first; see `record::call_site`) into `out`, and returns who the
+    /// Resolves a user stack of process `pid` into `out` (leaf first; see
+    /// `record::call_site`): the leaf's caller inserted when its CFI says the
+    /// frame-pointer chain skips it, every return address checked, the stack
+    /// cut where one fails (the `Cut` returned then). Also returns who the
     /// process is (read now if new; `comm` names it if it is gone).
     pub fn resolve(
         &mut self,
         pid: u32,
         comm: &str,
-        stack: &[u64],
+        stack: &UserStack<'_>,
         out: &mut Vec<UserFrame>,
-    ) -> Arc<ProcessInfo> {
+    ) -> (Arc<ProcessInfo>, Option<Cut>) {
         let now = Instant::now();
         let Processes {
             proc_root: root,
@@ -188,38 +242,253 @@ impl Processes {
             unknown,
             vanished,
             tls_changes,
+            cfi,
+            vdso,
+            code_checks,
+            unwind: stats,
         } = self;
         let process = entry(by_pid, root, binaries, tls_changes, vanished, pid, comm);
         process.last_sample = now;
         if now.duration_since(process.maps_read) > MAPS_MAX_AGE {
             reread(root, pid, process, now);
         }
-        for (depth, &ret) in stack.iter().enumerate() {
-            let address = call_site(depth, ret);
-            let mut at = maps::find(&process.maps, address);
-            if at.is_none() && now.duration_since(process.maps_read) > MAPS_MISS_INTERVAL {
-                reread(root, pid, process, now);
-                at = maps::find(&process.maps, address);
-            }
-            let frame = match at {
-                Some(i) => {
-                    let mapping = match &process.mappings[i] {
-                        Some(m) => m.clone(),
-                        None => {
-                            let m = Arc::new(mapping_of(binaries, root, pid, &process.maps[i]));
-                            process.mappings[i] = Some(m.clone());
-                            m
-                        }
-                    };
-                    let address = address - process.maps[i].start + mapping.start;
-                    (mapping, address)
+        let info = process.info.clone();
+        let Some((&ip, chain)) = stack.chain.split_first() else {
+            return (info, None);
+        };
+        let mut r = Resolver {
+            root,
+            pid,
+            process,
+            binaries,
+            unknown,
+            vdso: vdso.as_ref(),
+            now,
+        };
+        let Some(leaf) = r.frame(ip) else {
+            out.push(r.unknown_frame(ip));
+            return (info, None);
+        };
+        // Step out of the leaf with its CFI.
+        let rule = r.leaf_rule(cfi, &leaf);
+        out.push(leaf.frame);
+        let mut cut = None;
+        match rule.map(|rule| unwind::leaf_step(rule, stack.bp, stack.window)) {
+            None => stats.leaf_without_cfi += 1,
+            Some(LeafStep::Chain) => {}
+            Some(LeafStep::OutOfWindow) => stats.out_of_window += 1,
+            Some(LeafStep::Caller { ret, chain_ok }) => {
+                stats.callers_recovered += 1;
+                if r.check_and_push(code_checks, ret, false, out, &mut cut) && !chain_ok {
+                    cut = Some(Cut::CallerFrameUnknown);
                 }
-                None => (unknown.clone(), address),
-            };
-            out.push(frame);
+            }
         }
-        process.info.clone()
+        if cut.is_none() {
+            let last = chain.len().saturating_sub(1);
+            for (i, &ret) in chain.iter().enumerate() {
+                // The root frame of a chain that ended normally may be a
+                // runtime's entry point that nothing called (Go's goexit).
+                let root_frame = i == last && stack.end == USER_END_ROOT;
+                if !r.check_and_push(code_checks, ret, root_frame, out, &mut cut) {
+                    break;
+                }
+            }
+        }
+        if cut.is_none() {
+            cut = match stack.end {
+                USER_END_NOT_INCREASING => Some(Cut::NotIncreasing),
+                USER_END_UNREADABLE => Some(Cut::Unreadable),
+                _ => None,
+            };
+        }
+        if let Some(c) = cut {
+            stats.cut[c.index()] += 1;
+        }
+        (info, cut)
     }
+}
+
+/// A leaf frame resolved, with what its CFI lookup needs.
+struct Leaf {
+    frame: UserFrame,
+    /// The CFI's key: (device, inode), or `VDSO_KEY`.
+    key: (u64, u64),
+    map: usize,
+}
+
+const VDSO_KEY: (u64, u64) = (u64::MAX, 0);
+const ANON_KEY: u64 = u64::MAX - 1;
+
+/// One stack's resolution against one process.
+struct Resolver<'a> {
+    root: &'a Path,
+    pid: u32,
+    process: &'a mut Process,
+    binaries: &'a mut Binaries,
+    unknown: &'a Arc<Mapping>,
+    vdso: Option<&'a Vdso>,
+    now: Instant,
+}
+
+impl Resolver<'_> {
+    /// The frame of the instruction at `address`, `None` outside every
+    /// executable mapping.
+    fn frame(&mut self, address: u64) -> Option<Leaf> {
+        let mut at = maps::find(&self.process.maps, address);
+        if at.is_none() && self.now.duration_since(self.process.maps_read) > MAPS_MISS_INTERVAL {
+            reread(self.root, self.pid, self.process, self.now);
+            at = maps::find(&self.process.maps, address);
+        }
+        let i = at?;
+        let map = &self.process.maps[i];
+        let mapping = match &self.process.mappings[i] {
+            Some(m) => m.clone(),
+            None => {
+                let m = Arc::new(mapping_of(
+                    self.binaries,
+                    self.root,
+                    self.pid,
+                    map,
+                    self.vdso,
+                ));
+                self.process.mappings[i] = Some(m.clone());
+                m
+            }
+        };
+        let address = address - map.start + mapping.start;
+        let is_vdso = map.path == "[vdso]";
+        let name = if is_vdso {
+            self.vdso.and_then(|v| v.name(address))
+        } else {
+            None
+        };
+        let key = if is_vdso {
+            VDSO_KEY
+        } else {
+            (map.dev, map.inode)
+        };
+        Some(Leaf {
+            frame: UserFrame {
+                mapping,
+                address,
+                name,
+            },
+            key,
+            map: i,
+        })
+    }
+
+    fn unknown_frame(&self, address: u64) -> UserFrame {
+        UserFrame {
+            mapping: self.unknown.clone(),
+            address,
+            name: None,
+        }
+    }
+
+    /// The CFI rule at the leaf, `None` when its file has no usable CFI.
+    fn leaf_rule(&mut self, cfi: &mut CfiCache, leaf: &Leaf) -> Option<LeafRule> {
+        let address = leaf.frame.address;
+        if leaf.key == VDSO_KEY {
+            let vdso = self.vdso?;
+            return cfi.rule(VDSO_KEY, address, || vdso.cfi());
+        }
+        let map = &self.process.maps[leaf.map];
+        if !map.is_file() {
+            return None;
+        }
+        let binary = self.binaries.get(self.root, self.pid, map)?;
+        let (root, pid) = (self.root, self.pid);
+        cfi.rule(leaf.key, address, || load_cfi(root, pid, map, &binary))
+    }
+
+    /// Checks a return address and pushes its frame; on a failed check sets
+    /// `cut` and returns false.
+    fn check_and_push(
+        &mut self,
+        checks: &mut FxHashMap<(u64, u64, u64), bool>,
+        ret: u64,
+        root_frame: bool,
+        out: &mut Vec<UserFrame>,
+        cut: &mut Option<Cut>,
+    ) -> bool {
+        let Some(caller) = self.frame(call_site(1, ret)) else {
+            *cut = Some(Cut::OutsideCode);
+            return false;
+        };
+        let key = match caller.key {
+            (0, 0) => (ANON_KEY, u64::from(self.pid), ret),
+            (dev, inode) => (dev, inode, caller.frame.address + 1),
+        };
+        let ok = match checks.get(&key) {
+            Some(&ok) => ok,
+            None => match read_code(self.pid, ret) {
+                Some(code) => {
+                    let ok = unwind::after_call(&code[..unwind::CODE_BEFORE])
+                        || unwind::is_sigreturn(&code[unwind::CODE_BEFORE..]);
+                    if checks.len() >= CODE_CHECKS_MAX {
+                        checks.clear();
+                    }
+                    checks.insert(key, ok);
+                    ok
+                }
+                // The process is gone (or the page is not readable): the
+                // address is in its code, which is all that can be checked.
+                None => true,
+            },
+        };
+        if !ok && !root_frame {
+            *cut = Some(Cut::NotAfterCall);
+            return false;
+        }
+        out.push(caller.frame);
+        true
+    }
+}
+
+/// The code around a return address of process `pid`: `CODE_BEFORE` bytes
+/// before it and `CODE_AFTER` from it (one `process_vm_readv`).
+fn read_code(pid: u32, ret: u64) -> Option<[u8; unwind::CODE_BEFORE + unwind::CODE_AFTER]> {
+    let mut code = [0u8; unwind::CODE_BEFORE + unwind::CODE_AFTER];
+    let local = libc::iovec {
+        iov_base: code.as_mut_ptr().cast(),
+        iov_len: code.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: ret.checked_sub(unwind::CODE_BEFORE as u64)? as *mut libc::c_void,
+        iov_len: code.len(),
+    };
+    // SAFETY: one local buffer of exactly iov_len bytes; the remote side is
+    // only read, by the kernel, under its access checks.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    (n == code.len() as isize).then_some(code)
+}
+
+/// Bytes of `.eh_frame` (+ `.eh_frame_hdr`) read from one file at most.
+const MAX_CFI_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads a file's CFI sections through the process's view of it.
+fn load_cfi(
+    root: &Path,
+    pid: u32,
+    map: &MapEntry,
+    binary: &crate::binaries::Binary,
+) -> Option<FileCfi> {
+    use std::os::unix::fs::FileExt;
+    let eh_frame = binary.eh_frame?;
+    let hdr = binary.eh_frame_hdr;
+    if eh_frame.size + hdr.map_or(0, |h| h.size) > MAX_CFI_FILE_BYTES {
+        tracing::debug!(pid, path = %map.path, "CFI too large: not read");
+        return None;
+    }
+    let file = binaries::open(root, pid, map).ok()?;
+    let read = |s: crate::cfi::SectionRef| {
+        let mut bytes = vec![0; s.size as usize];
+        file.read_exact_at(&mut bytes, s.offset).ok()?;
+        Some((bytes, s.address))
+    };
+    FileCfi::new(read(eh_frame)?, hdr.and_then(read), binary.text_address)
 }
 
 fn entry<'a>(
@@ -304,7 +573,23 @@ fn reread(root: &Path, pid: u32, process: &mut Process, now: Instant) {
     process.maps_read = now;
 }
 
-fn mapping_of(binaries: &mut Binaries, root: &Path, pid: u32, map: &MapEntry) -> Mapping {
+fn mapping_of(
+    binaries: &mut Binaries,
+    root: &Path,
+    pid: u32,
+    map: &MapEntry,
+    vdso: Option<&Vdso>,
+) -> Mapping {
+    if let Some(vdso) = vdso.filter(|_| map.path == "[vdso]") {
+        // In the image's own addresses, as for files.
+        return Mapping {
+            path: map.path.clone(),
+            build_id: None,
+            start: vdso.base,
+            limit: vdso.base + (map.end - map.start),
+            file_offset: 0,
+        };
+    }
     let binary = binaries.get(root, pid, map);
     match binary {
         Some(b) => {
@@ -451,23 +736,98 @@ mod tests {
 
     #[test]
     fn resolves_our_own_stack_to_our_build_id() {
-        let mut procs = Processes::new(Path::new("/proc"));
-        let here = resolves_our_own_stack_to_our_build_id as *const () as u64;
+        let mut procs = Processes::new(Path::new("/proc"), 64 << 20);
         let pid = std::process::id();
+        // A real return address of ours: the one this function returns to
+        // is after a call; take one from our own frame-pointer chain.
+        let ret = our_return_address();
+        let leaf = resolves_our_own_stack_to_our_build_id as *const () as u64 + 1;
         let mut out = Vec::new();
-        let info = procs.resolve(pid, "test", &[here, here + 1], &mut out);
+        let stack = UserStack {
+            chain: &[leaf, ret],
+            end: USER_END_ROOT,
+            bp: 0,
+            window: &[],
+        };
+        let (info, cut) = procs.resolve(pid, "test", &stack, &mut out);
         let exe = std::fs::read("/proc/self/exe").unwrap();
         let ours = crate::binaries::Binary::parse(&exe).unwrap().build_id;
-        assert_eq!(out.len(), 2);
-        assert_eq!(out[0].0.build_id, ours);
-        assert!(out[0].0.path.ends_with(&info.executable_name));
+        assert_eq!(cut, None);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0].mapping.build_id, ours);
+        assert!(out[0].mapping.path.ends_with(&info.executable_name));
         assert_eq!(info.pid, pid);
-        // The caller frame moved back one byte; both within the mapping.
-        assert_eq!(out[1].1, out[0].1);
-        assert!((out[0].0.start..out[0].0.limit).contains(&out[0].1));
-        // An address in no mapping keeps its value, in the unknown mapping.
+        assert!((out[0].mapping.start..out[0].mapping.limit).contains(&out[0].address));
+        // The leaf, after `push %rbp` of a function with frame pointers, is in its
+        // prologue: %rsp-based CFA, but the window is empty.
+        assert_eq!(procs.unwind.out_of_window, 1);
+
+        // The same caller recovered from the window by CFI: inserted after
+        // the leaf.
         out.clear();
-        procs.resolve(pid, "test", &[8], &mut out);
-        assert_eq!((out[0].0.path.as_str(), out[0].1), ("[unknown]", 8));
+        let leaf_entry = leaf - 1; // first instruction: return address at %rsp
+        let stack = UserStack {
+            chain: &[leaf_entry],
+            end: USER_END_ROOT,
+            bp: 0,
+            window: &ret.to_le_bytes(),
+        };
+        let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+        assert_eq!((cut, out.len()), (None, 2), "{out:?}");
+        assert_eq!(procs.unwind.callers_recovered, 1);
+
+        // A return address in no mapping ends the stack, as does one that
+        // is not after a call (the start of a function).
+        for (bad, why) in [(8, Cut::OutsideCode), (leaf_entry + 1, Cut::NotAfterCall)] {
+            out.clear();
+            let stack = UserStack {
+                chain: &[leaf, bad, ret, ret],
+                end: USER_END_ROOT,
+                bp: 0,
+                window: &[],
+            };
+            let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+            assert_eq!((cut, out.len()), (Some(why), 1), "{out:?}");
+        }
+        // A leaf in no mapping stays, as an unknown frame.
+        out.clear();
+        let stack = UserStack {
+            chain: &[8],
+            end: USER_END_ROOT,
+            bp: 0,
+            window: &[],
+        };
+        procs.resolve(pid, "test", &stack, &mut out);
+        assert_eq!(
+            (out[0].mapping.path.as_str(), out[0].address),
+            ("[unknown]", 8)
+        );
+        // A chain the BPF program stopped (frame pointer not increasing).
+        out.clear();
+        let stack = UserStack {
+            chain: &[leaf, ret],
+            end: crate::record::USER_END_NOT_INCREASING,
+            bp: 0,
+            window: &[],
+        };
+        let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+        assert_eq!((cut, out.len()), (Some(Cut::NotIncreasing), 2));
+        out.clear();
+        let stack = UserStack {
+            end: crate::record::USER_END_UNREADABLE,
+            ..stack
+        };
+        let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+        assert_eq!((cut, out.len()), (Some(Cut::Unreadable), 2));
+        assert_eq!(procs.unwind.cut_total(), 4);
+    }
+
+    /// The return address of this call: in the caller, after a call.
+    #[inline(never)]
+    fn our_return_address() -> u64 {
+        let ret: u64;
+        // SAFETY: reads our own frame record (frame pointers are on).
+        unsafe { std::arch::asm!("mov {}, [rbp + 8]", out(reg) ret) };
+        ret
     }
 }

@@ -1,24 +1,13 @@
 //! The ring-buffer records of `bpf/sample.h`, byte for byte.
 
-/// Frames of a user stack (`USER_STACK_DEPTH`).
-pub const USER_STACK_DEPTH: usize = 127;
-/// Frames of a kernel stack (`KERNEL_STACK_DEPTH`).
-pub const KERNEL_STACK_DEPTH: usize = 64;
-
-pub const RECORD_SAMPLE: u32 = 1;
-pub const RECORD_EXEC: u32 = 2;
-pub const RECORD_EXIT: u32 = 3;
-
-/// `enum counter`: indices of the per-CPU `counters` map.
-pub const COUNTER_SAMPLES: u32 = 0;
-pub const COUNTER_LOST: u32 = 1;
-pub const COUNTER_KERNEL_THREAD: u32 = 2;
-pub const COUNTER_EVENTS_LOST: u32 = 3;
-pub const COUNTER_CTX_READ: u32 = 4;
-pub const COUNTER_CTX_UNREADABLE: u32 = 5;
-
-/// Attribute bytes of a trace context copied per sample (`TRACE_CTX_ATTRS`).
-pub const TRACE_CTX_ATTRS: usize = 100;
+// USER_STACK_DEPTH, KERNEL_STACK_DEPTH, USER_STACK_WINDOW, TRACE_CTX_ATTRS,
+// the record kinds, `enum user_stack_end` and `enum counter`: one source,
+// bpf/sample.h (build.rs).
+#[allow(dead_code)] // every constant of the header, used or not
+mod layout {
+    include!(concat!(env!("OUT_DIR"), "/sample_h.rs"));
+}
+pub use layout::*;
 
 /// `struct trace_ctx`: the OTEP 4947 record header and the first attribute
 /// bytes.
@@ -79,19 +68,20 @@ pub struct CpuSample {
     pub pid: u32,
     pub tid: u32,
     pub boot_ns: u64,
-    pub user_bytes: i32,
+    pub user_frames: u32,
+    pub user_end: u32,
     pub kernel_bytes: i32,
+    pub window_bytes: u32,
     pub comm: [u8; 16],
+    pub user_sp: u64,
+    pub user_bp: u64,
     pub trace: TraceCtx,
+    pub window: [u8; USER_STACK_WINDOW],
     pub user: [u64; USER_STACK_DEPTH],
     pub kernel: [u64; KERNEL_STACK_DEPTH],
 }
 
-const _: () = assert!(std::mem::size_of::<TraceCtx>() == 128);
-const _: () = assert!(
-    std::mem::size_of::<CpuSample>()
-        == 16 + 8 + 8 + 16 + 128 + 8 * (USER_STACK_DEPTH + KERNEL_STACK_DEPTH)
-);
+const _: () = assert!(std::mem::size_of::<TraceCtx>() == 28 + TRACE_CTX_ATTRS);
 
 /// A record as read from the ring buffer.
 pub enum Record {
@@ -101,14 +91,16 @@ pub enum Record {
 }
 
 impl Record {
-    /// Reads a record; `None` for a record of an unknown kind or size
-    /// (a BPF object of another version: a bug, counted by the caller).
+    /// Reads a record; `None` for a record of an unknown kind or size (a
+    /// BPF object of another layout: a bug, counted by the caller). A sample
+    /// is exactly `sizeof(struct cpu_sample)` bytes: the ring buffer hands
+    /// out what the program reserved.
     pub fn parse(bytes: &[u8]) -> Option<Record> {
         let word = |at: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
         };
         match word(0)? {
-            RECORD_SAMPLE if bytes.len() >= std::mem::size_of::<CpuSample>() => {
+            RECORD_SAMPLE if bytes.len() == std::mem::size_of::<CpuSample>() => {
                 // SAFETY: CpuSample is plain old data (integers and byte
                 // arrays, every bit pattern valid) and `bytes` holds at
                 // least one; read_unaligned makes no alignment assumption.
@@ -124,10 +116,18 @@ impl Record {
 }
 
 impl CpuSample {
-    /// The user stack's return addresses, leaf first (empty when the walk
-    /// failed, e.g. a kernel thread).
+    /// The user stack: the user `%rip`, then the frame-pointer chain's
+    /// return addresses, leaf first (empty for a kernel thread).
     pub fn user_stack(&self) -> &[u64] {
-        frames(&self.user, self.user_bytes)
+        let n = (self.user_frames as usize).min(USER_STACK_DEPTH);
+        let frames = &self.user[..n];
+        let end = frames.iter().position(|&a| a == 0).unwrap_or(n);
+        &frames[..end]
+    }
+
+    /// The bytes of the user stack from `user_sp` up.
+    pub fn window(&self) -> &[u8] {
+        &self.window[..(self.window_bytes as usize).min(USER_STACK_WINDOW)]
     }
 
     pub fn kernel_stack(&self) -> &[u64] {
@@ -171,8 +171,10 @@ mod tests {
         s.pid = 42;
         s.tid = 43;
         s.comm[..4].copy_from_slice(b"work");
-        s.user[..3].copy_from_slice(&[0x1000, 0x2000, 0x3000]);
-        s.user_bytes = 24;
+        s.user[..4].copy_from_slice(&[0x1000, 0x2000, 0x3000, 0]);
+        s.user_frames = 4;
+        s.window_bytes = 8;
+        s.window[..8].copy_from_slice(&7u64.to_ne_bytes());
         s.kernel_bytes = -14; // -EFAULT: sampled in user mode
         let bytes = unsafe {
             std::slice::from_raw_parts(
@@ -185,10 +187,14 @@ mod tests {
         };
         assert_eq!((parsed.pid, parsed.tid), (42, 43));
         assert_eq!(parsed.user_stack(), &[0x1000, 0x2000, 0x3000]);
+        assert_eq!(parsed.window(), 7u64.to_ne_bytes());
         assert!(parsed.kernel_stack().is_empty());
         assert_eq!(parsed.thread_name(), "work");
-        // A truncated sample is not read past its end.
+        // A sample of another size (another layout) is refused.
         assert!(Record::parse(&bytes[..100]).is_none());
+        let mut longer = bytes.to_vec();
+        longer.extend_from_slice(&[0; 8]);
+        assert!(Record::parse(&longer).is_none());
     }
 
     #[test]

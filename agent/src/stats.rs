@@ -2,8 +2,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::cfi::CacheStats;
 use crate::export::Delivery;
 use crate::sampler::Counters;
+use crate::unwind::{Cut, UnwindStats};
 
 /// This process's CPU time (user + system) so far.
 pub fn own_cpu() -> Duration {
@@ -32,6 +34,10 @@ pub struct Gauges {
     /// Processes gone before the agent could read them (short-lived).
     pub vanished: u64,
     pub binaries: usize,
+    /// Ring-buffer records of an unknown kind or size (a layout mismatch).
+    pub malformed: u64,
+    pub unwind: UnwindStats,
+    pub cfi: CacheStats,
     pub delivery: Delivery,
 }
 
@@ -45,7 +51,9 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     let d = &g.delivery;
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
-         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, trace contexts read {ctx}, unreadable {bad} | processes {procs} ({vanished} gone before read), binaries {bins} | \
+         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | processes {procs} ({vanished} gone before read), binaries {bins} | \
+         unwinding: leaf callers recovered {recovered}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
+         stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, BPF {bpf_ms:.1} ms over {runs} runs \
@@ -62,6 +70,19 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         procs = g.processes,
         vanished = g.vanished,
         bins = g.binaries,
+        malformed = g.malformed,
+        recovered = g.unwind.callers_recovered,
+        no_cfi = g.unwind.leaf_without_cfi,
+        beyond = g.unwind.out_of_window,
+        cut = g.unwind.cut_total(),
+        cuts = Cut::ALL
+            .iter()
+            .map(|c| format!("{c:?} {}", g.unwind.cut[c.index()]))
+            .collect::<Vec<_>>()
+            .join(", "),
+        cfi_files = g.cfi.files,
+        cfi_kb = g.cfi.bytes / 1024,
+        cfi_resets = g.cfi.resets,
         delivered = d.delivered_samples,
         batches = d.delivered_batches,
         queued = d.queued_batches,
@@ -108,6 +129,17 @@ mod tests {
             processes: 3,
             vanished: 0,
             binaries: 5,
+            malformed: 0,
+            unwind: UnwindStats {
+                callers_recovered: 7,
+                cut: [1, 0, 2, 0, 0],
+                ..Default::default()
+            },
+            cfi: CacheStats {
+                files: 2,
+                bytes: 4096,
+                resets: 0,
+            },
             delivery: Delivery::default(),
         };
         let text = line(&before, &now, &g);
@@ -122,5 +154,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
+        assert!(text.contains("leaf callers recovered 7"), "{text}");
+        assert!(
+            text.contains("stacks cut 3 (OutsideCode 1, NotAfterCall 0, NotIncreasing 2"),
+            "{text}"
+        );
+        assert!(text.contains("CFI cache 2 files 4 KiB"), "{text}");
     }
 }

@@ -1,0 +1,272 @@
+//! Stacks that are right for gcc's code too (issue #18): the agent for real
+//! (BPF as root), against `tests/workload/unwind_cases.c` built by the
+//! machine's gcc and by clang with exactly the mission's flags, checked
+//! through a real server's folded flamegraphs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use symtrace_testkit::agent::{bpf_test, number_after, Agent};
+use symtrace_testkit::{self as kit, Backend, Server};
+
+const HZ: f64 = 97.0;
+const MARKER: &str = "[truncated: unverifiable frame-pointer chain]";
+
+/// The mission's flags, nothing else.
+fn build(dir: &Path, compiler: &str, opt: &str) -> PathBuf {
+    let bin = dir.join(format!("unwind_cases-{compiler}-{opt}"));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workload/unwind_cases.c");
+    kit::run(
+        Command::new(compiler)
+            .args([
+                opt,
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer",
+            ])
+            .arg(&source)
+            .arg("-o")
+            .arg(&bin),
+    );
+    bin
+}
+
+/// Runs a workload mode; returns the `name seconds` lines it printed.
+fn run(bin: &Path, service: &str, args: &[&str]) -> BTreeMap<String, f64> {
+    let out = kit::run(
+        Command::new(bin)
+            .args(args)
+            .env("OTEL_SERVICE_NAME", service)
+            .stdin(Stdio::null()),
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (name, secs) = l.split_once(' ')?;
+            Some((name.to_owned(), secs.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The service's folded stacks (root first), once at least `min` samples
+/// are in (or after 30 s).
+fn folded_stacks(server: &Server, service: &str, min: u64) -> Vec<(Vec<String>, u64)> {
+    let url = format!(
+        "{}/api/v1/flamegraph?service={service}&format=folded&from=now-1h&to=now",
+        server.url
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = kit::client().get(&url).send().unwrap();
+        let text = if resp.status() == 200 {
+            resp.text().unwrap()
+        } else {
+            String::new()
+        };
+        let stacks: Vec<(Vec<String>, u64)> = text
+            .lines()
+            .map(|l| {
+                let (frames, n) = l.rsplit_once(' ').unwrap();
+                (
+                    frames.split(';').map(str::to_owned).collect(),
+                    n.parse().unwrap(),
+                )
+            })
+            .collect();
+        let total: u64 = stacks.iter().map(|s| s.1).sum();
+        if total >= min || Instant::now() > deadline {
+            return stacks;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Whether `path` (root first, `;`-separated) appears in the stack as
+/// consecutive frames.
+fn has_path(stack: &[String], path: &str) -> bool {
+    let path: Vec<&str> = path.split(';').collect();
+    stack
+        .windows(path.len())
+        .any(|w| w.iter().zip(&path).all(|(a, b)| a == b))
+}
+
+fn samples_where(stacks: &[(Vec<String>, u64)], f: impl Fn(&[String]) -> bool) -> u64 {
+    stacks.iter().filter(|(s, _)| f(s)).map(|(_, n)| n).sum()
+}
+
+/// A stack a user could not trust: frames of our workload that are no
+/// function of it, or unknown memory.
+fn garbage_frames(stacks: &[(Vec<String>, u64)], exe: &str) -> Vec<String> {
+    stacks
+        .iter()
+        // A sample in execve, before the new image is mapped, has an unknown
+        // leaf: that is the leaf, not a frame unwinding made up.
+        .filter(|(s, _)| {
+            !s.iter()
+                .any(|f| f == "begin_new_exec" || f == "__x64_sys_execve")
+        })
+        .flat_map(|(s, _)| s.iter())
+        .filter(|f| {
+            f.starts_with(&format!("{exe}+"))
+                || f.starts_with("[unknown]")
+                || f.starts_with("[anon]")
+        })
+        .cloned()
+        .collect()
+}
+
+fn check_split(server: &Server, bin: &Path, what: &str) {
+    let service = kit::unique(&format!("leaf-split-{what}-"));
+    let used = run(bin, &service, &["split", "1.2", "0.4"]);
+    let (gamma, delta) = (used["gamma_work"], used["delta_work"]);
+    let expected = (gamma + delta) * HZ;
+    let stacks = folded_stacks(server, &service, (expected * 0.8) as u64);
+    let total = samples_where(&stacks, |_| true) as f64;
+    let in_leaf = samples_where(&stacks, |s| s.last().is_some_and(|f| f == "leaf_spin"));
+    let g = samples_where(&stacks, |s| {
+        has_path(s, "main;dispatch;gamma_work;leaf_spin")
+    });
+    let d = samples_where(&stacks, |s| {
+        has_path(s, "main;dispatch;delta_work;leaf_spin")
+    });
+    let text = format!("{what}: {stacks:?}");
+    assert!(
+        total >= 0.6 * expected,
+        "{what}: {total} samples for {expected:.0} expected; {text}"
+    );
+    assert!(
+        (g + d) as f64 >= 0.9 * in_leaf as f64,
+        "{what}: {} of {in_leaf} samples in leaf_spin have the full chain; {text}",
+        g + d
+    );
+    let share = g as f64 / (g + d).max(1) as f64;
+    let measured = gamma / (gamma + delta);
+    assert!(
+        (share - measured).abs() <= 0.10,
+        "{what}: gamma_work has {:.1}% of the full-chain samples, {:.1}% of the CPU time; {text}",
+        share * 100.0,
+        measured * 100.0
+    );
+    eprintln!(
+        "{what}: {total} samples, {in_leaf} in leaf_spin, {} with the full chain, gamma share {share:.3} (measured {measured:.3})",
+        g + d
+    );
+}
+
+fn check_tiny(server: &Server, bin: &Path, what: &str) {
+    let service = kit::unique(&format!("tiny-{what}-"));
+    let used = run(bin, &service, &["tiny", "2.0"]);
+    let stacks = folded_stacks(server, &service, (used["tiny"] * HZ * 0.8) as u64);
+    let in_tiny = samples_where(&stacks, |s| s.last().is_some_and(|f| f == "tiny"));
+    let with_caller = samples_where(&stacks, |s| has_path(s, "main;tiny_loop;tiny"));
+    assert!(
+        in_tiny >= 20,
+        "{what}: {in_tiny} samples in tiny: {stacks:?}"
+    );
+    assert!(
+        with_caller as f64 >= 0.95 * in_tiny as f64,
+        "{what}: {with_caller} of {in_tiny} samples in tiny keep main;tiny_loop: {stacks:?}"
+    );
+    eprintln!("{what}: {with_caller} of {in_tiny} samples in tiny keep their caller");
+}
+
+#[test]
+fn stacks_through_frameless_leaves_prologues_libc_and_the_vdso() {
+    let Some(_one) = bpf_test(&["clang-19", "gcc"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&Backend::local(), &[]);
+    let bins: Vec<(String, PathBuf)> = [("gcc", "-O1"), ("gcc", "-O2"), ("clang-19", "-O1")]
+        .into_iter()
+        .map(|(c, o)| (format!("{c}{o}"), build(dir.path(), c, o)))
+        .collect();
+    for (_, bin) in &bins {
+        server.upload(&kit::build_id_of(bin), "debuginfo", bin);
+    }
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_symtrace-agent"));
+    let mut agent = Agent::start(agent_bin, &server.grpc_addr, &[]);
+
+    // 1. Frameless leaves (gcc) and framed ones (clang): the full chain
+    // and the 3:1 split.
+    for (what, bin) in &bins {
+        check_split(&server, bin, what);
+    }
+    // 2. A tiny function called in a tight loop: samples in its prologue
+    // and epilogue (clang) or in a frameless body (gcc) keep the caller.
+    for (what, bin) in [&bins[0], &bins[2]] {
+        check_tiny(&server, bin, what);
+    }
+
+    // 3. qsort's comparator: frames through a libc built without frame
+    // pointers. Report how many samples reach main; none may hold garbage.
+    let (what, bin) = &bins[0];
+    let service = kit::unique("qsort-");
+    let used = run(bin, &service, &["qsort", "1.5"]);
+    let stacks = folded_stacks(&server, &service, (used["qsort"] * HZ * 0.8) as u64);
+    let exe = bin.file_name().unwrap().to_str().unwrap();
+    let garbage = garbage_frames(&stacks, exe);
+    assert!(
+        garbage.is_empty(),
+        "{what}: garbage frames {garbage:?} in {stacks:?}"
+    );
+    let total = samples_where(&stacks, |_| true);
+    let in_cmp = samples_where(&stacks, |s| s.iter().any(|f| f == "cmp_ints"));
+    let reach_main = samples_where(&stacks, |s| has_path(s, "main;sort_work"));
+    let cmp_reach_main = samples_where(&stacks, |s| {
+        s.iter().any(|f| f == "cmp_ints") && has_path(s, "main;sort_work")
+    });
+    let cut = samples_where(&stacks, |s| s.first().is_some_and(|f| f == MARKER));
+    // Every stack that names our functions names them in call order.
+    for (s, _) in &stacks {
+        let ours: Vec<&str> = s
+            .iter()
+            .map(String::as_str)
+            .filter(|f| ["main", "sort_work", "cmp_ints"].contains(f))
+            .collect();
+        let order = ["main", "sort_work", "cmp_ints"];
+        let positions: Vec<usize> = ours
+            .iter()
+            .map(|f| order.iter().position(|o| o == f).unwrap())
+            .collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "out of order: {s:?}"
+        );
+    }
+    assert!(in_cmp > 0, "no sample in the comparator: {stacks:?}");
+    eprintln!(
+        "qsort ({what}): {total} samples; {reach_main} ({:.0}%) reach main; of {in_cmp} in cmp_ints {cmp_reach_main} ({:.0}%) reach main; {cut} cut with the marker",
+        100.0 * reach_main as f64 / total.max(1) as f64,
+        100.0 * cmp_reach_main as f64 / in_cmp.max(1) as f64,
+    );
+
+    // 4. The vDSO: clock_gettime named, no raw [vdso] address.
+    let service = kit::unique("vdso-");
+    let used = run(bin, &service, &["vdso", "1.0"]);
+    let stacks = folded_stacks(&server, &service, (used["vdso"] * HZ * 0.8) as u64);
+    let named = samples_where(&stacks, |s| {
+        s.iter()
+            .any(|f| f == "clock_gettime" || f == "__vdso_clock_gettime")
+    });
+    assert!(
+        named >= 10,
+        "{named} samples name the vDSO's clock_gettime: {stacks:?}"
+    );
+    let raw = samples_where(&stacks, |s| s.iter().any(|f| f.starts_with("[vdso]")));
+    assert_eq!(raw, 0, "raw vDSO addresses: {stacks:?}");
+    let total = samples_where(&stacks, |_| true);
+    let in_clock_work = samples_where(&stacks, |s| has_path(s, "main;clock_work"));
+    eprintln!("vdso: {named} of {total} samples name clock_gettime; {in_clock_work} reach main;clock_work");
+
+    let stats = agent.last_line("stats:").expect("a stats line");
+    assert!(
+        number_after(&stats, "leaf callers recovered") > 0,
+        "{stats}"
+    );
+    assert_eq!(number_after(&stats, "malformed records"), 0, "{stats}");
+    assert!(agent.stop().success(), "{}", agent.stderr());
+    eprintln!("{}", agent.last_line("total:").unwrap_or_default());
+}
