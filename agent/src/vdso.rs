@@ -56,7 +56,7 @@ impl Vdso {
             .collect();
         // Aliases (`clock_gettime` and `__vdso_clock_gettime`) share an
         // address: keep the public name, the shorter one.
-        symbols.sort_by(|a, b| (a.0, a.2.len()).cmp(&(b.0, b.2.len())));
+        symbols.sort_by_key(|s| (s.0, s.2.len()));
         symbols.dedup_by_key(|s| s.0);
         Some(Vdso {
             symbols,

@@ -35,8 +35,12 @@ pub struct FramePointerReport {
     pub functions: usize,
     /// Functions that call others without keeping a frame pointer.
     pub without: usize,
-    /// Leaf functions without one (not counted against the gate).
+    /// Leaf functions without one (counted against the gate only when the
+    /// file has no `.eh_frame`).
     pub leaves_without: usize,
+    /// Whether the file has `.eh_frame` (the agent recovers the callers of
+    /// frameless leaves from it).
+    pub eh_frame: bool,
     /// Bytes of code in functions without frame pointers, in percent.
     pub share_without_percent: f64,
     /// The largest offenders (name, size).
@@ -55,6 +59,9 @@ pub fn check(data: &[u8]) -> Option<FramePointerReport> {
     } else {
         file.dynamic_symbols().collect()
     };
+    let eh_frame = file
+        .section_by_name(".eh_frame")
+        .is_some_and(|s| s.size() > 0);
     let mut seen = std::collections::HashSet::new();
     let (mut functions, mut without, mut leaves_without) = (0usize, 0usize, 0usize);
     let (mut total_bytes, mut without_bytes) = (0u64, 0u64);
@@ -84,7 +91,13 @@ pub fn check(data: &[u8]) -> Option<FramePointerReport> {
         total_bytes += sym.size();
         match classify(code, sym.address()) {
             Frame::Kept => {}
-            Frame::LeafWithout => leaves_without += 1,
+            Frame::LeafWithout => {
+                leaves_without += 1;
+                if !eh_frame {
+                    without_bytes += sym.size();
+                    examples.push((name.to_owned(), sym.size()));
+                }
+            }
             Frame::Missing => {
                 without += 1;
                 without_bytes += sym.size();
@@ -101,6 +114,7 @@ pub fn check(data: &[u8]) -> Option<FramePointerReport> {
         functions,
         without,
         leaves_without,
+        eh_frame,
         share_without_percent: 100.0 * without_bytes as f64 / total_bytes.max(1) as f64,
         examples,
     })
@@ -157,7 +171,58 @@ fn classify(code: &[u8], address: u64) -> Frame {
 
 #[cfg(test)]
 mod tests {
-    use super::{classify, Frame};
+    use super::{check, classify, Frame};
+
+    /// A gcc build with frameless leaves passes while it has `.eh_frame`,
+    /// and fails once `.eh_frame` is stripped.
+    #[test]
+    fn frameless_leaves_count_only_without_eh_frame() {
+        if !symtrace_testkit::have("gcc") || !symtrace_testkit::have("objcopy") {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("leaf.c");
+        std::fs::write(
+            &src,
+            "__attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
+             int main(int argc, char **argv) { return leaf(argc) + leaf(argc + 1); }\n",
+        )
+        .unwrap();
+        let bin = dir.path().join("leaf");
+        symtrace_testkit::run(
+            std::process::Command::new("gcc")
+                .args([
+                    "-O1",
+                    "-g",
+                    "-fno-omit-frame-pointer",
+                    "-mno-omit-leaf-frame-pointer",
+                ])
+                .arg(&src)
+                .arg("-o")
+                .arg(&bin),
+        );
+        let with = check(&std::fs::read(&bin).unwrap()).unwrap();
+        assert!(with.eh_frame);
+        assert!(with.leaves_without >= 1, "{with:?}");
+        assert!(!with.examples.iter().any(|(n, _)| n == "leaf"), "{with:?}");
+        let stripped = dir.path().join("leaf-no-eh-frame");
+        symtrace_testkit::run(
+            std::process::Command::new("objcopy")
+                .args([
+                    "--remove-section=.eh_frame",
+                    "--remove-section=.eh_frame_hdr",
+                ])
+                .arg(&bin)
+                .arg(&stripped),
+        );
+        let without = check(&std::fs::read(&stripped).unwrap()).unwrap();
+        assert!(!without.eh_frame);
+        assert!(
+            without.examples.iter().any(|(n, _)| n == "leaf"),
+            "{without:?}"
+        );
+        assert!(without.share_without_percent > with.share_without_percent);
+    }
 
     const CALL: [u8; 5] = [0xe8, 0, 0, 0, 0];
 

@@ -138,11 +138,16 @@ pub fn print_human(summary: &Summary) {
                 "ok"
             };
             eprintln!(
-                "  frame pointers {verdict}: {} of {} functions that call others ({:.1}% of all function code) lack them ({} leaf functions without, not counted){}",
+                "  frame pointers {verdict}: {} of {} functions that call others lack them; {} leaf functions without ({}); {:.1}% of all function code counted against the gate{}",
                 fp.without,
                 fp.functions,
-                fp.share_without_percent,
                 fp.leaves_without,
+                if fp.eh_frame {
+                    "not counted: symtrace-agent recovers their callers from .eh_frame"
+                } else {
+                    "counted: the file has no .eh_frame, so their callers are lost"
+                },
+                fp.share_without_percent,
                 if fp.examples.is_empty() {
                     String::new()
                 } else {

@@ -55,4 +55,29 @@ fn frame_pointer_gate() {
         summary["files"][0]["frame_pointers"]["without"], 0,
         "{summary}"
     );
+    // gcc leaves `mix` and `fill` frameless even so: reported, not counted,
+    // because the agent recovers their callers from .eh_frame …
+    let fp = &summary["files"][0]["frame_pointers"];
+    assert!(fp["leaves_without"].as_u64().unwrap() >= 2, "{fp}");
+    assert_eq!(fp["eh_frame"], true, "{fp}");
+    assert!(
+        stderr.contains("recovers their callers from .eh_frame"),
+        "{stderr}"
+    );
+    // … which a file without .eh_frame does not allow: the gate fails.
+    if !tools(&["objcopy"]) {
+        return;
+    }
+    let stripped = dir.path().join("with-no-eh-frame");
+    run(std::process::Command::new("objcopy")
+        .args([
+            "--remove-section=.eh_frame",
+            "--remove-section=.eh_frame_hdr",
+        ])
+        .arg(&with)
+        .arg(&stripped));
+    let (code, summary, stderr) = upload(&server.url, &["--require-frame-pointers"], &[&stripped]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("the file has no .eh_frame"), "{stderr}");
+    assert_eq!(summary["files"][0]["frame_pointers"]["eh_frame"], false);
 }
