@@ -1,12 +1,18 @@
-//! Bearer tokens with scopes. Tokens are compared in constant time and never
-//! logged; only their counts are.
+//! Bearer tokens with scopes, each bound to tenants or to all of them.
+//! Tokens are compared in constant time and never logged; only their counts
+//! are. They come from the `SYMTRACE_*_TOKENS` lists and from
+//! `SYMTRACE_TOKENS_FILE` (reloaded by [`Auth::reload`], on SIGHUP).
+
+mod tokens;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
 
 use axum::http::{header, HeaderMap, StatusCode};
-use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use tokens::{parse_entry, parse_file, Token};
 
 /// What a request wants to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,92 +25,169 @@ pub enum Scope {
     Admin,
 }
 
+/// The tenants a request may act for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tenants {
+    /// Every tenant: a plain token, public reads, or a trusted loopback
+    /// write.
+    All,
+    /// Only these (a bound token).
+    Only(Vec<String>),
+}
+
+impl Tenants {
+    pub fn allows(&self, tenant: &str) -> bool {
+        match self {
+            Tenants::All => true,
+            Tenants::Only(list) => list.iter().any(|t| t == tenant),
+        }
+    }
+}
+
+/// How the server was told to treat clients without tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct Trust {
+    /// Writes from direct loopback clients are accepted when no write
+    /// token is configured (`SYMTRACE_LOOPBACK_TRUST`).
+    pub loopback_writes: bool,
+}
+
 /// Configured tokens. Admin tokens may also upload and read; upload tokens
 /// may also read.
 pub struct Auth {
-    read: Vec<String>,
-    upload: Vec<String>,
-    admin: Vec<String>,
+    from_lists: Vec<Token>,
+    file: Option<PathBuf>,
+    tokens: RwLock<Arc<Vec<Token>>>,
+    trust: Trust,
 }
 
 impl Auth {
-    pub fn new(read: Vec<String>, upload: Vec<String>, admin: Vec<String>) -> Self {
-        let clean = |v: Vec<String>| -> Vec<String> {
-            v.into_iter()
-                .map(|t| t.trim().to_owned())
-                .filter(|t| !t.is_empty())
-                .collect()
-        };
-        Self {
-            read: clean(read),
-            upload: clean(upload),
-            admin: clean(admin),
+    /// Tokens from the three lists (entries `TOKEN` or
+    /// `TOKEN=TENANT[+TENANT…]`) and the tokens file.
+    pub fn new(
+        read: Vec<String>,
+        upload: Vec<String>,
+        admin: Vec<String>,
+        file: Option<PathBuf>,
+        trust: Trust,
+    ) -> Result<Self, String> {
+        let mut from_lists = Vec::new();
+        for (entries, scope) in [
+            (read, Scope::Read),
+            (upload, Scope::Upload),
+            (admin, Scope::Admin),
+        ] {
+            for entry in entries {
+                from_lists.extend(parse_entry(&entry, scope)?);
+            }
         }
+        let auth = Self {
+            tokens: RwLock::new(Arc::new(from_lists.clone())),
+            from_lists,
+            file,
+            trust,
+        };
+        auth.reload()?;
+        Ok(auth)
+    }
+
+    /// Reads the tokens file again (SIGHUP). On an error the tokens in
+    /// force stay.
+    pub fn reload(&self) -> Result<usize, String> {
+        let Some(path) = &self.file else {
+            return Ok(0);
+        };
+        let text = read_bounded(path)
+            .map_err(|e| format!("SYMTRACE_TOKENS_FILE {}: {e}", path.display()))?;
+        let from_file = parse_file(&text)
+            .map_err(|e| format!("SYMTRACE_TOKENS_FILE {}: {e}", path.display()))?;
+        let n = from_file.len();
+        let all: Vec<Token> = self.from_lists.iter().cloned().chain(from_file).collect();
+        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(all);
+        Ok(n)
+    }
+
+    fn tokens(&self) -> Arc<Vec<Token>> {
+        self.tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn count(&self, scope: Scope) -> usize {
+        self.tokens().iter().filter(|t| t.scope == scope).count()
     }
 
     /// A line for the start-up log.
     pub fn describe(&self) -> String {
+        let (read, upload, admin) = (
+            self.count(Scope::Read),
+            self.count(Scope::Upload),
+            self.count(Scope::Admin),
+        );
+        let bound = self.tokens().iter().filter(|t| t.tenants.is_some()).count();
+        let loopback = if self.trust.loopback_writes {
+            "accepted from direct loopback clients only"
+        } else {
+            "refused (loopback trust off)"
+        };
         format!(
-            "{} read, {} upload, {} admin token(s); reads {}; uploads {}; deletes {}",
-            self.read.len(),
-            self.upload.len(),
-            self.admin.len(),
-            if self.read.is_empty() {
-                "public"
+            "{read} read, {upload} upload, {admin} admin token(s), {bound} bound to tenants; reads {}; uploads {}; deletes {}",
+            if read == 0 { "public" } else { "need a token" },
+            if upload + admin == 0 {
+                format!("{loopback} (no SYMTRACE_UPLOAD_TOKENS)")
             } else {
-                "need a token"
+                "need a token".to_owned()
             },
-            if self.upload.is_empty() && self.admin.is_empty() {
-                "accepted from loopback clients only (no SYMTRACE_UPLOAD_TOKENS)"
-            } else {
-                "need a token"
-            },
-            match (self.admin.is_empty(), self.upload.is_empty()) {
-                (false, _) => "need an admin token",
-                (true, true) => "accepted from loopback clients only (no SYMTRACE_ADMIN_TOKENS)",
-                (true, false) => "refused (no SYMTRACE_ADMIN_TOKENS)",
+            match (admin, upload) {
+                (1.., _) => "need an admin token".to_owned(),
+                (0, 0) => format!("{loopback} (no SYMTRACE_ADMIN_TOKENS)"),
+                (0, _) => "refused (no SYMTRACE_ADMIN_TOKENS)".to_owned(),
             },
         )
     }
 
     pub fn reads_need_token(&self) -> bool {
-        !self.read.is_empty()
+        self.count(Scope::Read) > 0
     }
 
     pub fn uploads_need_token(&self) -> bool {
-        !(self.upload.is_empty() && self.admin.is_empty())
+        self.count(Scope::Upload) + self.count(Scope::Admin) > 0
     }
 
-    /// Checks that a request may act with `scope`.
+    /// Checks that a request may act with `scope`, and for which tenants.
     pub fn check(
         &self,
         headers: &HeaderMap,
         peer: SocketAddr,
         scope: Scope,
-    ) -> Result<(), ApiError> {
-        let accepted: Vec<&String> = match scope {
-            Scope::Read => {
-                if self.read.is_empty() {
-                    return Ok(());
-                }
-                self.read
-                    .iter()
-                    .chain(&self.upload)
-                    .chain(&self.admin)
-                    .collect()
-            }
-            Scope::Upload => self.upload.iter().chain(&self.admin).collect(),
-            Scope::Admin => self.admin.iter().collect(),
+    ) -> Result<Tenants, ApiError> {
+        let tokens = self.tokens();
+        let counts = |s: Scope| tokens.iter().filter(|t| t.scope == s).count();
+        let (read, upload, admin) = (
+            counts(Scope::Read),
+            counts(Scope::Upload),
+            counts(Scope::Admin),
+        );
+        let accepts = |t: &Token| match scope {
+            Scope::Read => true,
+            Scope::Upload => t.scope != Scope::Read,
+            Scope::Admin => t.scope == Scope::Admin,
         };
-        if accepted.is_empty() {
+        let accepted = match scope {
+            Scope::Read if read == 0 => return Ok(Tenants::All),
+            Scope::Read => read + upload + admin,
+            Scope::Upload => upload + admin,
+            Scope::Admin => admin,
+        };
+        if accepted == 0 {
             // Upload or admin with no token of that scope configured. Only a
-            // server with no write tokens at all trusts loopback clients, and
-            // never a request relayed by a proxy on the same host.
-            let proxied =
-                headers.contains_key("x-forwarded-for") || headers.contains_key("forwarded");
-            let open = self.upload.is_empty() && self.admin.is_empty();
-            if open && peer.ip().is_loopback() && !proxied {
-                return Ok(());
+            // server with no write tokens at all trusts loopback clients: a
+            // direct one (no proxy header), asking for a loopback host (a
+            // browser lured by DNS rebinding asks for another name).
+            let open = upload + admin == 0;
+            if open && self.trust.loopback_writes && direct_loopback(headers, peer) {
+                return Ok(Tenants::All);
             }
             let (what, var) = match scope {
                 Scope::Admin => ("deletes", "SYMTRACE_ADMIN_TOKENS"),
@@ -113,10 +196,10 @@ impl Auth {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
-                if open {
-                    format!("with no token configured this server accepts {what} only from direct loopback clients; set {var}")
-                } else {
-                    format!("{what} need a token from {var}, and none is configured")
+                match (open, self.trust.loopback_writes) {
+                    (true, true) => format!("with no token configured this server accepts {what} only from direct loopback clients (no proxy headers, a loopback Host); set {var}"),
+                    (true, false) => format!("{what} need a token from {var} (loopback trust is off)"),
+                    _ => format!("{what} need a token from {var}, and none is configured"),
                 },
             ));
         }
@@ -127,20 +210,86 @@ impl Auth {
                 "this request needs an `Authorization: Bearer <token>` header",
             ));
         };
-        let mut ok = 0u8;
-        for token in accepted {
-            ok |= token.as_bytes().ct_eq(presented.as_bytes()).unwrap_u8();
+        // Every token is compared, so the time taken does not say which
+        // (or whether one) matched.
+        let mut found: Option<&Token> = None;
+        for token in tokens.iter().filter(|t| accepts(t)) {
+            if token.secret.matches(presented.as_bytes()) && found.is_none() {
+                found = Some(token);
+            }
         }
-        if ok == 1 {
-            Ok(())
-        } else {
-            Err(ApiError::new(
+        match found {
+            Some(token) => Ok(match &token.tenants {
+                None => Tenants::All,
+                Some(list) => Tenants::Only(list.clone()),
+            }),
+            None => Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 format!("the bearer token is not valid for {scope:?} requests").to_lowercase(),
-            ))
+            )),
         }
     }
+}
+
+fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(tokens::MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > tokens::MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {} bytes",
+            tokens::MAX_FILE_BYTES
+        )));
+    }
+    Ok(text)
+}
+
+/// A client on this host talking to us directly: a loopback peer, no proxy
+/// header, and a loopback `Host` when there is one (HTTP/1.1 always sends
+/// it; an OTLP gRPC client sends `:authority` instead).
+fn direct_loopback(headers: &HeaderMap, peer: SocketAddr) -> bool {
+    let proxied = [
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-real-ip",
+        "forwarded",
+        "via",
+    ]
+    .iter()
+    .any(|h| headers.contains_key(*h));
+    let host_ok = match headers.get(header::HOST) {
+        None => true,
+        Some(v) => v.to_str().is_ok_and(is_loopback_host),
+    };
+    peer.ip().is_loopback() && !proxied && host_ok
+}
+
+/// `localhost` (and `*.localhost`, RFC 6761), `127.0.0.0/8` or `[::1]`,
+/// with or without a port.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((ip, _)) => ip,
+            None => return false,
+        }
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        })
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    name.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -152,6 +301,14 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn auth(read: &[&str], upload: &[&str], admin: &[&str]) -> Auth {
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        let trust = Trust {
+            loopback_writes: true,
+        };
+        Auth::new(v(read), v(upload), v(admin), None, trust).unwrap()
+    }
 
     fn headers(token: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -168,7 +325,7 @@ mod tests {
     fn scopes_and_loopback_rule() {
         let local: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let remote: SocketAddr = "192.0.2.7:1".parse().unwrap();
-        let open = Auth::new(vec![], vec![], vec![]);
+        let open = auth(&[], &[], &[]);
         assert!(open.check(&headers(None), remote, Scope::Read).is_ok());
         assert!(open.check(&headers(None), local, Scope::Upload).is_ok());
         assert_eq!(
@@ -187,7 +344,7 @@ mod tests {
             403
         );
         // Upload tokens but no admin token: deletes are refused, even locally.
-        let no_admin = Auth::new(vec![], vec!["up".into()], vec![]);
+        let no_admin = auth(&[], &["up"], &[]);
         assert_eq!(
             no_admin
                 .check(&headers(None), local, Scope::Admin)
@@ -203,7 +360,7 @@ mod tests {
             403
         );
 
-        let auth = Auth::new(vec![], vec!["up".into()], vec!["adm".into()]);
+        let auth = auth(&[], &["up"], &["adm"]);
         assert_eq!(
             auth.check(&headers(None), local, Scope::Upload)
                 .unwrap_err()
@@ -231,5 +388,120 @@ mod tests {
         assert!(auth
             .check(&headers(Some("adm")), remote, Scope::Admin)
             .is_ok());
+    }
+
+    #[test]
+    fn tokens_bound_to_tenants() {
+        let remote: SocketAddr = "192.0.2.7:1".parse().unwrap();
+        let a = auth(&["ra=team-a", "plain"], &["ua=team-a+team-c"], &[]);
+        let only = |l: &[&str]| Tenants::Only(l.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            a.check(&headers(Some("ra")), remote, Scope::Read).unwrap(),
+            only(&["team-a"])
+        );
+        assert_eq!(
+            a.check(&headers(Some("plain")), remote, Scope::Read)
+                .unwrap(),
+            Tenants::All
+        );
+        assert_eq!(
+            a.check(&headers(Some("ua")), remote, Scope::Upload)
+                .unwrap(),
+            only(&["team-a", "team-c"])
+        );
+        assert!(
+            a.check(&headers(Some("ra")), remote, Scope::Upload)
+                .is_err(),
+            "read only"
+        );
+        assert!(only(&["team-a"]).allows("team-a") && !only(&["team-a"]).allows("team-b"));
+    }
+
+    #[test]
+    fn loopback_trust_needs_a_loopback_host_and_can_be_off() {
+        let local: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let open = auth(&[], &[], &[]);
+        let mut h = headers(None);
+        h.insert(header::HOST, "localhost:8002".parse().unwrap());
+        assert!(open.check(&h, local, Scope::Upload).is_ok());
+        // DNS rebinding: a browser on this host asked for another name.
+        h.insert(header::HOST, "attacker.example".parse().unwrap());
+        let e = open.check(&h, local, Scope::Upload).unwrap_err();
+        assert_eq!(e.status, 403);
+        assert!(e.message.contains("loopback Host"), "{}", e.message);
+        let off = Auth::new(
+            vec![],
+            vec![],
+            vec![],
+            None,
+            Trust {
+                loopback_writes: false,
+            },
+        )
+        .unwrap();
+        let e = off.check(&headers(None), local, Scope::Upload).unwrap_err();
+        assert!(e.message.contains("loopback trust is off"), "{}", e.message);
+        for host in [
+            "localhost",
+            "127.0.0.1:80",
+            "[::1]:8002",
+            "app.localhost",
+            "LOCALHOST.",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "example.com",
+            "127.0.0.1.nip.io",
+            "[::2]",
+            "localhost.example",
+            "10.0.0.1",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn tokens_file_adds_and_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, "read fileread team-b\n").unwrap();
+        let trust = Trust {
+            loopback_writes: true,
+        };
+        let a = Auth::new(
+            vec!["ra=team-a".into()],
+            vec![],
+            vec![],
+            Some(path.clone()),
+            trust,
+        )
+        .unwrap();
+        let remote: SocketAddr = "192.0.2.7:1".parse().unwrap();
+        assert!(a
+            .check(&headers(Some("fileread")), remote, Scope::Read)
+            .is_ok());
+        assert!(a.check(&headers(Some("ra")), remote, Scope::Read).is_ok());
+        std::fs::write(&path, "read other\n").unwrap();
+        assert_eq!(a.reload().unwrap(), 1);
+        assert!(a
+            .check(&headers(Some("fileread")), remote, Scope::Read)
+            .is_err());
+        assert!(a
+            .check(&headers(Some("other")), remote, Scope::Read)
+            .is_ok());
+        assert!(
+            a.check(&headers(Some("ra")), remote, Scope::Read).is_ok(),
+            "lists stay"
+        );
+        // A broken file keeps the tokens in force.
+        std::fs::write(&path, "nonsense here\n").unwrap();
+        assert!(a.reload().unwrap_err().contains("line 1"));
+        assert!(a
+            .check(&headers(Some("other")), remote, Scope::Read)
+            .is_ok());
+        // Too large: refused, named.
+        std::fs::write(&path, vec![b'#'; (tokens::MAX_FILE_BYTES + 1) as usize]).unwrap();
+        assert!(a.reload().unwrap_err().contains("larger than"));
     }
 }

@@ -69,8 +69,10 @@ pub struct Config {
     #[arg(long, env = "SYMTRACE_HOP_LIMIT", default_value_t = 8)]
     pub hop_limit: usize,
 
-    /// Comma-separated bearer tokens allowed to upload. With neither these
-    /// nor admin tokens, uploads are accepted from loopback clients only.
+    /// Comma-separated bearer tokens allowed to upload (and export
+    /// profiles). Each is `TOKEN` (every tenant) or `TOKEN=TENANT[+TENANT…]`
+    /// (only those). With neither these nor admin tokens, uploads are
+    /// accepted from direct loopback clients only.
     #[arg(
         long,
         env = "SYMTRACE_UPLOAD_TOKENS",
@@ -79,8 +81,9 @@ pub struct Config {
     )]
     pub upload_tokens: Vec<String>,
 
-    /// Comma-separated bearer tokens allowed to upload and delete. Without
-    /// them, deletes are accepted from loopback clients only.
+    /// Comma-separated bearer tokens allowed to upload and delete
+    /// (`TOKEN` or `TOKEN=TENANT[+TENANT…]`). Without them, deletes are
+    /// accepted from direct loopback clients only.
     #[arg(
         long,
         env = "SYMTRACE_ADMIN_TOKENS",
@@ -89,8 +92,10 @@ pub struct Config {
     )]
     pub admin_tokens: Vec<String>,
 
-    /// Comma-separated bearer tokens required for reads. Without them reads
-    /// are public (debuginfod clients send tokens via DEBUGINFOD_HEADERS_FILE).
+    /// Comma-separated bearer tokens required for reads (`TOKEN` or
+    /// `TOKEN=TENANT[+TENANT…]`). Without them reads are public, which a
+    /// non-loopback --http-addr allows only with --public-reads (debuginfod
+    /// clients send tokens via DEBUGINFOD_HEADERS_FILE).
     #[arg(
         long,
         env = "SYMTRACE_READ_TOKENS",
@@ -98,6 +103,23 @@ pub struct Config {
         hide_env_values = true
     )]
     pub read_tokens: Vec<String>,
+
+    /// A file of tokens, one per line: `SCOPE SECRET [TENANT[+TENANT…]]`
+    /// with SCOPE read, upload or admin and SECRET the token or
+    /// `sha256:<hex>` of it; `#` starts a comment. Read at start and again
+    /// on SIGHUP (a broken file keeps the tokens in force).
+    #[arg(long, env = "SYMTRACE_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
+
+    /// Serve reads without tokens on a non-loopback address (a public
+    /// symbol server); without it such a server refuses to start.
+    #[arg(long, env = "SYMTRACE_PUBLIC_READS")]
+    pub public_reads: bool,
+
+    /// Accept writes without a token from direct loopback clients when no
+    /// write token is configured (no proxy headers, a loopback Host).
+    #[arg(long, env = "SYMTRACE_LOOPBACK_TRUST", default_value_t = true, action = clap::ArgAction::Set)]
+    pub loopback_trust: bool,
 
     /// Largest accepted upload, in bytes, after Content-Encoding is undone.
     #[arg(long, env = "SYMTRACE_MAX_UPLOAD_BYTES", default_value_t = 8 << 30)]

@@ -60,9 +60,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.read_tokens.clone(),
         config.upload_tokens.clone(),
         config.admin_tokens.clone(),
-    );
+        config.tokens_file.clone(),
+        crate::auth::Trust {
+            loopback_writes: config.loopback_trust,
+        },
+    )
+    .map_err(anyhow::Error::msg)?;
+    check_public_reads(&config, &auth)?;
     if !auth.uploads_need_token() {
-        tracing::warn!("no upload token configured (SYMTRACE_UPLOAD_TOKENS): uploads are accepted from loopback clients only");
+        tracing::warn!("no upload token configured (SYMTRACE_UPLOAD_TOKENS): uploads are accepted from direct loopback clients only");
     }
     tracing::info!(auth = %auth.describe());
 
@@ -117,6 +123,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         federation,
     });
     profiles::compact::spawn(state.profiles.clone(), &config);
+    if config.tokens_file.is_some() {
+        spawn_token_reloads(state.clone());
+    }
     zerocopy::raise_fd_limit();
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
@@ -175,4 +184,45 @@ async fn shutdown_signal() {
     };
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
     tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// Reads the tokens file again on every SIGHUP.
+fn spawn_token_reloads(state: Arc<AppState>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::error!("cannot listen for SIGHUP: the tokens file is not reloaded");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match state.auth.reload() {
+                Ok(n) => {
+                    tracing::info!(tokens = n, auth = %state.auth.describe(), "tokens file reloaded")
+                }
+                Err(e) => {
+                    tracing::error!("tokens file not reloaded, the tokens in force stay: {e}")
+                }
+            }
+        }
+    });
+}
+
+/// A server reachable from other hosts serves reads to anyone only when
+/// told to: an open debuginfod is a legitimate deployment, an accident is
+/// not.
+fn check_public_reads(config: &Config, auth: &Auth) -> anyhow::Result<()> {
+    if auth.reads_need_token() || config.http_addr.ip().is_loopback() {
+        return Ok(());
+    }
+    if config.public_reads {
+        tracing::warn!(
+            addr = %config.http_addr,
+            "reads are public (SYMTRACE_PUBLIC_READS): anyone who can reach this address lists and fetches every artifact and source, and reads every tenant's profiles"
+        );
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to serve reads without tokens on {}: configure read tokens (SYMTRACE_READ_TOKENS or SYMTRACE_TOKENS_FILE), or set SYMTRACE_PUBLIC_READS=true for a public symbol server",
+        config.http_addr
+    )
 }

@@ -10,6 +10,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
+use axum::http::StatusCode;
 use bytes::Buf;
 use symtrace_proto::collector::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -19,7 +20,6 @@ use tonic::{Code, Status};
 
 use super::IngestError;
 use crate::app::SharedState;
-use crate::auth::Scope;
 
 const PATH: &str = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
 
@@ -102,11 +102,12 @@ impl UnaryService<ExportProfilesServiceRequest> for Export {
             let peer = request
                 .remote_addr()
                 .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-            state
-                .auth
-                .check(&headers, peer, Scope::Upload)
-                .map_err(|e| Status::unauthenticated(e.message))?;
-            let tenant = crate::tenant::from_headers(&headers).map_err(Status::invalid_argument)?;
+            let tenant =
+                crate::tenant::writer(&state.auth, &headers, peer).map_err(|e| match e.status {
+                    StatusCode::UNAUTHORIZED => Status::unauthenticated(e.message),
+                    StatusCode::BAD_REQUEST => Status::invalid_argument(e.message),
+                    _ => Status::permission_denied(e.message),
+                })?;
             match super::export(
                 &state.profiles,
                 &state.ingest_limits,

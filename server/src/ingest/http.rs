@@ -13,7 +13,6 @@ use axum::Router;
 
 use super::IngestError;
 use crate::app::SharedState;
-use crate::auth::Scope;
 use crate::zerocopy::PeerAddr;
 
 pub fn routes() -> Router<SharedState> {
@@ -94,18 +93,15 @@ async fn export(
             )
         }
     };
-    if let Err(e) = state.auth.check(&headers, peer, Scope::Upload) {
-        return failure(format, e.status, tonic::Code::Unauthenticated, e.message);
-    }
-    let tenant = match crate::tenant::from_headers(&headers) {
+    let tenant = match crate::tenant::writer(&state.auth, &headers, peer) {
         Ok(t) => t,
         Err(e) => {
-            return failure(
-                format,
-                StatusCode::BAD_REQUEST,
-                tonic::Code::InvalidArgument,
-                e,
-            )
+            let code = match e.status {
+                StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+                StatusCode::BAD_REQUEST => tonic::Code::InvalidArgument,
+                _ => tonic::Code::PermissionDenied,
+            };
+            return failure(format, e.status, code, e.message);
         }
     };
     // Held while the body is read, decoded and stored: bounds the memory

@@ -11,9 +11,21 @@ function setStatus(text, error) {
   s.className = error ? "error" : "";
 }
 
-async function api(path) {
-  const resp = await fetch(path, { headers: { Accept: "application/json" } });
+// A server with read tokens answers 401 without one: ask once per tab and
+// keep it for this tab only (sessionStorage), never in the URL.
+async function api(path, retried) {
+  const headers = { Accept: "application/json" };
+  const token = sessionStorage.getItem("symtrace-token");
+  if (token) headers.Authorization = "Bearer " + token;
+  const resp = await fetch(path, { headers });
   const body = await resp.json().catch(() => null);
+  if ((resp.status === 401 || (resp.status === 403 && token)) && !retried) {
+    const entered = window.prompt("This symtrace server needs a read token:");
+    if (entered) {
+      sessionStorage.setItem("symtrace-token", entered.trim());
+      return api(path, true);
+    }
+  }
   if (!resp.ok) {
     const msg = body && body.error ? body.error.message : resp.status + " " + resp.statusText;
     throw new Error(msg);

@@ -19,7 +19,7 @@ use super::profiles::dump;
 use super::profiles_bad_input::{export_http as export, post};
 use crate::support::*;
 
-const TRACE: [u8; 16] = [0x5b; 16];
+pub const TRACE: [u8; 16] = [0x5b; 16];
 const SPAN: [u8; 8] = [0xee; 8];
 
 pub fn now_ns() -> u64 {

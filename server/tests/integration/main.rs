@@ -21,3 +21,4 @@ mod query;
 mod query_bad_input;
 mod replicas;
 mod symbolize;
+mod tenancy;
