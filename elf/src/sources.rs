@@ -12,6 +12,9 @@ pub struct SourceFiles {
     /// Canonical paths, sorted and unique. Absolute when the DWARF gave a
     /// `DW_AT_comp_dir` or an absolute directory.
     pub paths: Vec<String>,
+    /// The units' compilation directories (`DW_AT_comp_dir`), canonical,
+    /// sorted and unique: where a build's own sources are.
+    pub comp_dirs: Vec<String>,
     /// Names the DWARF refers to through a dwz supplementary file
     /// (`DW_FORM_GNU_strp_alt`/`DW_FORM_strp_sup`) and that could not be read
     /// without it.
@@ -52,11 +55,15 @@ pub fn source_files_with(data: &[u8], budget: &mut Budget) -> Result<SourceFiles
     let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
 
     let mut paths = BTreeSet::new();
+    let mut comp_dirs = BTreeSet::new();
     let mut unresolved = 0usize;
     let mut units = dwarf.units();
     while let Some(header) = units.next().map_err(dwarf_err)? {
         let unit = dwarf.unit(header).map_err(dwarf_err)?;
         let comp_dir = unit.comp_dir.map(|d| d.to_string_lossy().into_owned());
+        if let Some(dir) = comp_dir.as_deref().filter(|d| d.starts_with('/')) {
+            comp_dirs.insert(canonical_path(dir));
+        }
         let join = |dir: Option<&str>, name: &str| -> String {
             let mut full = String::new();
             if !name.starts_with('/') {
@@ -107,6 +114,7 @@ pub fn source_files_with(data: &[u8], budget: &mut Budget) -> Result<SourceFiles
     }
     Ok(SourceFiles {
         paths: paths.into_iter().collect(),
+        comp_dirs: comp_dirs.into_iter().collect(),
         unresolved,
     })
 }

@@ -45,6 +45,14 @@ pub struct Args {
     #[arg(long = "source-prefix-map", value_name = "OLD=NEW")]
     pub source_prefix_map: Vec<String>,
 
+    /// A directory whose files may be published as sources, besides the
+    /// compilation directories the DWARF names (repeatable): a source
+    /// outside every root — a system header, a dependency elsewhere, or any
+    /// file a `#line` directive names — is listed as skipped, never read.
+    /// Symlinks are resolved first: one that leaves the roots is skipped.
+    #[arg(long = "source-root", value_name = "DIR")]
+    pub source_roots: Vec<PathBuf>,
+
     /// Check that executables' functions keep frame pointers (x86-64) and
     /// fail when more than --frame-pointer-threshold percent of their code
     /// lacks them.

@@ -75,6 +75,7 @@ async fn run(args: Args) -> anyhow::Result<u8> {
             strip: plan_args.strip && !plan_args.dry_run,
             sources: !plan_args.no_sources,
             prefix_map: &prefix_map,
+            source_roots: &plan_args.source_roots,
             frame_pointers: plan_args.require_frame_pointers,
         };
         let mut found = discover::discover(&plan_args.paths);
@@ -310,6 +311,14 @@ fn summarize(
             build_id: id.to_string(),
             items: by_id.remove(id).unwrap_or_default(),
             missing_sources: plan.missing_sources.clone(),
+            skipped_sources: plan
+                .skipped_sources
+                .iter()
+                .map(|(path, reason)| report::SkippedSource {
+                    path: path.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
             errors: plan.errors.clone(),
             frame_pointers: plan.frame_pointers.clone(),
             frame_pointer_gate_failed: gate.filter(|_| plan.frame_pointers.is_some()),

@@ -34,6 +34,8 @@ pub struct Plan {
     pub items: Vec<Item>,
     /// Source paths named by the DWARF but not found on disk.
     pub missing_sources: Vec<String>,
+    /// Source paths named by the DWARF and not read: (path, why).
+    pub skipped_sources: Vec<(String, String)>,
     pub frame_pointers: Option<FramePointerReport>,
     /// dwz supplementary files to publish under their own build-IDs.
     pub alt_files: Vec<PathBuf>,
@@ -79,6 +81,8 @@ pub struct Options<'a> {
     pub strip: bool,
     pub sources: bool,
     pub prefix_map: &'a [(String, String)],
+    /// `--source-root` directories, as given.
+    pub source_roots: &'a [PathBuf],
     pub frame_pointers: bool,
 }
 
@@ -211,7 +215,7 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
             }
         }
         if opts.sources && d.info.has_dwarf {
-            collect_sources(build_id, d, opts.prefix_map, &mut plan);
+            collect_sources(build_id, d, opts, &mut plan);
         }
     }
     if let Some(b) = binary {
@@ -326,17 +330,12 @@ fn crc_of(path: &Path) -> std::io::Result<u32> {
     }
 }
 
-fn collect_sources(
-    build_id: &BuildId,
-    d: &ElfFile,
-    prefix_map: &[(String, String)],
-    plan: &mut Plan,
-) {
-    let names = match map_file(&d.path)
+fn collect_sources(build_id: &BuildId, d: &ElfFile, opts: &Options<'_>, plan: &mut Plan) {
+    let files = match map_file(&d.path)
         .map_err(|e| e.to_string())
         .and_then(|m| symtrace_elf::source_files(&m).map_err(|e| e.to_string()))
     {
-        Ok(files) => files.paths,
+        Ok(files) => files,
         Err(e) => {
             plan.errors.push(format!(
                 "{}: reading the DWARF's source list failed: {e}",
@@ -345,36 +344,80 @@ fn collect_sources(
             return;
         }
     };
-    for name in names.into_iter().filter(|n| n.starts_with('/')) {
-        let on_disk = prefix_map
-            .iter()
-            .find_map(|(old, new)| {
-                let old = old.trim_end_matches('/');
-                let rest = name.strip_prefix(old)?;
-                (rest.is_empty() || rest.starts_with('/')).then(|| format!("{new}{rest}"))
-            })
-            .unwrap_or_else(|| name.clone());
-        let on_disk = PathBuf::from(on_disk);
-        // Never read kernel pseudo-files a DWARF might name (/proc/self/environ
-        // would publish the job's environment, tokens included).
-        let pseudo = ["/proc/", "/sys/", "/dev/"]
-            .iter()
-            .any(|p| on_disk.starts_with(p));
-        if pseudo || !on_disk.is_file() {
-            plan.missing_sources.push(name);
-            continue;
-        }
-        match hash_file(&on_disk) {
-            Ok((sha256, size)) => plan.items.push(Item {
-                build_id: build_id.clone(),
-                kind: "source",
-                local: on_disk,
-                name,
-                sha256,
-                size,
-                quality: None,
-            }),
-            Err(_) => plan.missing_sources.push(name),
+    let on_disk = |name: &str| -> PathBuf {
+        PathBuf::from(
+            opts.prefix_map
+                .iter()
+                .find_map(|(old, new)| {
+                    let old = old.trim_end_matches('/');
+                    let rest = name.strip_prefix(old)?;
+                    (rest.is_empty() || rest.starts_with('/')).then(|| format!("{new}{rest}"))
+                })
+                .unwrap_or_else(|| name.to_owned()),
+        )
+    };
+    // The roots as they really are on disk (symlinks resolved), so a source
+    // is checked by where it really is, not by the name the DWARF gives.
+    let roots: Vec<PathBuf> = files
+        .comp_dirs
+        .iter()
+        .map(|dir| on_disk(dir))
+        .chain(opts.source_roots.iter().cloned())
+        .filter_map(|root| std::fs::canonicalize(root).ok())
+        .filter(|root| root.parent().is_some()) // never `/` itself
+        .collect();
+    for name in files.paths.into_iter().filter(|n| n.starts_with('/')) {
+        let path = on_disk(&name);
+        match source_under_roots(&path, &roots) {
+            Ok(real) => match hash_file(&real) {
+                Ok((sha256, size)) => plan.items.push(Item {
+                    build_id: build_id.clone(),
+                    kind: "source",
+                    local: real,
+                    name,
+                    sha256,
+                    size,
+                    quality: None,
+                }),
+                Err(_) => plan.missing_sources.push(name),
+            },
+            Err(Skip::Missing) => plan.missing_sources.push(name),
+            Err(Skip::Outside(why)) => plan.skipped_sources.push((name, why)),
         }
     }
+}
+
+enum Skip {
+    Missing,
+    Outside(String),
+}
+
+/// The real path of a source file when it is a regular file under one of
+/// `roots` (already canonical). Checked on the resolved path, so a symlink
+/// inside a root that points out of it is outside.
+fn source_under_roots(path: &Path, roots: &[PathBuf]) -> Result<PathBuf, Skip> {
+    // Never read kernel pseudo-files a DWARF might name (/proc/self/environ
+    // would publish the job's environment, tokens included).
+    if ["/proc/", "/sys/", "/dev/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+    {
+        return Err(Skip::Outside("a kernel pseudo-file".into()));
+    }
+    let real = std::fs::canonicalize(path).map_err(|_| Skip::Missing)?;
+    if !roots.iter().any(|root| real.starts_with(root)) {
+        let why = if real != path {
+            format!(
+                "outside the source roots (it resolves to {})",
+                real.display()
+            )
+        } else {
+            "outside the source roots (the compilation directories and --source-root)".to_owned()
+        };
+        return Err(Skip::Outside(why));
+    }
+    if !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
+        return Err(Skip::Outside("not a regular file".into()));
+    }
+    Ok(real)
 }

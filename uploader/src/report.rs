@@ -32,12 +32,21 @@ pub struct ItemReport {
     pub reason: Option<String>,
 }
 
+/// A source the DWARF names that was not read.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedSource {
+    pub path: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct FileReport {
     pub path: PathBuf,
     pub build_id: String,
     pub items: Vec<ItemReport>,
     pub missing_sources: Vec<String>,
+    /// Sources the DWARF names that were not read, and why.
+    pub skipped_sources: Vec<SkippedSource>,
     pub errors: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frame_pointers: Option<FramePointerReport>,
@@ -97,7 +106,10 @@ pub fn print_human(summary: &Summary) {
             }
         }
         let sources: Vec<&ItemReport> = file.items.iter().filter(|i| i.kind == "source").collect();
-        if !sources.is_empty() || !file.missing_sources.is_empty() {
+        if !sources.is_empty()
+            || !file.missing_sources.is_empty()
+            || !file.skipped_sources.is_empty()
+        {
             let count = |s: Status| sources.iter().filter(|i| i.status == s).count();
             let mut line = format!(
                 "sources: {} uploaded, {} present",
@@ -111,6 +123,12 @@ pub fn print_human(summary: &Summary) {
                 line.push_str(&format!(
                     ", {} not found on disk",
                     file.missing_sources.len()
+                ));
+            }
+            if !file.skipped_sources.is_empty() {
+                line.push_str(&format!(
+                    ", {} skipped (outside the source roots; see skipped_sources)",
+                    file.skipped_sources.len()
                 ));
             }
             parts.push(line);

@@ -11,6 +11,7 @@ mod bad_input;
 mod dwz;
 mod framepointers;
 mod languages;
+mod source_roots;
 mod split;
 
 const UPLOAD: &str = env!("CARGO_BIN_EXE_symtrace-upload");
