@@ -1,17 +1,20 @@
 //! What the agent needs of an executable or library: its GNU build-ID and
 //! its PT_LOAD segments (to turn a file offset into an ELF virtual address).
 //! Read once per file (device + inode) through the sampled process's view of
-//! it — `/proc/PID/map_files/…`, else `/proc/PID/root/PATH` — so files inside
-//! containers and deleted files work.
+//! it — `/proc/PID/map_files/…`, else `/proc/PID/root/PATH` resolved inside
+//! the process's root (see `safefile`) — so files inside containers work,
+//! and with `pread`, never a mapping, so a file truncated underneath cannot
+//! fault the agent.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment, ReadRef};
 
 use crate::cfi::SectionRef;
 use crate::maps::MapEntry;
+use crate::safefile::{self, Skip};
 
 /// A loaded ELF file.
 #[derive(Debug)]
@@ -34,7 +37,7 @@ pub struct Binary {
 }
 
 impl Binary {
-    pub fn parse(data: &[u8]) -> Result<Binary, object::Error> {
+    pub fn parse<'d, R: ReadRef<'d>>(data: R) -> Result<Binary, object::Error> {
         let file = object::File::parse(data)?;
         let build_id = file.build_id()?.filter(|id| !id.is_empty()).map(hex);
         let loads = file
@@ -109,6 +112,8 @@ fn hex(bytes: &[u8]) -> String {
 #[derive(Default)]
 pub struct Binaries {
     by_file: HashMap<(u64, u64), Option<Arc<Binary>>>,
+    /// Files not read, by `Skip::index`.
+    pub skipped: [u64; 6],
 }
 
 impl Binaries {
@@ -120,8 +125,9 @@ impl Binaries {
             return found.clone();
         }
         let read = read(proc_root, pid, map);
-        if let Err(e) = &read {
-            tracing::debug!(pid, path = %map.path, "cannot read binary: {e}");
+        if let Err(why) = &read {
+            tracing::debug!(pid, path = %map.path, ?why, "mapped file not read");
+            self.skipped[why.index()] += 1;
         }
         let binary = read.ok().map(Arc::new);
         self.by_file.insert((map.dev, map.inode), binary.clone());
@@ -139,24 +145,14 @@ impl Binaries {
     }
 }
 
-/// Opens a mapped file as the process sees it.
-pub fn open(proc_root: &Path, pid: u32, map: &MapEntry) -> std::io::Result<std::fs::File> {
-    let process = proc_root.join(pid.to_string());
-    // map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), which the
-    // agent does not ask for; it is the only way to a deleted file.
-    let via_map_files = process
-        .join("map_files")
-        .join(format!("{:x}-{:x}", map.start, map.end));
-    let via_root = process.join("root").join(map.path.trim_start_matches('/'));
-    std::fs::File::open(&via_map_files).or_else(|_| std::fs::File::open(&via_root))
-}
-
-fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> anyhow::Result<Binary> {
-    let file = open(proc_root, pid, map)?;
-    // SAFETY: read-only private mapping; a file truncated underneath us
-    // could fault, which is why only headers and notes are touched.
-    let data = unsafe { memmap2::Mmap::map(&file)? };
-    Ok(Binary::parse(&data)?)
+fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> Result<Binary, Skip> {
+    let opened = safefile::open_mapped(proc_root, pid, map)?;
+    let cache = object::ReadCache::new(&opened.file);
+    let binary = Binary::parse(&cache).map_err(|_| Skip::Unparsable)?;
+    if !opened.unchanged() {
+        return Err(Skip::Changed);
+    }
+    Ok(binary)
 }
 
 #[cfg(test)]
@@ -166,7 +162,7 @@ mod tests {
     #[test]
     fn reads_our_own_build_id_and_translates_offsets() {
         let exe = std::fs::read("/proc/self/exe").unwrap();
-        let binary = Binary::parse(&exe).unwrap();
+        let binary = Binary::parse(&exe[..]).unwrap();
         let id = binary
             .build_id
             .as_deref()
@@ -179,7 +175,7 @@ mod tests {
             let start = binary.vaddr_of_mapping(map_offset);
             assert_eq!(start + (off - map_offset), vaddr);
         }
-        assert!(Binary::parse(b"not an elf file").is_err());
+        assert!(Binary::parse(&b"not an elf file"[..]).is_err());
     }
 
     #[test]

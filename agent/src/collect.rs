@@ -166,6 +166,7 @@ impl Collector {
             vanished: procs.vanished,
             binaries: procs.binaries(),
             malformed: self.sampler.malformed,
+            files_skipped: procs.files_skipped(),
             unwind: procs.unwind,
             cfi: procs.cfi_stats(),
             delivery: self.queue.stats(),

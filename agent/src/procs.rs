@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use crate::binaries::{self, Binaries};
+use crate::binaries::Binaries;
 use crate::cfi::{CfiCache, FileCfi, LeafRule};
 use crate::maps::{self, MapEntry};
 use crate::record::{call_site, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
@@ -158,6 +158,11 @@ impl Processes {
 
     pub fn binaries(&self) -> usize {
         self.binaries.len()
+    }
+
+    /// Mapped files not read, by `safefile::Skip::index`.
+    pub fn files_skipped(&self) -> [u64; 6] {
+        self.binaries.skipped
     }
 
     /// exec: new mappings, maybe a new service name.
@@ -482,13 +487,17 @@ fn load_cfi(
         tracing::debug!(pid, path = %map.path, "CFI too large: not read");
         return None;
     }
-    let file = binaries::open(root, pid, map).ok()?;
+    let opened = crate::safefile::open_mapped(root, pid, map).ok()?;
     let read = |s: crate::cfi::SectionRef| {
         let mut bytes = vec![0; s.size as usize];
-        file.read_exact_at(&mut bytes, s.offset).ok()?;
+        opened.file.read_exact_at(&mut bytes, s.offset).ok()?;
         Some((bytes, s.address))
     };
-    FileCfi::new(read(eh_frame)?, hdr.and_then(read), binary.text_address)
+    let (eh_frame, hdr) = (read(eh_frame)?, hdr.and_then(read));
+    if !opened.unchanged() {
+        return None;
+    }
+    FileCfi::new(eh_frame, hdr, binary.text_address)
 }
 
 fn entry<'a>(
@@ -751,7 +760,7 @@ mod tests {
         };
         let (info, cut) = procs.resolve(pid, "test", &stack, &mut out);
         let exe = std::fs::read("/proc/self/exe").unwrap();
-        let ours = crate::binaries::Binary::parse(&exe).unwrap().build_id;
+        let ours = crate::binaries::Binary::parse(&exe[..]).unwrap().build_id;
         assert_eq!(cut, None);
         assert_eq!(out.len(), 2, "{out:?}");
         assert_eq!(out[0].mapping.build_id, ours);

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::cfi::CacheStats;
 use crate::export::Delivery;
+use crate::safefile::Skip;
 use crate::sampler::Counters;
 use crate::unwind::{Cut, UnwindStats};
 
@@ -34,6 +35,8 @@ pub struct Gauges {
     /// Processes gone before the agent could read them (short-lived).
     pub vanished: u64,
     pub binaries: usize,
+    /// Mapped files not read, by `safefile::Skip::index`.
+    pub files_skipped: [u64; 6],
     /// Ring-buffer records of an unknown kind or size (a layout mismatch).
     pub malformed: u64,
     pub unwind: UnwindStats,
@@ -51,7 +54,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     let d = &g.delivery;
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
-         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | processes {procs} ({vanished} gone before read), binaries {bins} | \
+         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
          unwinding: leaf callers recovered {recovered}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
@@ -71,6 +74,12 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         vanished = g.vanished,
         bins = g.binaries,
         malformed = g.malformed,
+        skipped = g.files_skipped.iter().sum::<u64>(),
+        skips = Skip::ALL
+            .iter()
+            .map(|s| format!("{s:?} {}", g.files_skipped[s.index()]))
+            .collect::<Vec<_>>()
+            .join(", "),
         recovered = g.unwind.callers_recovered,
         no_cfi = g.unwind.leaf_without_cfi,
         beyond = g.unwind.out_of_window,
@@ -130,6 +139,7 @@ mod tests {
             vanished: 0,
             binaries: 5,
             malformed: 0,
+            files_skipped: [0, 1, 0, 0, 0, 0],
             unwind: UnwindStats {
                 callers_recovered: 7,
                 cut: [1, 0, 2, 0, 0],
@@ -155,6 +165,10 @@ mod tests {
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
         assert!(text.contains("leaf callers recovered 7"), "{text}");
+        assert!(
+            text.contains("files skipped 1 (Unreachable 0, NotRegular 1"),
+            "{text}"
+        );
         assert!(
             text.contains("stacks cut 3 (OutsideCode 1, NotAfterCall 0, NotIncreasing 2"),
             "{text}"

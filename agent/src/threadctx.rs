@@ -26,7 +26,10 @@ const SYMBOL: &str = "otel_thread_ctx_v1";
 /// (glibc's `_dl_determine_tlsoffset` for the first module; musl agrees for
 /// the executable). Every TLS model the linker may have relaxed the access
 /// to (TLSDESC, GD, IE, LE) ends at that same address in an executable.
-pub fn executable_offset(file: &object::File<'_>, elf: &[u8]) -> Option<i64> {
+pub fn executable_offset<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    elf: R,
+) -> Option<i64> {
     let symbol = file
         .dynamic_symbols()
         .chain(file.symbols())
@@ -43,7 +46,7 @@ pub fn executable_offset(file: &object::File<'_>, elf: &[u8]) -> Option<i64> {
 /// GOT entry of its `R_X86_64_TLSDESC` relocation. Once the dynamic loader
 /// has resolved it, the entry's second word is the slot's offset from the
 /// thread pointer when the library's TLS is static (loaded at start-up).
-pub fn library_tlsdesc_got(file: &object::File<'_>) -> Option<u64> {
+pub fn library_tlsdesc_got<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Option<u64> {
     use object::{ObjectSymbolTable, RelocationFlags, RelocationTarget};
     const R_X86_64_TLSDESC: u32 = 36;
     let dynsym = file.dynamic_symbol_table()?;
@@ -90,7 +93,7 @@ struct TlsSegment {
     align: u64,
 }
 
-fn tls_segment(elf: &[u8]) -> Option<TlsSegment> {
+fn tls_segment<'d, R: object::ReadRef<'d>>(elf: R) -> Option<TlsSegment> {
     use object::read::elf::{FileHeader, ProgramHeader};
     let header = object::elf::FileHeader64::<object::Endianness>::parse(elf).ok()?;
     let endian = header.endian().ok()?;
