@@ -152,7 +152,7 @@ async fn source(
     headers: HeaderMap,
     Path((build_id, path)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Read)?;
+    let tenants = state.auth.check(&headers, peer, Scope::Read)?;
     let build_id: BuildId = build_id.parse()?;
     if path.contains('\0') {
         return Err(ApiError::bad_request("source path contains a NUL byte"));
@@ -160,6 +160,18 @@ async fn source(
     let path = symtrace_elf::canonical_path(&format!("/{path}"));
     let meta = &state.store.meta;
     let mut found = meta.source(build_id.as_str(), &path).await?;
+    // Another tenant's source is not there for this reader (and is not
+    // fetched from upstream in its place).
+    if let Some(theirs) = found
+        .as_ref()
+        .filter(|s| !crate::upload::visible(&tenants, &s.owner))
+    {
+        tracing::debug!(build_id = %build_id, path = %theirs.path, "source of another tenant");
+        count("source", "miss");
+        return Err(ApiError::not_found(format!(
+            "no source file {path:?} for build-ID {build_id}"
+        )));
+    }
     if found.is_none() {
         if let Some(federation) = &state.federation {
             let from = forwarding(&headers, peer);
@@ -240,7 +252,7 @@ async fn metadata(
     headers: HeaderMap,
     Query(q): Query<MetadataQuery>,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Read)?;
+    let tenants = state.auth.check(&headers, peer, Scope::Read)?;
     let (Some(key), Some(value)) = (q.key, q.value) else {
         return Err(ApiError::bad_request(
             "/metadata needs key=file|glob|buildid and value=…",
@@ -281,6 +293,7 @@ async fn metadata(
         if pattern
             .as_ref()
             .is_some_and(|p| !p.matches_with(&a.file_name, options))
+            || !crate::upload::visible(&tenants, &a.owner)
         {
             continue;
         }

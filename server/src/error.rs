@@ -66,6 +66,9 @@ impl From<StoreError> for ApiError {
             StoreError::Rejected(m) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", m)
             }
+            StoreError::Conflict(m) => {
+                Self::new(StatusCode::CONFLICT, "owned_by_another_tenant", m)
+            }
             StoreError::Meta(e) => Self::internal(format!("database error: {e}")),
             StoreError::Blob(e) => e.into(),
             StoreError::Io(e) => Self::internal(format!("I/O error: {e}")),

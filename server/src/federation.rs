@@ -21,7 +21,7 @@ use symtrace_elf::BuildId;
 use crate::limits::{Busy, Slots};
 use crate::store::model::{ArtifactKind, ServedArtifact};
 use crate::store::spool::spool;
-use crate::store::{Misses, SymbolStore};
+use crate::store::{Misses, Publisher, SymbolStore};
 
 /// What to fetch.
 #[derive(Debug, Clone)]
@@ -253,12 +253,12 @@ impl Federation {
         let stored = match wanted {
             Wanted::Artifact(kind) => self
                 .store
-                .ingest_artifact(build_id, *kind, &spooled, None, &origin)
+                .ingest_artifact(build_id, *kind, &spooled, None, &origin, Publisher::SHARED)
                 .await
                 .map(|_| ()),
             Wanted::Source(path) => self
                 .store
-                .ingest_source(build_id, path, &spooled, true)
+                .ingest_source(build_id, path, &spooled, true, Publisher::SHARED)
                 .await
                 .map(|_| ()),
         };

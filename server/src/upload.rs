@@ -27,11 +27,11 @@ use tokio::sync::SemaphorePermit;
 use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::app::SharedState;
-use crate::auth::Scope;
+use crate::auth::{Scope, Tenants};
 use crate::error::{ApiError, ApiResult};
 use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
 use crate::store::spool::{spool, SpoolError, Spooled};
-use crate::store::{StoreError, UploadStatus};
+use crate::store::{Publisher, StoreError, UploadStatus};
 use crate::zerocopy::PeerAddr;
 
 /// Most entries a `missing` request may ask about.
@@ -140,10 +140,14 @@ async fn upload(
     Query(query): Query<UploadQuery>,
     body: Body,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Upload)?;
+    let (owner, bound) = publisher(&state, &headers, peer)?;
+    let publisher = Publisher {
+        owner: &owner,
+        bound,
+    };
     let build_id: BuildId = build_id.parse()?;
     if kind == "sources" {
-        return upload_bundle(state, headers, build_id, body).await;
+        return upload_bundle(state, headers, build_id, body, publisher).await;
     }
     let kind = ArtifactKind::parse(&kind).ok_or_else(|| {
         ApiError::bad_request(format!(
@@ -154,7 +158,14 @@ async fn upload(
     let spooled = receive(&state, &headers, body).await?;
     let outcome = state
         .store
-        .ingest_artifact(&build_id, kind, &spooled, query.file.as_deref(), "upload")
+        .ingest_artifact(
+            &build_id,
+            kind,
+            &spooled,
+            query.file.as_deref(),
+            "upload",
+            publisher,
+        )
         .await;
     let label = match &outcome {
         Ok(o) => match o.status {
@@ -163,6 +174,7 @@ async fn upload(
             UploadStatus::Superseded => "superseded",
         },
         Err(StoreError::Rejected(_)) => "rejected",
+        Err(StoreError::Conflict(_)) => "conflict",
         Err(_) => "error",
     };
     metrics::counter!("symtrace_uploads_total", "kind" => kind.as_str(), "result" => label)
@@ -178,14 +190,18 @@ async fn upload_source(
     Path((build_id, path)): Path<(String, String)>,
     body: Body,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Upload)?;
+    let (owner, bound) = publisher(&state, &headers, peer)?;
     let build_id: BuildId = build_id.parse()?;
     let _slot = upload_slot(&state)?;
     let spooled = receive(&state, &headers, body).await?;
     let path = format!("/{path}");
+    let publisher = Publisher {
+        owner: &owner,
+        bound,
+    };
     let status = state
         .store
-        .ingest_source(&build_id, &path, &spooled, false)
+        .ingest_source(&build_id, &path, &spooled, false, publisher)
         .await?;
     metrics::counter!("symtrace_uploads_total", "kind" => "source", "result" => "ok").increment(1);
     let body = json!({
@@ -223,6 +239,7 @@ async fn upload_bundle(
     headers: HeaderMap,
     build_id: BuildId,
     body: Body,
+    publisher: Publisher<'_>,
 ) -> ApiResult<Response> {
     let _slot = upload_slot(&state)?;
     let bundle = receive(&state, &headers, body).await?;
@@ -242,15 +259,17 @@ async fn upload_bundle(
     for member in members {
         match state
             .store
-            .ingest_source(&build_id, &member.path, &member.file, false)
+            .ingest_source(&build_id, &member.path, &member.file, false, publisher)
             .await
         {
             Ok(UploadStatus::Unchanged) => report.unchanged.push(member.path),
             Ok(_) => report.stored.push(member.path),
-            Err(StoreError::Rejected(reason)) => rejected.push(Rejected {
-                path: member.path,
-                reason,
-            }),
+            Err(StoreError::Rejected(reason) | StoreError::Conflict(reason)) => {
+                rejected.push(Rejected {
+                    path: member.path,
+                    reason,
+                })
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -375,8 +394,9 @@ async fn list(
     headers: HeaderMap,
     Query(filter): Query<ListFilter>,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Read)?;
-    let artifacts = state.store.meta.list(&filter).await?;
+    let tenants = state.auth.check(&headers, peer, Scope::Read)?;
+    let mut artifacts = state.store.meta.list(&filter).await?;
+    artifacts.retain(|a| visible(&tenants, &a.owner));
     Ok(Json(json!({ "artifacts": artifacts })).into_response())
 }
 
@@ -386,10 +406,11 @@ async fn details(
     headers: HeaderMap,
     Path(build_id): Path<String>,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Read)?;
+    let tenants = state.auth.check(&headers, peer, Scope::Read)?;
     let build_id: BuildId = build_id.parse()?;
     let meta = &state.store.meta;
-    let artifacts = meta.artifacts_of(build_id.as_str()).await?;
+    let mut artifacts = meta.artifacts_of(build_id.as_str()).await?;
+    artifacts.retain(|a| visible(&tenants, &a.owner));
     if artifacts.is_empty() {
         return Err(ApiError::not_found(format!(
             "nothing stored for build-ID {build_id}"
@@ -405,10 +426,39 @@ async fn details(
         "build_id": build_id.as_str(),
         "served": served,
         "artifacts": artifacts,
-        "sources": meta.sources_of(build_id.as_str()).await?,
+        "sources": meta
+            .sources_of(build_id.as_str())
+            .await?
+            .into_iter()
+            .filter(|s| visible(&tenants, &s.owner))
+            .collect::<Vec<_>>(),
         "source_names": meta.source_name_count(build_id.as_str()).await?,
     }))
     .into_response())
+}
+
+/// Who publishes an upload: a token bound to tenants publishes for the one
+/// it names (or its only one) and may replace only its own files; a token
+/// of every tenant (or a trusted loopback client) publishes for the tenant
+/// it names, else for every tenant (shared).
+fn publisher(
+    state: &SharedState,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<(String, bool), ApiError> {
+    let tenants = state.auth.check(headers, peer, Scope::Upload)?;
+    Ok(match &tenants {
+        Tenants::Only(_) => (crate::tenant::resolve(&tenants, headers)?, true),
+        Tenants::All if headers.contains_key(crate::tenant::HEADER) => {
+            (crate::tenant::resolve(&tenants, headers)?, false)
+        }
+        Tenants::All => (String::new(), false),
+    })
+}
+
+/// Whether a reader of `tenants` sees a file published by `owner`.
+pub fn visible(tenants: &Tenants, owner: &str) -> bool {
+    owner.is_empty() || tenants.allows(owner)
 }
 
 async fn delete_all(

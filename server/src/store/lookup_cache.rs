@@ -118,6 +118,7 @@ mod tests {
                 file_name: "f".into(),
                 origin: "upload".into(),
                 created_at: 0,
+                owner: String::new(),
             },
             sections: None,
         })

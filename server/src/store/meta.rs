@@ -147,7 +147,7 @@ mod profiles;
 pub use profiles::ProfileMetadata;
 
 const ARTIFACT_COLUMNS: &str = "build_id, kind, sha256, size, quality, has_dwarf, has_symtab, \
-     has_dynsym, architecture, file_name, origin, created_at";
+     has_dynsym, architecture, file_name, origin, created_at, owner";
 
 impl SqlMetadata {
     /// Opens the embedded SQLite database in `data_dir` (WAL mode, full sync:
@@ -224,7 +224,7 @@ impl MetadataStore for SqlMetadata {
         };
         let sql = format!(
             "SELECT a.build_id, a.kind, a.sha256, a.size, a.quality, a.has_dwarf, a.has_symtab, \
-             a.has_dynsym, a.architecture, a.file_name, a.origin, a.created_at, b.sections \
+             a.has_dynsym, a.architecture, a.file_name, a.origin, a.created_at, a.owner, b.sections \
              FROM artifacts a JOIN blobs b ON b.sha256 = a.sha256 \
              WHERE a.build_id = $1 AND {filter} \
              ORDER BY a.quality DESC, (a.kind = 'debuginfo') DESC, a.created_at DESC LIMIT 1"
@@ -295,7 +295,7 @@ impl MetadataStore for SqlMetadata {
             }
             let inserted = sqlx::query(&format!(
                 "INSERT INTO artifacts ({ARTIFACT_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
                  ON CONFLICT (build_id, kind, sha256) DO NOTHING"
             ))
             .bind(&a.build_id)
@@ -310,6 +310,7 @@ impl MetadataStore for SqlMetadata {
             .bind(&a.file_name)
             .bind(&a.origin)
             .bind(a.created_at)
+            .bind(&a.owner)
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -335,7 +336,7 @@ impl MetadataStore for SqlMetadata {
     }
 
     async fn source(&self, build_id: &str, path: &str) -> MetaResult<Option<SourceFile>> {
-        let sql = "SELECT build_id, path, sha256, size, created_at FROM sources \
+        let sql = "SELECT build_id, path, sha256, size, created_at, owner FROM sources \
                    WHERE build_id = $1 AND path = $2";
         on_pool!(self, p => sqlx::query_as::<_, SourceFile>(sql)
             .bind(build_id)
@@ -378,16 +379,17 @@ impl MetadataStore for SqlMetadata {
                 .await?;
             }
             sqlx::query(
-                "INSERT INTO sources (build_id, path, sha256, size, created_at) \
-                 VALUES ($1, $2, $3, $4, $5) \
+                "INSERT INTO sources (build_id, path, sha256, size, created_at, owner) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
                  ON CONFLICT (build_id, path) DO UPDATE SET sha256 = excluded.sha256, \
-                 size = excluded.size, created_at = excluded.created_at",
+                 size = excluded.size, created_at = excluded.created_at, owner = excluded.owner",
             )
             .bind(&s.build_id)
             .bind(&s.path)
             .bind(&s.sha256)
             .bind(s.size)
             .bind(s.created_at)
+            .bind(&s.owner)
             .execute(&mut *tx)
             .await?;
             tx.commit().await
@@ -395,7 +397,7 @@ impl MetadataStore for SqlMetadata {
     }
 
     async fn sources_of(&self, build_id: &str) -> MetaResult<Vec<SourceFile>> {
-        let sql = "SELECT build_id, path, sha256, size, created_at FROM sources \
+        let sql = "SELECT build_id, path, sha256, size, created_at, owner FROM sources \
                    WHERE build_id = $1 ORDER BY path";
         on_pool!(self, p => sqlx::query_as::<_, SourceFile>(sql).bind(build_id).fetch_all(p).await)
     }

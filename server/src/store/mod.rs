@@ -40,12 +40,48 @@ pub enum StoreError {
     /// wrong kind, a source path the DWARF does not name).
     #[error("{0}")]
     Rejected(String),
+    /// A publisher bound to one tenant would replace what another tenant
+    /// (or everyone) published.
+    #[error("{0}")]
+    Conflict(String),
     #[error("database: {0}")]
     Meta(#[from] sqlx::Error),
     #[error(transparent)]
     Blob(#[from] BlobError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Who publishes: the owning tenant (empty: shared by every tenant), and
+/// whether the publisher is bound to tenants (then it may not replace what
+/// it does not own).
+#[derive(Debug, Clone, Copy)]
+pub struct Publisher<'a> {
+    pub owner: &'a str,
+    pub bound: bool,
+}
+
+impl Publisher<'_> {
+    /// A fetch from an upstream server, or a writer of every tenant.
+    pub const SHARED: Publisher<'static> = Publisher {
+        owner: "",
+        bound: false,
+    };
+
+    fn may_replace(&self, owner: &str) -> bool {
+        !self.bound || owner == self.owner
+    }
+}
+
+fn owned_elsewhere(what: &str, owner: &str) -> StoreError {
+    let by = if owner.is_empty() {
+        "a publisher of every tenant".to_owned()
+    } else {
+        format!("another tenant ({owner:?})")
+    };
+    StoreError::Conflict(format!(
+        "{what} was published by {by}; a token bound to tenants may not replace it"
+    ))
 }
 
 /// What an upload did.
@@ -173,6 +209,7 @@ impl SymbolStore {
         body: &Spooled,
         file_name: Option<&str>,
         origin: &str,
+        publisher: Publisher<'_>,
     ) -> Result<UploadOutcome, StoreError> {
         let path = body.path.to_path_buf();
         let budget = self.max_decompressed_bytes;
@@ -199,6 +236,18 @@ impl SymbolStore {
         {
             let served = self.served_sha(build_id, kind).await?;
             return Ok(outcome(UploadStatus::Unchanged, served, source_names.len()));
+        }
+        if publisher.bound {
+            let others = self.meta.artifacts_of(build_id.as_str()).await?;
+            if let Some(theirs) = others
+                .iter()
+                .find(|a| a.kind == kind.as_str() && !publisher.may_replace(&a.owner))
+            {
+                return Err(owned_elsewhere(
+                    &format!("the {} of build-ID {build_id}", kind.as_str()),
+                    &theirs.owner,
+                ));
+            }
         }
         self.store_blob(body).await?;
         crash_point("after_blob_put");
@@ -227,6 +276,7 @@ impl SymbolStore {
                 file_name: file_name.map(str::to_owned).unwrap_or(default_name),
                 origin: origin.to_owned(),
                 created_at: now_ms(),
+                owner: publisher.owner.to_owned(),
             },
             sections: serde_json::to_string(&sections).unwrap_or_else(|_| "[]".into()),
             source_names,
@@ -335,6 +385,7 @@ impl SymbolStore {
         path: &str,
         body: &Spooled,
         trusted: bool,
+        publisher: Publisher<'_>,
     ) -> Result<UploadStatus, StoreError> {
         let path = checked_source_path(path)?;
         if !trusted && !self.meta.source_is_named(build_id.as_str(), &path).await? {
@@ -352,8 +403,14 @@ impl SymbolStore {
             }));
         }
         if let Some(existing) = self.meta.source(build_id.as_str(), &path).await? {
-            if existing.sha256 == body.sha256 {
+            if existing.sha256 == body.sha256 && existing.owner == publisher.owner {
                 return Ok(UploadStatus::Unchanged);
+            }
+            if !publisher.may_replace(&existing.owner) {
+                return Err(owned_elsewhere(
+                    &format!("source {path:?} of build-ID {build_id}"),
+                    &existing.owner,
+                ));
             }
         }
         self.store_blob(body).await?;
@@ -363,6 +420,7 @@ impl SymbolStore {
             sha256: body.sha256.clone(),
             size: body.size as i64,
             created_at: now_ms(),
+            owner: publisher.owner.to_owned(),
         };
         match self.meta.commit_source(&source, trusted).await {
             // The collector took the claimed blob meanwhile: store it again.

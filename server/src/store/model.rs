@@ -47,6 +47,8 @@ pub struct Artifact {
     pub origin: String,
     /// Unix milliseconds.
     pub created_at: i64,
+    /// The tenant that published it; empty: shared by every tenant.
+    pub owner: String,
 }
 
 /// An artifact together with its blob's section table, as the debuginfod
@@ -79,6 +81,8 @@ pub struct SourceFile {
     pub sha256: String,
     pub size: i64,
     pub created_at: i64,
+    /// The tenant that published it; empty: shared by every tenant.
+    pub owner: String,
 }
 
 /// A new artifact to commit, with what inspection found.

@@ -256,3 +256,118 @@ fn a_server_reachable_from_other_hosts_needs_read_tokens_or_says_it_is_public() 
         public.log_text()
     );
 }
+
+fn put(server: &Server, token: &str, path: &str, body: Vec<u8>) -> (u16, String) {
+    let resp = client()
+        .put(format!("{}{path}", server.url))
+        .bearer_auth(token)
+        .body(body)
+        .send()
+        .unwrap();
+    (resp.status().as_u16(), resp.text().unwrap())
+}
+
+#[test]
+fn the_symbol_store_lists_and_serves_sources_by_tenant_and_keeps_owners() {
+    if !have("gcc") || !have("objcopy") {
+        return;
+    }
+    let server = Server::start(
+        &Backend::local(),
+        &[
+            "--read-tokens",
+            "ra=team-a,rb=team-b",
+            "--upload-tokens",
+            "ua=team-a,ub=team-b,uall",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("proprietary.c");
+    std::fs::write(
+        &source,
+        "int secret_sauce(int x) { return x * 42; }\nint main(void) { return secret_sauce(1); }\n",
+    )
+    .unwrap();
+    let bin = dir.path().join("prog");
+    run(Command::new("gcc")
+        .args(["-g", "-O1"])
+        .arg(&source)
+        .arg("-o")
+        .arg(&bin));
+    let id = build_id_of(&bin);
+    let source_url = format!("/api/v1/debuginfo/{id}/source{}", source.display());
+    // team-a publishes the debug info and its source.
+    let (status, body) = put(
+        &server,
+        "ua",
+        &format!("/api/v1/debuginfo/{id}/debuginfo"),
+        std::fs::read(&bin).unwrap(),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = put(&server, "ua", &source_url, std::fs::read(&source).unwrap());
+    assert_eq!(status, 201, "{body}");
+
+    // Listing and details follow the reader's tenants.
+    let (_, listed_a) = get(&server, Some("ra"), None, "/api/v1/debuginfo");
+    assert!(listed_a.contains(&id), "{listed_a}");
+    let (_, listed_b) = get(&server, Some("rb"), None, "/api/v1/debuginfo");
+    assert!(!listed_b.contains(&id), "{listed_b}");
+    let (_, details_b) = get(
+        &server,
+        Some("rb"),
+        None,
+        &format!("/api/v1/debuginfo/{id}"),
+    );
+    assert!(!details_b.contains("proprietary.c"), "{details_b}");
+    // The source is team-a's; the debug info is shared by build-ID.
+    let fetch = format!("/buildid/{id}/source{}", source.display());
+    let (status, text) = get(&server, Some("ra"), None, &fetch);
+    assert_eq!(status, 200);
+    assert!(text.contains("secret_sauce"));
+    let (status, _) = get(&server, Some("rb"), None, &fetch);
+    assert_eq!(status, 404, "team-b must not read team-a's source");
+    assert_eq!(
+        get(
+            &server,
+            Some("rb"),
+            None,
+            &format!("/buildid/{id}/debuginfo")
+        )
+        .0,
+        200
+    );
+
+    // team-b may not replace team-a's files; a token of every tenant may.
+    let stripped = dir.path().join("prog-symtab");
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&bin)
+        .arg(&stripped));
+    let (status, body) = put(
+        &server,
+        "ub",
+        &format!("/api/v1/debuginfo/{id}/debuginfo"),
+        std::fs::read(&stripped).unwrap(),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("another tenant"), "{body}");
+    let (status, body) = put(&server, "ub", &source_url, b"int stolen;\n".to_vec());
+    assert_eq!(status, 409, "{body}");
+    let (_, text) = get(&server, Some("ra"), None, &fetch);
+    assert!(
+        text.contains("secret_sauce"),
+        "the source was replaced: {text}"
+    );
+    let (status, body) = put(
+        &server,
+        "ua",
+        &format!("/api/v1/debuginfo/{id}/debuginfo"),
+        std::fs::read(&stripped).unwrap(),
+    );
+    assert!(
+        status == 200 || status == 201,
+        "its own tenant adds a candidate: {body}"
+    );
+    let (status, body) = put(&server, "uall", &source_url, b"int replaced;\n".to_vec());
+    assert_eq!(status, 201, "{body}");
+}
