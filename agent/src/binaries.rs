@@ -145,10 +145,48 @@ impl Binaries {
     }
 }
 
+/// Bytes one read of a mapped file may ask for: a section or note of a
+/// hostile file claiming gigabytes (object's cache allocates what is asked)
+/// fails instead of filling the agent's memory.
+const MAX_READ_BYTES: u64 = 64 << 20;
+
+/// A `ReadCache` whose single reads are bounded by `MAX_READ_BYTES`.
+struct Bounded<'a, R: object::ReadCacheOps>(&'a object::ReadCache<R>);
+
+impl<R: object::ReadCacheOps> Clone for Bounded<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R: object::ReadCacheOps> Copy for Bounded<'_, R> {}
+
+impl<'a, R: object::ReadCacheOps> ReadRef<'a> for Bounded<'a, R> {
+    fn len(self) -> Result<u64, ()> {
+        self.0.len()
+    }
+
+    fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
+        if size > MAX_READ_BYTES {
+            return Err(());
+        }
+        self.0.read_bytes_at(offset, size)
+    }
+
+    fn read_bytes_at_until(
+        self,
+        range: std::ops::Range<u64>,
+        delimiter: u8,
+    ) -> Result<&'a [u8], ()> {
+        let end = range.end.min(range.start.saturating_add(MAX_READ_BYTES));
+        self.0.read_bytes_at_until(range.start..end, delimiter)
+    }
+}
+
 fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> Result<Binary, Skip> {
     let opened = safefile::open_mapped(proc_root, pid, map)?;
     let cache = object::ReadCache::new(&opened.file);
-    let binary = Binary::parse(&cache).map_err(|_| Skip::Unparsable)?;
+    let binary = Binary::parse(Bounded(&cache)).map_err(|_| Skip::Unparsable)?;
     if !opened.unchanged() {
         return Err(Skip::Changed);
     }
@@ -176,6 +214,21 @@ mod tests {
             assert_eq!(start + (off - map_offset), vaddr);
         }
         assert!(Binary::parse(&b"not an elf file"[..]).is_err());
+    }
+
+    #[test]
+    fn reads_of_a_file_are_bounded() {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(MAX_READ_BYTES * 2).unwrap(); // sparse: nothing written
+        let cache = object::ReadCache::new(&file);
+        let bounded = Bounded(&cache);
+        assert!(bounded.read_bytes_at(0, MAX_READ_BYTES + 1).is_err());
+        assert_eq!(bounded.read_bytes_at(0, 16).unwrap(), &[0; 16]);
+        // A string without its NUL is cut at the bound, not read to the end.
+        assert!(bounded
+            .read_bytes_at_until(0..MAX_READ_BYTES * 2, 1)
+            .is_err());
+        assert!(Binary::parse(bounded).is_err(), "not an ELF file");
     }
 
     #[test]

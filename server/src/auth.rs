@@ -103,7 +103,23 @@ impl Auth {
             .map_err(|e| format!("SYMTRACE_TOKENS_FILE {}: {e}", path.display()))?;
         let n = from_file.len();
         let all: Vec<Token> = self.from_lists.iter().cloned().chain(from_file).collect();
-        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(all);
+        // A reload never opens the server: removing the last token of a
+        // scope would make reads public or bring loopback trust back.
+        let mut tokens = self.tokens.write().unwrap_or_else(|e| e.into_inner());
+        let had = |list: &[Token], s: Scope| list.iter().any(|t| t.scope == s);
+        for (scope, name) in [
+            (Scope::Read, "read"),
+            (Scope::Upload, "upload"),
+            (Scope::Admin, "admin"),
+        ] {
+            if had(&tokens, scope) && !had(&all, scope) {
+                return Err(format!(
+                    "SYMTRACE_TOKENS_FILE {}: it would leave no {name} token, opening the server; kept the tokens in force (restart to remove the last one)",
+                    path.display()
+                ));
+            }
+        }
+        *tokens = Arc::new(all);
         Ok(n)
     }
 
@@ -272,8 +288,15 @@ fn direct_loopback(headers: &HeaderMap, peer: SocketAddr) -> bool {
 pub fn is_loopback_host(host: &str) -> bool {
     let name = if let Some(rest) = host.strip_prefix('[') {
         match rest.split_once(']') {
-            Some((ip, _)) => ip,
-            None => return false,
+            Some((ip, port))
+                if port.is_empty()
+                    || port.strip_prefix(':').is_some_and(|p| {
+                        !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())
+                    }) =>
+            {
+                ip
+            }
+            _ => return false,
         }
     } else {
         host.rsplit_once(':').map_or(host, |(h, port)| {

@@ -352,7 +352,7 @@ async fn missing(
     headers: HeaderMap,
     Json(request): Json<MissingRequest>,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Upload)?;
+    let (owner, bound) = publisher(&state, &headers, peer)?;
     if request.items.len() > MAX_MISSING_ITEMS {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -375,7 +375,22 @@ async fn missing(
             return Err(what("a source item needs an absolute path".into()));
         }
     }
-    let lacks = state.store.meta.missing(&request.items).await?;
+    let mut lacks = state.store.meta.missing(&request.items).await?;
+    // A bound publisher is told a source is there only when it or everyone
+    // published it: another tenant's file is neither confirmed to it nor a
+    // reason not to upload its own.
+    if bound {
+        for (item, lacks) in request.items.iter().zip(lacks.iter_mut()) {
+            if *lacks || item.kind != "source" {
+                continue;
+            }
+            let path = item.path.as_deref().unwrap_or("");
+            let theirs = state.store.meta.source(&item.build_id, path).await?;
+            if theirs.is_some_and(|s| !s.owner.is_empty() && s.owner != owner) {
+                *lacks = true;
+            }
+        }
+    }
     let total = request.items.len();
     let missing: Vec<MissingItem> = request
         .items
@@ -395,8 +410,12 @@ async fn list(
     Query(filter): Query<ListFilter>,
 ) -> ApiResult<Response> {
     let tenants = state.auth.check(&headers, peer, Scope::Read)?;
-    let mut artifacts = state.store.meta.list(&filter).await?;
-    artifacts.retain(|a| visible(&tenants, &a.owner));
+    let mut filter = filter;
+    filter.owners = match tenants {
+        Tenants::All => None,
+        Tenants::Only(list) => Some(list),
+    };
+    let artifacts = state.store.meta.list(&filter).await?;
     Ok(Json(json!({ "artifacts": artifacts })).into_response())
 }
 
@@ -491,8 +510,30 @@ async fn delete(
     build_id: String,
     kind: Option<ArtifactKind>,
 ) -> ApiResult<Response> {
-    state.auth.check(&headers, peer, Scope::Admin)?;
+    let tenants = state.auth.check(&headers, peer, Scope::Admin)?;
     let build_id: BuildId = build_id.parse()?;
+    if let Tenants::Only(_) = &tenants {
+        // A bound admin token deletes only what its tenants published.
+        let meta = &state.store.meta;
+        let artifacts = meta.artifacts_of(build_id.as_str()).await?;
+        let sources = match kind {
+            None => meta.sources_of(build_id.as_str()).await?,
+            Some(_) => Vec::new(),
+        };
+        let foreign = artifacts
+            .iter()
+            .filter(|a| kind.is_none_or(|k| a.kind == k.as_str()))
+            .map(|a| a.owner.as_str())
+            .chain(sources.iter().map(|s| s.owner.as_str()))
+            .find(|owner| owner.is_empty() || !tenants.allows(owner));
+        if let Some(owner) = foreign {
+            return Err(StoreError::Conflict(format!(
+                "build-ID {build_id} holds files published by {}; a token bound to tenants deletes only its tenants' files",
+                if owner.is_empty() { "every tenant (shared)".to_owned() } else { format!("tenant {owner:?}") }
+            ))
+            .into());
+        }
+    }
     let removed = state.store.delete(&build_id, kind).await?;
     if removed == 0 {
         return Err(ApiError::not_found(format!(

@@ -358,13 +358,31 @@ fn collect_sources(build_id: &BuildId, d: &ElfFile, opts: &Options<'_>, plan: &m
     };
     // The roots as they really are on disk (symlinks resolved), so a source
     // is checked by where it really is, not by the name the DWARF gives.
+    let given: Vec<PathBuf> = opts
+        .source_roots
+        .iter()
+        .filter_map(|root| std::fs::canonicalize(root).ok())
+        .collect();
+    // A compilation directory comes from the same DWARF as the names (a
+    // prebuilt object can claim any), so it is a root only inside the
+    // directory the uploader runs in or a --source-root, and never the home
+    // directory or above it.
+    let trusted: Vec<PathBuf> = std::env::current_dir()
+        .ok()
+        .and_then(|d| std::fs::canonicalize(d).ok())
+        .filter(|d| d.parent().is_some())
+        .into_iter()
+        .chain(given.iter().cloned())
+        .collect();
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
     let roots: Vec<PathBuf> = files
         .comp_dirs
         .iter()
-        .map(|dir| on_disk(dir))
-        .chain(opts.source_roots.iter().cloned())
-        .filter_map(|root| std::fs::canonicalize(root).ok())
-        .filter(|root| root.parent().is_some()) // never `/` itself
+        .filter_map(|dir| std::fs::canonicalize(on_disk(dir)).ok())
+        .filter(|dir| dir.components().count() > 2) // not `/`, `/home`, `/root`, …
+        .filter(|dir| home.as_ref().is_none_or(|h| !h.starts_with(dir)))
+        .filter(|dir| trusted.iter().any(|t| dir.starts_with(t)))
+        .chain(given)
         .collect();
     for name in files.paths.into_iter().filter(|n| n.starts_with('/')) {
         let path = on_disk(&name);
@@ -412,7 +430,7 @@ fn source_under_roots(path: &Path, roots: &[PathBuf]) -> Result<PathBuf, Skip> {
                 real.display()
             )
         } else {
-            "outside the source roots (the compilation directories and --source-root)".to_owned()
+            "outside the source roots (the compilation directories under the working directory, and --source-root)".to_owned()
         };
         return Err(Skip::Outside(why));
     }

@@ -79,7 +79,16 @@ fn parse_tenants(list: &str) -> Result<Vec<String>, String> {
 pub fn parse_file(text: &str) -> Result<Vec<Token>, String> {
     let mut tokens = Vec::new();
     for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
+        // A comment starts at `#` at the line's start or after a blank, so a
+        // secret may contain `#`.
+        let line = match line.trim_start().strip_prefix('#') {
+            Some(_) => "",
+            None => match line.find(" #").or_else(|| line.find("\t#")) {
+                Some(at) => &line[..at],
+                None => line,
+            },
+        }
+        .trim();
         if line.is_empty() {
             continue;
         }
@@ -143,6 +152,8 @@ mod tests {
         );
         let tokens = parse_file(&text).unwrap();
         assert_eq!(tokens.len(), 3);
+        let hashed = parse_file("upload ab#c9 team-a # a comment\n").unwrap();
+        assert!(hashed[0].secret.matches(b"ab#c9"), "# inside a secret");
         assert!(tokens[0].secret.matches(b"hunter2"));
         assert!(!tokens[0].secret.matches(b"hunter3"));
         assert_eq!(tokens[0].scope, Scope::Read);

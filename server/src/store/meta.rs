@@ -451,22 +451,38 @@ impl MetadataStore for SqlMetadata {
     }
 
     async fn list(&self, f: &ListFilter) -> MetaResult<Vec<Artifact>> {
+        // The reader's tenants, in the query: a page is cut after them.
+        let owners = match &f.owners {
+            None => String::new(),
+            Some(list) => {
+                let marks: Vec<String> = (0..list.len()).map(|i| format!("${}", i + 6)).collect();
+                if marks.is_empty() {
+                    " AND owner = ''".to_owned()
+                } else {
+                    format!(" AND (owner = '' OR owner IN ({}))", marks.join(", "))
+                }
+            }
+        };
         let sql = format!(
             "SELECT {ARTIFACT_COLUMNS} FROM artifacts \
              WHERE ($1 = '' OR build_id LIKE $1 || '%') AND ($2 = '' OR kind = $2) \
-             AND ($3 = '' OR file_name LIKE '%' || $3 || '%') \
+             AND ($3 = '' OR file_name LIKE '%' || $3 || '%'){owners} \
              ORDER BY created_at DESC, build_id, kind LIMIT $4 OFFSET $5"
         );
         let limit = f.limit.unwrap_or(100).clamp(1, 10_000);
         let offset = f.offset.unwrap_or(0).max(0);
-        on_pool!(self, p => sqlx::query_as::<_, Artifact>(&sql)
-            .bind(f.build_id.as_deref().unwrap_or(""))
-            .bind(f.kind.as_deref().unwrap_or(""))
-            .bind(f.file.as_deref().unwrap_or(""))
-            .bind(limit)
-            .bind(offset)
-            .fetch_all(p)
-            .await)
+        on_pool!(self, p => {
+            let mut q = sqlx::query_as::<_, Artifact>(&sql)
+                .bind(f.build_id.as_deref().unwrap_or(""))
+                .bind(f.kind.as_deref().unwrap_or(""))
+                .bind(f.file.as_deref().unwrap_or(""))
+                .bind(limit)
+                .bind(offset);
+            for owner in f.owners.iter().flatten() {
+                q = q.bind(owner);
+            }
+            q.fetch_all(p).await
+        })
     }
 
     async fn find_files(&self, query: &FileQuery, limit: i64) -> MetaResult<Vec<Artifact>> {

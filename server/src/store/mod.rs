@@ -239,12 +239,11 @@ impl SymbolStore {
         }
         if publisher.bound {
             let others = self.meta.artifacts_of(build_id.as_str()).await?;
-            if let Some(theirs) = others
-                .iter()
-                .find(|a| a.kind == kind.as_str() && !publisher.may_replace(&a.owner))
-            {
+            // Any kind: a debuginfo request may be served an executable
+            // with DWARF and the other way round.
+            if let Some(theirs) = others.iter().find(|a| !publisher.may_replace(&a.owner)) {
                 return Err(owned_elsewhere(
-                    &format!("the {} of build-ID {build_id}", kind.as_str()),
+                    &format!("build-ID {build_id}'s {}", theirs.kind),
                     &theirs.owner,
                 ));
             }
@@ -403,7 +402,8 @@ impl SymbolStore {
             }));
         }
         if let Some(existing) = self.meta.source(build_id.as_str(), &path).await? {
-            if existing.sha256 == body.sha256 && existing.owner == publisher.owner {
+            let same_owner = existing.owner == publisher.owner || !publisher.bound;
+            if existing.sha256 == body.sha256 && same_owner {
                 return Ok(UploadStatus::Unchanged);
             }
             if !publisher.may_replace(&existing.owner) {

@@ -121,6 +121,10 @@ pub struct ListFilter {
     pub file: Option<String>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
+    /// Only files these tenants published, and shared ones (`None`: all).
+    /// Set by the server from the reader's token, never from the query.
+    #[serde(skip)]
+    pub owners: Option<Vec<String>>,
 }
 
 /// How a file name is matched by `/metadata`.

@@ -273,7 +273,27 @@ async function loadFlame(params) {
     for (const [id, fmt] of [["download-svg", "svg"], ["download-pprof", "pprof"], ["download-folded", "folded"]]) {
       const p = new URLSearchParams(params);
       p.set("format", fmt);
-      $(id).href = "/api/v1/flamegraph?" + p.toString();
+      const url = "/api/v1/flamegraph?" + p.toString();
+      $(id).href = url;
+      // Behind read tokens a plain link carries none: fetch with it and
+      // hand the browser the bytes.
+      $(id).onclick = async (ev) => {
+        const token = sessionStorage.getItem("symtrace-token");
+        if (!token) return;
+        ev.preventDefault();
+        const resp = await fetch(url, { headers: { Authorization: "Bearer " + token } });
+        if (!resp.ok) {
+          setStatus("download failed: " + resp.status + " " + resp.statusText, true);
+          return;
+        }
+        const a = document.createElement("a");
+        a.href = URL.createObjectURL(await resp.blob());
+        a.download = "flamegraph." + (fmt === "folded" ? "txt" : fmt);
+        document.body.appendChild(a);
+        a.click();
+        a.remove();
+        setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+      };
     }
     drawFlame();
     fillTop(body.functions || []);

@@ -209,9 +209,9 @@ fn a_tokens_file_binds_hashed_tokens_and_is_reloaded_on_sighup() {
 fn loopback_trust_needs_a_loopback_host_and_can_be_turned_off() {
     let server = Server::start(&Backend::local(), &[]);
     let t = now_ns() - 60_000_000_000;
-    let post = |host: Option<&str>, s: &Server| {
+    let post = |host: Option<&str>, url: &str| {
         let mut req = client()
-            .post(format!("{}/v1development/profiles", s.url))
+            .post(format!("{url}/v1development/profiles"))
             .header("Content-Type", "application/x-protobuf")
             .body(deep_request("svc-l", 3, t).encode_to_vec());
         if let Some(h) = host {
@@ -220,14 +220,48 @@ fn loopback_trust_needs_a_loopback_host_and_can_be_turned_off() {
         let resp = req.send().unwrap();
         (resp.status().as_u16(), resp.text().unwrap_or_default())
     };
-    assert_eq!(post(None, &server).0, 200, "a direct loopback client");
+    assert_eq!(post(None, &server.url).0, 200, "a direct loopback client");
     // DNS rebinding: a page from attacker.example that resolved to 127.0.0.1.
-    let (status, body) = post(Some("attacker.example"), &server);
+    let (status, body) = post(Some("attacker.example"), &server.url);
     assert_eq!(status, 403, "{body}");
-    // Loopback trust off: refused even directly.
+    // Loopback trust off: refused directly, and through a local TCP
+    // forwarder that adds no proxy header (ssh -L, kubectl port-forward),
+    // which loopback trust cannot tell from a local client.
     let strict = Server::start(&Backend::local(), &["--loopback-trust", "false"]);
-    let (status, body) = post(None, &strict);
+    let (status, body) = post(None, &strict.url);
     assert_eq!(status, 403, "{body}");
+    let forwarded = forwarder(&strict);
+    let (status, body) = post(None, &forwarded);
+    assert_eq!(status, 403, "through the forwarder: {body}");
+    assert!(body.contains("loopback trust is off"), "{body}");
+    // (With loopback trust on, the same forwarder is let through: the
+    // reason to turn it off on hosts that run one.)
+    let open_forwarded = forwarder(&server);
+    assert_eq!(post(None, &open_forwarded).0, 200);
+}
+
+/// A plain TCP forwarder on another loopback port, adding no header; its
+/// URL.
+fn forwarder(to: &Server) -> String {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let target = to.url.trim_start_matches("http://").to_owned();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let upstream = TcpStream::connect(&target).unwrap();
+            let (mut c2, mut u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            let (mut c, mut u) = (client, upstream);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c, &mut u);
+                let _ = u.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut c2);
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
 }
 
 #[test]
@@ -279,6 +313,8 @@ fn the_symbol_store_lists_and_serves_sources_by_tenant_and_keeps_owners() {
             "ra=team-a,rb=team-b",
             "--upload-tokens",
             "ua=team-a,ub=team-b,uall",
+            "--admin-tokens",
+            "adm-b=team-b",
         ],
     );
     let dir = tempfile::tempdir().unwrap();
@@ -351,8 +387,61 @@ fn the_symbol_store_lists_and_serves_sources_by_tenant_and_keeps_owners() {
     );
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("another tenant"), "{body}");
+    // Nor by another kind: a debuginfo request may be served an executable
+    // with DWARF.
+    let (status, body) = put(
+        &server,
+        "ub",
+        &format!("/api/v1/debuginfo/{id}/executable"),
+        std::fs::read(&bin).unwrap(),
+    );
+    assert_eq!(status, 409, "{body}");
     let (status, body) = put(&server, "ub", &source_url, b"int stolen;\n".to_vec());
     assert_eq!(status, 409, "{body}");
+    // Nor delete them with an admin token bound to team-b.
+    let resp = client()
+        .delete(format!("{}/api/v1/debuginfo/{id}", server.url))
+        .bearer_auth("adm-b")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 409, "{}", resp.text().unwrap());
+    // `missing` does not confirm team-a's source to team-b (by its hash).
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(&source).unwrap()))
+    };
+    let ask = serde_json::json!({"items": [{"build_id": id, "kind": "source", "sha256": sha, "path": source.to_str().unwrap()}]});
+    let missing_for = |token: &str| -> usize {
+        let resp = client()
+            .post(format!("{}/api/v1/debuginfo/missing", server.url))
+            .bearer_auth(token)
+            .json(&ask)
+            .send()
+            .unwrap();
+        let body: serde_json::Value = resp.json().unwrap();
+        body["missing"].as_array().unwrap().len()
+    };
+    assert_eq!(missing_for("ua"), 0, "team-a's own source is there");
+    assert_eq!(missing_for("ub"), 1, "not confirmed to team-b");
+    // A page of a listing is cut after the reader's tenants: team-b's newer
+    // upload does not push team-a's off its first page.
+    let other = dir.path().join("other");
+    std::fs::write(dir.path().join("other.c"), "int main(void) { return 7; }\n").unwrap();
+    run(Command::new("gcc")
+        .args(["-g"])
+        .arg(dir.path().join("other.c"))
+        .arg("-o")
+        .arg(&other));
+    let other_id = build_id_of(&other);
+    let (status, _) = put(
+        &server,
+        "ub",
+        &format!("/api/v1/debuginfo/{other_id}/debuginfo"),
+        std::fs::read(&other).unwrap(),
+    );
+    assert_eq!(status, 201);
+    let (_, page) = get(&server, Some("ra"), None, "/api/v1/debuginfo?limit=1");
+    assert!(page.contains(&id) && !page.contains(&other_id), "{page}");
     let (_, text) = get(&server, Some("ra"), None, &fetch);
     assert!(
         text.contains("secret_sauce"),

@@ -17,8 +17,22 @@ mod split;
 const UPLOAD: &str = env!("CARGO_BIN_EXE_symtrace-upload");
 
 /// Runs the uploader against `server` with `--json`; returns (exit code, summary, stderr).
+/// It runs in the temporary directory, as a CI job runs in its checkout: the
+/// fixtures' build trees (and so their compilation directories, the source
+/// roots) are under it.
 pub fn upload(server_url: &str, args: &[&str], paths: &[&Path]) -> (i32, Value, String) {
+    upload_in(&std::env::temp_dir(), server_url, args, paths)
+}
+
+/// [`upload`] run in `cwd`.
+pub fn upload_in(
+    cwd: &Path,
+    server_url: &str,
+    args: &[&str],
+    paths: &[&Path],
+) -> (i32, Value, String) {
     let out: Output = Command::new(UPLOAD)
+        .current_dir(cwd)
         .arg("--server")
         .arg(server_url)
         .arg("--json")

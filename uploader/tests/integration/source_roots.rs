@@ -6,7 +6,7 @@ use std::process::Command;
 
 use symtrace_testkit::*;
 
-use crate::{compile, tools, upload};
+use crate::{compile, tools, upload, upload_in};
 
 #[test]
 fn a_line_directive_naming_a_secret_publishes_nothing() {
@@ -36,9 +36,30 @@ fn a_line_directive_naming_a_secret_publishes_nothing() {
         ),
     )
     .unwrap();
-    let bin = compile(&src, "gcc", &["-g", "-O0", "main.c"], "prog");
+    // A prebuilt object of a "dependency" built in the home directory: its
+    // compilation directory is there, and its DWARF names the secret too.
+    std::fs::write(
+        outside.join("dep.c"),
+        format!(
+            "#line 1 \"{}\"\nint dep(void) {{ return 3; }}\n",
+            secret.display()
+        ),
+    )
+    .unwrap();
+    run(Command::new("gcc")
+        .current_dir(&outside)
+        .args(["-g", "-O0", "-c", "dep.c", "-o", "dep.o"]));
+    let dep = outside.join("dep.o");
+    let bin = compile(
+        &src,
+        "gcc",
+        &["-g", "-O0", "main.c", dep.to_str().unwrap()],
+        "prog",
+    );
 
-    let (code, summary, stderr) = upload(&server.url, &[], &[&bin]);
+    // The job runs in its checkout (src): the dependency's compilation
+    // directory is outside it, so it is no root.
+    let (code, summary, stderr) = upload_in(&src, &server.url, &[], &[&bin]);
     assert_eq!(code, 0, "{stderr}");
     let file = &summary["files"][0];
     let skipped: Vec<(String, String)> = file["skipped_sources"]
@@ -61,7 +82,8 @@ fn a_line_directive_naming_a_secret_publishes_nothing() {
     };
     assert!(reason_of(&secret).contains("outside the source roots"));
     assert!(reason_of(&src.join("config.h")).contains("resolves to"));
-    assert!(stderr.contains("2 skipped"), "{stderr}");
+    assert!(reason_of(&outside.join("dep.c")).contains("outside the source roots"));
+    assert!(stderr.contains("3 skipped"), "{stderr}");
     let uploaded: Vec<&str> = file["items"]
         .as_array()
         .unwrap()
