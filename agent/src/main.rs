@@ -12,6 +12,7 @@ mod kallsyms;
 mod maps;
 mod procs;
 mod record;
+mod resolve;
 mod safefile;
 mod sampler;
 mod stats;

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use crate::binaries::Binaries;
-use crate::cfi::{CfiCache, FileCfi, LeafRule};
+use crate::cfi::CfiCache;
 use crate::maps::{self, MapEntry};
-use crate::record::{call_site, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
+use crate::record::{USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
+use crate::resolve::Resolver;
 use crate::threadctx;
 use crate::unwind::{self, Cut, LeafStep, UnwindStats};
 use crate::vdso::Vdso;
@@ -23,7 +24,7 @@ use crate::vdso::Vdso;
 /// Mappings older than this are read again on the next sample.
 const MAPS_MAX_AGE: Duration = Duration::from_secs(10);
 /// A miss reads the mappings again at most this often per process.
-const MAPS_MISS_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const MAPS_MISS_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Who a process is: its OTLP resource.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -76,14 +77,14 @@ pub struct UserStack<'a> {
 
 /// Cached answers of "is this return address just after a call" at most;
 /// the cache starts over beyond.
-const CODE_CHECKS_MAX: usize = 64 * 1024;
+pub(crate) const CODE_CHECKS_MAX: usize = 64 * 1024;
 
-struct Process {
+pub(crate) struct Process {
     info: Arc<ProcessInfo>,
-    maps: Vec<MapEntry>,
+    pub(crate) maps: Vec<MapEntry>,
     /// Per entry of `maps`, made on first use.
-    mappings: Vec<Option<Arc<Mapping>>>,
-    maps_read: Instant,
+    pub(crate) mappings: Vec<Option<Arc<Mapping>>>,
+    pub(crate) maps_read: Instant,
     last_sample: Instant,
     /// Its executable defines `otel_thread_ctx_v1` (the BPF program reads
     /// its threads' contexts).
@@ -314,192 +315,6 @@ impl Processes {
     }
 }
 
-/// A leaf frame resolved, with what its CFI lookup needs.
-struct Leaf {
-    frame: UserFrame,
-    /// The CFI's key: (device, inode), or `VDSO_KEY`.
-    key: (u64, u64),
-    map: usize,
-}
-
-const VDSO_KEY: (u64, u64) = (u64::MAX, 0);
-const ANON_KEY: u64 = u64::MAX - 1;
-
-/// One stack's resolution against one process.
-struct Resolver<'a> {
-    root: &'a Path,
-    pid: u32,
-    process: &'a mut Process,
-    binaries: &'a mut Binaries,
-    unknown: &'a Arc<Mapping>,
-    vdso: Option<&'a Vdso>,
-    now: Instant,
-}
-
-impl Resolver<'_> {
-    /// The frame of the instruction at `address`, `None` outside every
-    /// executable mapping.
-    fn frame(&mut self, address: u64) -> Option<Leaf> {
-        let mut at = maps::find(&self.process.maps, address);
-        if at.is_none() && self.now.duration_since(self.process.maps_read) > MAPS_MISS_INTERVAL {
-            reread(self.root, self.pid, self.process, self.now);
-            at = maps::find(&self.process.maps, address);
-        }
-        let i = at?;
-        let map = &self.process.maps[i];
-        let mapping = match &self.process.mappings[i] {
-            Some(m) => m.clone(),
-            None => {
-                let m = Arc::new(mapping_of(
-                    self.binaries,
-                    self.root,
-                    self.pid,
-                    map,
-                    self.vdso,
-                ));
-                self.process.mappings[i] = Some(m.clone());
-                m
-            }
-        };
-        let address = address - map.start + mapping.start;
-        let is_vdso = map.path == "[vdso]";
-        let name = if is_vdso {
-            self.vdso.and_then(|v| v.name(address))
-        } else {
-            None
-        };
-        let key = if is_vdso {
-            VDSO_KEY
-        } else {
-            (map.dev, map.inode)
-        };
-        Some(Leaf {
-            frame: UserFrame {
-                mapping,
-                address,
-                name,
-            },
-            key,
-            map: i,
-        })
-    }
-
-    fn unknown_frame(&self, address: u64) -> UserFrame {
-        UserFrame {
-            mapping: self.unknown.clone(),
-            address,
-            name: None,
-        }
-    }
-
-    /// The CFI rule at the leaf, `None` when its file has no usable CFI.
-    fn leaf_rule(&mut self, cfi: &mut CfiCache, leaf: &Leaf) -> Option<LeafRule> {
-        let address = leaf.frame.address;
-        if leaf.key == VDSO_KEY {
-            let vdso = self.vdso?;
-            return cfi.rule(VDSO_KEY, address, || vdso.cfi());
-        }
-        let map = &self.process.maps[leaf.map];
-        if !map.is_file() {
-            return None;
-        }
-        let binary = self.binaries.get(self.root, self.pid, map)?;
-        let (root, pid) = (self.root, self.pid);
-        cfi.rule(leaf.key, address, || load_cfi(root, pid, map, &binary))
-    }
-
-    /// Checks a return address and pushes its frame; on a failed check sets
-    /// `cut` and returns false.
-    fn check_and_push(
-        &mut self,
-        checks: &mut FxHashMap<(u64, u64, u64), bool>,
-        ret: u64,
-        root_frame: bool,
-        out: &mut Vec<UserFrame>,
-        cut: &mut Option<Cut>,
-    ) -> bool {
-        let Some(caller) = self.frame(call_site(1, ret)) else {
-            *cut = Some(Cut::OutsideCode);
-            return false;
-        };
-        let key = match caller.key {
-            (0, 0) => (ANON_KEY, u64::from(self.pid), ret),
-            (dev, inode) => (dev, inode, caller.frame.address + 1),
-        };
-        let ok = match checks.get(&key) {
-            Some(&ok) => ok,
-            None => match read_code(self.pid, ret) {
-                Some(code) => {
-                    let ok = unwind::after_call(&code[..unwind::CODE_BEFORE])
-                        || unwind::is_sigreturn(&code[unwind::CODE_BEFORE..]);
-                    if checks.len() >= CODE_CHECKS_MAX {
-                        checks.clear();
-                    }
-                    checks.insert(key, ok);
-                    ok
-                }
-                // The process is gone (or the page is not readable): the
-                // address is in its code, which is all that can be checked.
-                None => true,
-            },
-        };
-        if !ok && !root_frame {
-            *cut = Some(Cut::NotAfterCall);
-            return false;
-        }
-        out.push(caller.frame);
-        true
-    }
-}
-
-/// The code around a return address of process `pid`: `CODE_BEFORE` bytes
-/// before it and `CODE_AFTER` from it (one `process_vm_readv`).
-fn read_code(pid: u32, ret: u64) -> Option<[u8; unwind::CODE_BEFORE + unwind::CODE_AFTER]> {
-    let mut code = [0u8; unwind::CODE_BEFORE + unwind::CODE_AFTER];
-    let local = libc::iovec {
-        iov_base: code.as_mut_ptr().cast(),
-        iov_len: code.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: ret.checked_sub(unwind::CODE_BEFORE as u64)? as *mut libc::c_void,
-        iov_len: code.len(),
-    };
-    // SAFETY: one local buffer of exactly iov_len bytes; the remote side is
-    // only read, by the kernel, under its access checks.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    (n == code.len() as isize).then_some(code)
-}
-
-/// Bytes of `.eh_frame` (+ `.eh_frame_hdr`) read from one file at most.
-const MAX_CFI_FILE_BYTES: u64 = 64 << 20;
-
-/// Reads a file's CFI sections through the process's view of it.
-fn load_cfi(
-    root: &Path,
-    pid: u32,
-    map: &MapEntry,
-    binary: &crate::binaries::Binary,
-) -> Option<FileCfi> {
-    use std::os::unix::fs::FileExt;
-    let eh_frame = binary.eh_frame?;
-    let hdr = binary.eh_frame_hdr;
-    if eh_frame.size + hdr.map_or(0, |h| h.size) > MAX_CFI_FILE_BYTES {
-        tracing::debug!(pid, path = %map.path, "CFI too large: not read");
-        return None;
-    }
-    let opened = crate::safefile::open_mapped(root, pid, map).ok()?;
-    let read = |s: crate::cfi::SectionRef| {
-        let mut bytes = vec![0; s.size as usize];
-        opened.file.read_exact_at(&mut bytes, s.offset).ok()?;
-        Some((bytes, s.address))
-    };
-    let (eh_frame, hdr) = (read(eh_frame)?, hdr.and_then(read));
-    if !opened.unchanged() {
-        return None;
-    }
-    FileCfi::new(eh_frame, hdr, binary.text_address)
-}
-
 fn entry<'a>(
     by_pid: &'a mut HashMap<u32, Process>,
     root: &Path,
@@ -572,7 +387,7 @@ fn thread_ctx_offset(
         })
 }
 
-fn reread(root: &Path, pid: u32, process: &mut Process, now: Instant) {
+pub(crate) fn reread(root: &Path, pid: u32, process: &mut Process, now: Instant) {
     if let Ok(maps) = maps::read(root, pid) {
         if maps != process.maps {
             process.mappings = vec![None; maps.len()];
@@ -582,7 +397,7 @@ fn reread(root: &Path, pid: u32, process: &mut Process, now: Instant) {
     process.maps_read = now;
 }
 
-fn mapping_of(
+pub(crate) fn mapping_of(
     binaries: &mut Binaries,
     root: &Path,
     pid: u32,
