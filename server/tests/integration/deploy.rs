@@ -154,10 +154,13 @@ fn the_uploader_job_sets_only_real_uploader_flags() {
 /// `docker-compose -f FILE config` (validates and prints the normalized
 /// file; no container engine is involved).
 fn compose_config(file: &Path) -> std::process::Output {
+    // The tokens come from .env; these stand in for it.
     Command::new("docker-compose")
         .arg("-f")
         .arg(file)
         .arg("config")
+        .env("DEMO_TOKEN", "test-upload-token")
+        .env("DEMO_READ_TOKEN", "test-read-token")
         .output()
         .expect("docker-compose (scripts/test-services.sh installs it)")
 }
@@ -287,6 +290,19 @@ fn compose_file_validates_and_keeps_the_agent_unprivileged() {
     // type, are refused.
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(&file).unwrap();
+    // No token defaults: without .env the file does not even resolve.
+    let out = Command::new("docker-compose")
+        .current_dir(dir.path())
+        .arg("-f")
+        .arg(&file)
+        .arg("config")
+        .env_remove("DEMO_TOKEN")
+        .env_remove("DEMO_READ_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "compose resolved without tokens");
+    assert!(stderr.contains("DEMO_TOKEN"), "{stderr}");
     for (from, to, complaint) in [
         ("\nvolumes:\n", "\nvolumez:\n", "volumez"),
         (
