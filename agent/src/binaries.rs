@@ -173,13 +173,32 @@ impl<'a, R: object::ReadCacheOps> ReadRef<'a> for Bounded<'a, R> {
         self.0.read_bytes_at(offset, size)
     }
 
+    /// Strings (symbol names) are found in aligned blocks that the cache
+    /// keeps, so a symbol table's names cost a few reads, not one each.
     fn read_bytes_at_until(
         self,
         range: std::ops::Range<u64>,
         delimiter: u8,
     ) -> Result<&'a [u8], ()> {
+        const BLOCK: u64 = 64 << 10;
         let end = range.end.min(range.start.saturating_add(MAX_READ_BYTES));
-        self.0.read_bytes_at_until(range.start..end, delimiter)
+        if range.start >= end {
+            return Err(());
+        }
+        let block = range.start & !(BLOCK - 1);
+        let skip = (range.start - block) as usize;
+        let mut len = BLOCK;
+        loop {
+            let stop = block.saturating_add(len).min(end);
+            let bytes = self.0.read_bytes_at(block, stop - block)?;
+            if let Some(at) = bytes[skip..].iter().position(|&b| b == delimiter) {
+                return Ok(&bytes[skip..skip + at]);
+            }
+            if stop == end {
+                return Err(());
+            }
+            len = len.saturating_mul(4);
+        }
     }
 }
 

@@ -15,8 +15,9 @@ use crate::record::{self, Record};
 use crate::sampler::Sampler;
 use crate::stats;
 
-/// How often the ring buffer is drained (the BPF side never wakes us).
-const POLL: Duration = Duration::from_millis(100);
+/// How often the ring buffer is drained (the BPF side never wakes us); also
+/// how long a new process's first samples can go without its trace context.
+const POLL: Duration = Duration::from_millis(50);
 /// How often online CPUs are compared with the ones sampled.
 const CPU_SYNC: Duration = Duration::from_secs(5);
 
@@ -76,7 +77,7 @@ impl Collector {
         let first = last;
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(POLL);
-            self.sampler.drain(|record| match record {
+            self.sampler.drain(|record, offsets| match record {
                 Record::Sample(s) => {
                     let comm = s.thread_name();
                     user.clear();
@@ -87,6 +88,9 @@ impl Collector {
                         window: s.window(),
                     };
                     let (process, cut) = procs.resolve(s.pid, &comm, &stack, &mut user);
+                    for (pid, offset) in procs.take_tls_changes() {
+                        offsets.set(pid, offset);
+                    }
                     kernel_frames.clear();
                     for (depth, &ret) in s.kernel_stack().iter().enumerate() {
                         let address = record::call_site(depth, ret);
@@ -129,7 +133,7 @@ impl Collector {
                 }
             }
         }
-        self.sampler.drain(|_| {});
+        self.sampler.drain(|_, _| {});
         self.flush(batch, unix_now_ns());
         self.queue.close();
         Ok(Totals {

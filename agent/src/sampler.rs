@@ -46,6 +46,24 @@ pub struct Sampler {
     pub malformed: u64,
 }
 
+/// The BPF map of trace-context offsets by pid.
+pub struct CtxOffsets<'a>(&'a mut aya::maps::HashMap<MapData, u32, i64>);
+
+impl CtxOffsets<'_> {
+    pub fn set(&mut self, pid: u32, offset: Option<i64>) {
+        let result = match offset {
+            Some(off) => self.0.insert(pid, off, 0),
+            None => match self.0.remove(&pid) {
+                Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                other => other,
+            },
+        };
+        if let Err(e) = result {
+            tracing::warn!(pid, "updating the trace-context offsets map: {e}");
+        }
+    }
+}
+
 pub struct Options {
     pub frequency: u64,
     pub ring_buffer_bytes: u32,
@@ -151,12 +169,17 @@ impl Sampler {
     }
 
     /// Hands every record in the ring buffer to `each`.
-    pub fn drain(&mut self, mut each: impl FnMut(Record)) -> usize {
+    /// Hands every record in the ring buffer to `each`, with the
+    /// trace-context offsets map, so a process registered by its first
+    /// sample has its contexts read from the next tick on, not from the
+    /// next drain.
+    pub fn drain(&mut self, mut each: impl FnMut(Record, &mut CtxOffsets<'_>)) -> usize {
         let mut n = 0;
+        let mut offsets = CtxOffsets(&mut self.thread_ctx_offsets);
         while let Some(item) = self.records.next() {
             n += 1;
             match Record::parse(&item) {
-                Some(r) => each(r),
+                Some(r) => each(r, &mut offsets),
                 None => self.malformed += 1,
             }
         }
@@ -166,16 +189,7 @@ impl Sampler {
     /// Where process `pid`'s threads keep their trace-context pointer
     /// (relative to the thread pointer), or `None` to stop reading it.
     pub fn set_thread_ctx_offset(&mut self, pid: u32, offset: Option<i64>) {
-        let result = match offset {
-            Some(off) => self.thread_ctx_offsets.insert(pid, off, 0),
-            None => match self.thread_ctx_offsets.remove(&pid) {
-                Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-                other => other,
-            },
-        };
-        if let Err(e) = result {
-            tracing::warn!(pid, "updating the trace-context offsets map: {e}");
-        }
+        CtxOffsets(&mut self.thread_ctx_offsets).set(pid, offset);
     }
 
     pub fn counters(&self) -> Counters {
