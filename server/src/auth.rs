@@ -42,6 +42,12 @@ impl Tenants {
             Tenants::Only(list) => list.iter().any(|t| t == tenant),
         }
     }
+
+    /// Whether a reader of these tenants sees a stored file published by
+    /// `owner` (empty: shared by every tenant).
+    pub fn sees(&self, owner: &str) -> bool {
+        owner.is_empty() || self.allows(owner)
+    }
 }
 
 /// How the server was told to treat clients without tokens.

@@ -162,10 +162,7 @@ async fn source(
     let mut found = meta.source(build_id.as_str(), &path).await?;
     // Another tenant's source is not there for this reader (and is not
     // fetched from upstream in its place).
-    if let Some(theirs) = found
-        .as_ref()
-        .filter(|s| !crate::upload::visible(&tenants, &s.owner))
-    {
+    if let Some(theirs) = found.as_ref().filter(|s| !tenants.sees(&s.owner)) {
         tracing::debug!(build_id = %build_id, path = %theirs.path, "source of another tenant");
         count("source", "miss");
         return Err(ApiError::not_found(format!(
@@ -293,7 +290,7 @@ async fn metadata(
         if pattern
             .as_ref()
             .is_some_and(|p| !p.matches_with(&a.file_name, options))
-            || !crate::upload::visible(&tenants, &a.owner)
+            || !tenants.sees(&a.owner)
         {
             continue;
         }

@@ -429,7 +429,7 @@ async fn details(
     let build_id: BuildId = build_id.parse()?;
     let meta = &state.store.meta;
     let mut artifacts = meta.artifacts_of(build_id.as_str()).await?;
-    artifacts.retain(|a| visible(&tenants, &a.owner));
+    artifacts.retain(|a| tenants.sees(&a.owner));
     if artifacts.is_empty() {
         return Err(ApiError::not_found(format!(
             "nothing stored for build-ID {build_id}"
@@ -449,7 +449,7 @@ async fn details(
             .sources_of(build_id.as_str())
             .await?
             .into_iter()
-            .filter(|s| visible(&tenants, &s.owner))
+            .filter(|s| tenants.sees(&s.owner))
             .collect::<Vec<_>>(),
         "source_names": meta.source_name_count(build_id.as_str()).await?,
     }))
@@ -473,11 +473,6 @@ fn publisher(
         }
         Tenants::All => (String::new(), false),
     })
-}
-
-/// Whether a reader of `tenants` sees a file published by `owner`.
-pub fn visible(tenants: &Tenants, owner: &str) -> bool {
-    owner.is_empty() || tenants.allows(owner)
 }
 
 async fn delete_all(
