@@ -1,11 +1,26 @@
 //! symtrace's profile engine over bytes, with no I/O: the stored profile
-//! model ([`model`]), the segment format ([`segment`]) and the
-//! normalization of OpenTelemetry profiles into the model
-//! ([`normalize`]). The server stores, compacts and queries what these
-//! produce; the fuzz targets (`fuzz/`) drive them with arbitrary bytes.
+//! model ([`model`]) and segment format ([`segment`]), the normalization
+//! of OpenTelemetry profiles into the model ([`normalize`]), and the query
+//! engine's pure parts — selections ([`selection`], [`selector`]), the
+//! aggregation of segments into stacks ([`aggregate`], [`frame_table`]),
+//! frame resolution from a symbolizer's answers ([`resolved`]), the
+//! flamegraph tree ([`tree`]), the output formats ([`render`]) and a
+//! trace's per-span table ([`trace`]). The server stores, compacts,
+//! symbolizes and serves what these produce; the fuzz targets (`fuzz/`)
+//! drive them with arbitrary bytes.
 
+pub mod aggregate;
+pub mod answer;
+pub mod frame_table;
 pub mod model;
 pub mod normalize;
+pub mod render;
+pub mod resolved;
 pub mod segment;
+pub mod selection;
+pub mod selector;
+pub mod strings;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod trace;
+pub mod tree;

@@ -157,6 +157,18 @@ impl SegmentData {
         &self.strings[index as usize]
     }
 
+    /// A series' profile type, `sample_type:unit:period_type:unit` (the
+    /// name queries select by).
+    pub fn profile_type(&self, series: &Series) -> String {
+        format!(
+            "{}:{}:{}:{}",
+            self.str(series.sample_type),
+            self.str(series.sample_unit),
+            self.str(series.period_type),
+            self.str(series.period_unit)
+        )
+    }
+
     /// Events in the segment (each timestamp counts).
     #[cfg(test)]
     pub fn points(&self) -> u64 {

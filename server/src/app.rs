@@ -28,10 +28,8 @@ pub struct AppState {
     pub upload_slots: Semaphore,
     pub symbolizer: Arc<crate::symbolize::SymbolizeService>,
     pub profiles: Arc<crate::profiles::store::ProfileStore>,
-    pub segment_cache: crate::query::SegmentCache,
-    pub name_cache: crate::query::NameCache,
-    pub frame_table: Arc<crate::query::FrameTable>,
-    pub query_limits: crate::query::QueryLimits,
+    /// The query engine (flamegraphs, diffs, traces, samples).
+    pub engine: crate::query::Engine,
     pub ingest_limits: crate::ingest::normalize::Limits,
     pub concurrency: crate::limits::Concurrency,
 }

@@ -95,24 +95,29 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     store::gc::spawn(store.clone(), config.gc_interval(), config.gc_grace());
 
+    let symbolizer = symbolize::SymbolizeService::new(
+        store.clone(),
+        federation.clone(),
+        config.symbol_cache_bytes,
+        config.max_concurrent_index_builds,
+    );
+    let profiles = Arc::new(ProfileStore::new(store.clone(), config.max_label_values));
     let state = Arc::new(AppState {
         upload_slots: Semaphore::new(config.max_concurrent_uploads.max(1)),
         metrics: metrics::recorder()?,
         config: config.clone(),
-        symbolizer: symbolize::SymbolizeService::new(
-            store.clone(),
-            federation.clone(),
-            config.symbol_cache_bytes,
-            config.max_concurrent_index_builds,
+        symbolizer: symbolizer.clone(),
+        profiles: profiles.clone(),
+        engine: query::Engine::new(
+            store.meta.clone(),
+            profiles.clone(),
+            symbolizer.clone(),
+            config.segment_cache_bytes,
+            query::QueryLimits {
+                max_bytes: config.query_max_bytes,
+                timeout: Duration::from_secs(config.query_timeout_secs),
+            },
         ),
-        profiles: Arc::new(ProfileStore::new(store.clone(), config.max_label_values)),
-        segment_cache: query::SegmentCache::new(config.segment_cache_bytes),
-        name_cache: query::NameCache::new(query::NAME_CACHE_ADDRESSES),
-        frame_table: Arc::default(),
-        query_limits: query::QueryLimits {
-            max_bytes: config.query_max_bytes,
-            timeout: Duration::from_secs(config.query_timeout_secs),
-        },
         concurrency,
         ingest_limits: ingest::normalize::Limits {
             max_stack_depth: config.max_stack_depth,

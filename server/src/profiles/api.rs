@@ -10,7 +10,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::model::{BuildIdKind, SegmentData};
-use super::store::profile_type;
 use crate::app::SharedState;
 use crate::error::ApiError;
 use crate::store::model::{SegmentRef, SeriesQuery};
@@ -45,7 +44,7 @@ async fn samples(
 ) -> Result<Json<Value>, ApiError> {
     let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     let _slot = state.concurrency.queries.take()?;
-    let timeout = state.query_limits.timeout;
+    let timeout = state.engine.limits.timeout;
     tokio::time::timeout(timeout, samples_of(&state, tenant, q))
         .await
         .map_err(|_| ApiError::from(crate::query::QueryError::Timeout(timeout)))?
@@ -78,14 +77,14 @@ async fn samples_of(
     };
     let segments: Vec<SegmentRef> = match &trace {
         Some(t) => state
-            .store
-            .meta
+            .engine
+            .meta()
             .trace_segments(&tenant, t)
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?,
         None => state
-            .store
-            .meta
+            .engine
+            .meta()
             .segments(&SeriesQuery {
                 tenant: tenant.clone(),
                 service: q.service.clone(),
@@ -97,7 +96,7 @@ async fn samples_of(
             .map_err(|e| ApiError::internal(e.to_string()))?,
     };
     let bytes: u64 = segments.iter().map(|s| s.size as u64).sum();
-    let max_bytes = state.query_limits.max_bytes;
+    let max_bytes = state.engine.limits.max_bytes;
     if bytes > max_bytes {
         return Err(crate::query::QueryError::TooLarge {
             bytes,
@@ -108,11 +107,8 @@ async fn samples_of(
     let mut out = Vec::new();
     let mut truncated = false;
     'segments: for segment in &segments {
-        let data = state
-            .profiles
-            .read(&segment.sha256)
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let segment = crate::query::read(&state.engine, &segment.sha256).await?;
+        let data = &segment.data;
         for sample in &data.samples {
             let series = &data.series[sample.series as usize];
             if q.service
@@ -120,7 +116,7 @@ async fn samples_of(
                 .is_some_and(|s| s != data.str(series.service))
                 || q.profile_type
                     .as_deref()
-                    .is_some_and(|t| t != profile_type(&data, series))
+                    .is_some_and(|t| t != data.profile_type(series))
                 || trace.as_deref().is_some_and(|t| {
                     sample.link == 0 || data.links[sample.link as usize][..16] != *t
                 })
@@ -145,7 +141,7 @@ async fn samples_of(
                 truncated = true;
                 break 'segments;
             }
-            out.push(sample_json(&data, sample, &keep));
+            out.push(sample_json(data, sample, &keep));
         }
     }
     Ok(Json(json!({
@@ -210,7 +206,7 @@ fn sample_json(data: &SegmentData, sample: &super::model::Sample, keep: &[usize]
     let link = &data.links[sample.link as usize];
     let mut v = json!({
         "service": data.str(series.service),
-        "profile_type": profile_type(data, series),
+        "profile_type": data.profile_type(series),
         "period": series.period,
         "resource": labels(data, series.labels),
         "labels": labels(data, sample.labels),

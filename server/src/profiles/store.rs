@@ -119,22 +119,12 @@ impl ProfileStore {
 }
 
 /// `sample_type:unit:period_type:unit`, e.g. `samples:count:cpu:nanoseconds`.
-pub fn profile_type(data: &SegmentData, series: &super::model::Series) -> String {
-    format!(
-        "{}:{}:{}:{}",
-        data.str(series.sample_type),
-        data.str(series.sample_unit),
-        data.str(series.period_type),
-        data.str(series.period_unit)
-    )
-}
-
 /// The index rows describing a segment (sha256 and size filled in later).
 fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usize) -> NewSegment {
     let mut series: BTreeMap<(String, String), SeriesRow> = BTreeMap::new();
     let mut keys = Vec::with_capacity(data.series.len());
     for s in &data.series {
-        let key = (data.str(s.service).to_owned(), profile_type(data, s));
+        let key = (data.str(s.service).to_owned(), data.profile_type(s));
         let row = series.entry(key.clone()).or_insert_with(|| SeriesRow {
             service: key.0.clone(),
             profile_type: key.1.clone(),

@@ -11,7 +11,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::params::{self, RawSelection, Selection};
+use symtrace_profiles::answer::Answer;
+use symtrace_profiles::selection::{self as params, RawSelection, Selection};
+
 use super::{render, traces, QueryError};
 use crate::app::SharedState;
 use crate::error::ApiError;
@@ -227,7 +229,7 @@ async fn flamegraph(
     let sel = selection(&params, "", &tenant)?;
     let from = crate::debuginfod::forwarding(&headers, peer);
     let sides = [sel];
-    let answer = super::run(&state, &sides, &from).await?;
+    let answer = super::run(&state.engine, &sides, &from).await?;
     blocking(answer, move |answer| {
         render::flamegraph(answer, &sides, &format, max_nodes)
     })
@@ -251,8 +253,8 @@ fn output(params: &Params, formats: &[&str]) -> Result<(String, usize), ApiError
 /// Rendering is CPU work (a tree of up to millions of nodes): it runs on
 /// the blocking pool, not on the workers that serve requests.
 async fn blocking(
-    answer: super::Answer,
-    render: impl FnOnce(&super::Answer) -> Result<Response, ApiError> + Send + 'static,
+    answer: Answer,
+    render: impl FnOnce(&Answer) -> Result<Response, ApiError> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let (response, answer) = tokio::task::spawn_blocking(move || (render(&answer), answer))
         .await
@@ -291,7 +293,7 @@ async fn diff(
         ));
     }
     let from = crate::debuginfod::forwarding(&headers, peer);
-    let answer = super::run(&state, &sides, &from).await?;
+    let answer = super::run(&state.engine, &sides, &from).await?;
     blocking(answer, move |answer| {
         render::diff(answer, &sides, &format, max_nodes)
     })
@@ -308,11 +310,11 @@ async fn trace(
     let _slot = state.concurrency.queries.take()?;
     let id = params::parse_trace_id(&trace_id).map_err(ApiError::bad_request)?;
     let out = tokio::time::timeout(
-        state.query_limits.timeout,
-        traces::trace(&state, &tenant, id),
+        state.engine.limits.timeout,
+        traces::trace(&state.engine, &tenant, id),
     )
     .await
-    .map_err(|_| QueryError::Timeout(state.query_limits.timeout))??;
+    .map_err(|_| QueryError::Timeout(state.engine.limits.timeout))??;
     Ok(Json(out))
 }
 

@@ -5,9 +5,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::frame_table::{FrameTable, SegmentFrames};
 use crate::lru::WeightedLru;
 use crate::profiles::model::SegmentData;
+use symtrace_profiles::frame_table::{FrameTable, SegmentFrames};
 
 /// A decoded segment and, once a query asked, its frames in the frame
 /// table's numbering.

@@ -10,41 +10,31 @@
 //! It is bounded: at most [`QueryLimits::max_bytes`] of segments,
 //! [`aggregate::MAX_STACKS`] distinct stacks and [`QueryLimits::timeout`].
 
-pub mod aggregate;
 pub mod api;
 mod cache;
-mod frame_table;
-pub mod frames;
+mod frames;
 mod names;
-pub mod params;
-mod pprof;
 mod render;
-pub mod selector;
-mod strings;
-mod svg;
 mod traces;
-pub mod tree;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
+use symtrace_profiles::aggregate::{self, Aggregate};
+use symtrace_profiles::answer::{Answer, DEFAULT_TYPE};
+use symtrace_profiles::frame_table::FrameTable;
+use symtrace_profiles::selection::Selection;
 
-use crate::app::AppState;
 use crate::federation::Forwarding;
+use crate::profiles::store::ProfileStore;
+use crate::store::meta::MetadataStore;
 use crate::store::model::{SegmentRef, SeriesQuery};
-use aggregate::Aggregate;
-use frames::Resolved;
-use params::Selection;
+use crate::symbolize::SymbolizeService;
 
 pub use cache::{Segment, SegmentCache};
-pub use frame_table::FrameTable;
 pub use names::NameCache;
-
-/// The CPU profile type agents send; chosen when a selection has several
-/// types and the query named none.
-pub const DEFAULT_TYPE: &str = "samples:count:cpu:nanoseconds";
 
 /// Symbolized addresses kept across queries (about 100 bytes each).
 pub const NAME_CACHE_ADDRESSES: usize = 4_000_000;
@@ -97,50 +87,61 @@ fn internal(e: impl std::fmt::Display) -> QueryError {
     QueryError::Internal(e.to_string())
 }
 
-/// A query's result before rendering.
-pub struct Answer {
-    pub agg: Aggregate,
-    pub resolved: Resolved,
-    /// The profile type shown (None when nothing matched).
-    pub profile_type: Option<String>,
+/// The query engine: what a flamegraph, diff, trace or samples query
+/// needs — the segment index, the segments, the symbolizer, the caches and
+/// the limits — and nothing of HTTP.
+pub struct Engine {
+    meta: Arc<dyn MetadataStore>,
+    profiles: Arc<ProfileStore>,
+    symbolizer: Arc<SymbolizeService>,
+    segments: SegmentCache,
+    names: NameCache,
+    frame_table: Arc<FrameTable>,
+    /// The bounds of every query.
+    pub limits: QueryLimits,
 }
 
-impl Answer {
-    /// The shown profile type's number in the aggregate's strings.
-    fn type_id(&self) -> Option<u32> {
-        self.agg.strings.find(self.profile_type.as_deref()?)
+impl Engine {
+    /// An engine with empty caches: `segment_cache_bytes` of decoded
+    /// segments, [`NAME_CACHE_ADDRESSES`] symbolized addresses.
+    pub fn new(
+        meta: Arc<dyn MetadataStore>,
+        profiles: Arc<ProfileStore>,
+        symbolizer: Arc<SymbolizeService>,
+        segment_cache_bytes: u64,
+        limits: QueryLimits,
+    ) -> Self {
+        Self {
+            meta,
+            profiles,
+            symbolizer,
+            segments: SegmentCache::new(segment_cache_bytes),
+            names: NameCache::new(NAME_CACHE_ADDRESSES),
+            frame_table: Arc::default(),
+            limits,
+        }
     }
 
-    pub fn type_info(&self) -> aggregate::TypeInfo {
-        self.type_id()
-            .and_then(|t| self.agg.types.get(&t))
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Events of the shown type, per side.
-    pub fn points(&self) -> [u64; 2] {
-        self.type_id()
-            .and_then(|t| self.agg.points.get(&t))
-            .copied()
-            .unwrap_or_default()
+    /// The segment index.
+    pub fn meta(&self) -> &dyn MetadataStore {
+        self.meta.as_ref()
     }
 }
 
 /// Runs one selection (`sides` = 1) or a baseline and a comparison.
 pub async fn run(
-    state: &AppState,
+    state: &Engine,
     sides: &[Selection],
     from: &Forwarding,
 ) -> Result<Answer, QueryError> {
-    let limits = state.query_limits.clone();
+    let limits = state.limits.clone();
     tokio::time::timeout(limits.timeout, run_unbounded(state, sides, from))
         .await
         .map_err(|_| QueryError::Timeout(limits.timeout))?
 }
 
 async fn run_unbounded(
-    state: &AppState,
+    state: &Engine,
     sides: &[Selection],
     from: &Forwarding,
 ) -> Result<Answer, QueryError> {
@@ -157,7 +158,7 @@ async fn run_unbounded(
         }
     }
     let bytes: u64 = segments.iter().map(|s| s.size as u64).sum();
-    let limit = state.query_limits.max_bytes;
+    let limit = state.limits.max_bytes;
     if bytes > limit {
         return Err(QueryError::TooLarge { bytes, limit });
     }
@@ -169,7 +170,7 @@ async fn run_unbounded(
         other => other?,
     };
     let aggregated = started.elapsed();
-    let resolved = frames::resolve(&mut agg, &state.symbolizer, &state.name_cache, from).await;
+    let resolved = frames::resolve(&mut agg, &state.symbolizer, &state.names, from).await;
     tracing::debug!(
         segments = agg.segments_read,
         bytes = agg.bytes_read,
@@ -190,7 +191,7 @@ async fn run_unbounded(
 /// Reads the segments (a few ahead) and adds each to the aggregate on the
 /// blocking pool; keeps one profile type; copies the frames out.
 async fn aggregate(
-    state: &AppState,
+    state: &Engine,
     segments: &[SegmentRef],
     sides: &Arc<Vec<Selection>>,
 ) -> Result<(Aggregate, Option<String>), QueryError> {
@@ -239,7 +240,9 @@ async fn aggregate(
         .map_err(internal)?
         .map_err(aggregate_error)?;
     }
-    let profile_type = choose_type(&mut agg, sides[0].profile_type.as_deref())?;
+    let profile_type = agg
+        .choose_type(sides[0].profile_type.as_deref(), DEFAULT_TYPE)
+        .map_err(aggregate_error)?;
     let table = state.frame_table.clone();
     let agg = tokio::task::spawn_blocking(move || agg.finish(&table).map(|()| agg))
         .await
@@ -250,12 +253,11 @@ async fn aggregate(
 
 /// An unknown service is a mistake worth naming (a typo), unlike a known
 /// one with no samples in the range.
-async fn check_service(state: &AppState, sel: &Selection) -> Result<(), QueryError> {
+async fn check_service(state: &Engine, sel: &Selection) -> Result<(), QueryError> {
     let Some(service) = &sel.service else {
         return Ok(());
     };
     if !state
-        .store
         .meta
         .has_service(&sel.tenant, service)
         .await
@@ -270,8 +272,8 @@ async fn check_service(state: &AppState, sel: &Selection) -> Result<(), QueryErr
     Ok(())
 }
 
-async fn segments_of(state: &AppState, sel: &Selection) -> Result<Vec<SegmentRef>, QueryError> {
-    let meta = &state.store.meta;
+async fn segments_of(state: &Engine, sel: &Selection) -> Result<Vec<SegmentRef>, QueryError> {
+    let meta = &state.meta;
     let found = match &sel.trace_id {
         Some(trace) => meta
             .trace_segments(&sel.tenant, trace)
@@ -294,8 +296,8 @@ async fn segments_of(state: &AppState, sel: &Selection) -> Result<Vec<SegmentRef
     Ok(found)
 }
 
-pub async fn read(state: &AppState, sha256: &str) -> Result<Arc<Segment>, QueryError> {
-    if let Some(hit) = state.segment_cache.get(sha256) {
+pub async fn read(state: &Engine, sha256: &str) -> Result<Arc<Segment>, QueryError> {
+    if let Some(hit) = state.segments.get(sha256) {
         metrics::counter!("symtrace_segment_cache_total", "result" => "hit").increment(1);
         return Ok(hit);
     }
@@ -303,33 +305,6 @@ pub async fn read(state: &AppState, sha256: &str) -> Result<Arc<Segment>, QueryE
     let data = Arc::new(Segment::new(
         state.profiles.read(sha256).await.map_err(internal)?,
     ));
-    state.segment_cache.insert(sha256, data.clone());
+    state.segments.insert(sha256, data.clone());
     Ok(data)
-}
-
-/// Keeps one profile type: the requested one, the only one, or the CPU
-/// default; several others are a question only the caller can answer.
-fn choose_type(agg: &mut Aggregate, requested: Option<&str>) -> Result<Option<String>, QueryError> {
-    if let Some(t) = requested {
-        return Ok(Some(t.to_owned()));
-    }
-    let present = agg.pending_types();
-    let chosen = match present.len() {
-        0 => return Ok(None),
-        1 => *present.first().expect("one"),
-        _ => match present.iter().find(|&&t| agg.str(t) == DEFAULT_TYPE) {
-            Some(&t) => t,
-            None => {
-                let names: Vec<&str> = present.iter().map(|&t| agg.str(t)).collect();
-                return Err(QueryError::BadRequest(format!(
-                    "the selection has several profile types ({}); pick one with type=",
-                    names.join(", ")
-                )));
-            }
-        },
-    };
-    if present.len() > 1 {
-        agg.retain_type(chosen);
-    }
-    Ok(Some(agg.str(chosen).to_owned()))
 }

@@ -11,16 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// One frame of an address: function, source file, line.
-#[derive(Debug)]
-pub struct Named {
-    pub function: Arc<str>,
-    pub file: Arc<str>,
-    pub line: u32,
-}
-
-/// An address's frames, innermost first; empty when it is in no function.
-pub type Frames = Arc<[Named]>;
+use symtrace_profiles::resolved::{BuildIdStatus, Frames, Named};
 
 /// A symbolizer's answer for one address: (function, file, line) per
 /// frame, innermost first.
@@ -28,8 +19,8 @@ pub type Answer = (u64, Vec<(String, String, u32)>);
 
 struct Entry {
     key: String,
-    /// `ok`, `symbols_only` or `no_symbols`.
-    status: &'static str,
+    /// Ok, SymbolsOnly or NoSymbols.
+    status: BuildIdStatus,
     addresses: FxHashMap<u64, Frames>,
     strings: FxHashSet<Arc<str>>,
     last_used: AtomicU64,
@@ -58,7 +49,7 @@ impl NameCache {
         build_id: &str,
         key: &str,
         addresses: &[u64],
-    ) -> (Vec<Option<Frames>>, Option<&'static str>) {
+    ) -> (Vec<Option<Frames>>, Option<BuildIdStatus>) {
         let entries = self.entries.lock().expect("name cache");
         match entries.get(build_id).filter(|e| e.key == key) {
             Some(e) => {
@@ -71,7 +62,7 @@ impl NameCache {
                         .iter()
                         .map(|a| e.addresses.get(a).cloned())
                         .collect(),
-                    Some(e.status),
+                    Some(e.status.clone()),
                 )
             }
             None => (vec![None; addresses.len()], None),
@@ -85,7 +76,7 @@ impl NameCache {
         &self,
         build_id: &str,
         key: &str,
-        status: &'static str,
+        status: BuildIdStatus,
         answers: Vec<Answer>,
     ) -> Vec<Frames> {
         let mut entries = self.entries.lock().expect("name cache");
@@ -108,7 +99,7 @@ impl NameCache {
         let tick = self.clock.fetch_add(1, Ordering::Relaxed);
         let entry = entries.entry(build_id.to_owned()).or_insert_with(|| Entry {
             key: key.to_owned(),
-            status,
+            status: status.clone(),
             addresses: FxHashMap::default(),
             strings: FxHashSet::default(),
             last_used: AtomicU64::new(tick),

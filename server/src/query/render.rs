@@ -6,8 +6,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::params::{self, Selection};
-use super::{pprof, svg, tree, Answer};
+use symtrace_profiles::answer::Answer;
+use symtrace_profiles::render::{self, pprof, svg};
+use symtrace_profiles::selection::{self, Selection};
+use symtrace_profiles::tree;
+
 use crate::error::ApiError;
 
 /// What one flamegraph or diff answer says about itself.
@@ -17,7 +20,7 @@ fn summary(answer: &Answer, sides: &[Selection], max_nodes: usize, t: &tree::Tre
         .resolved
         .build_ids
         .iter()
-        .map(|(b, s)| json!({"build_id": b, "status": s}))
+        .map(|(b, s)| json!({"build_id": b, "status": s.to_string()}))
         .collect();
     let sel = &sides[0];
     json!({
@@ -50,7 +53,7 @@ pub fn flamegraph(
     Ok(match format {
         "folded" => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            tree::folded(&tree::Expanded::new(agg, resolved), agg, resolved, 0),
+            render::folded(&tree::Expanded::new(agg, resolved), agg, resolved, 0),
         )
             .into_response(),
         "pprof" => {
@@ -60,7 +63,7 @@ pub fn flamegraph(
                 resolved,
                 &ty,
                 sides[0].from_ns,
-                sides[0].to_ns.min(params::now_ns()),
+                sides[0].to_ns.min(selection::now_ns()),
             );
             (
                 [
@@ -87,7 +90,7 @@ pub fn flamegraph(
             // while this one builds the tree.
             let (t, functions) = std::thread::scope(|scope| {
                 let functions = (format == "json")
-                    .then(|| scope.spawn(|| tree::top_functions(&expanded, agg, resolved, 100)));
+                    .then(|| scope.spawn(|| render::top_functions(&expanded, agg, resolved, 100)));
                 let t = tree::Tree::build(&expanded, max_nodes);
                 (t, functions.map(|f| f.join().expect("top functions")))
             });
@@ -103,7 +106,7 @@ pub fn flamegraph(
                 let ty = answer.type_info();
                 out = json!({
                     "version": 1,
-                    "flamebearer": tree::flamebearer(&t, agg, resolved),
+                    "flamebearer": render::flamebearer(&t, agg, resolved),
                     "metadata": {
                         "format": "single",
                         "name": answer.profile_type,
@@ -117,8 +120,8 @@ pub fn flamegraph(
                 return Ok(Json(out).into_response());
             }
             out["functions"] = functions.unwrap_or_default().into();
-            let tree = tree::json_tree(&t, agg, resolved, false);
-            json_response(tree::with_raw_field(&out, "tree", &tree))
+            let tree = render::json_tree(&t, agg, resolved, false);
+            json_response(render::with_raw_field(&out, "tree", &tree))
         }
     })
 }
@@ -148,8 +151,8 @@ pub fn diff(
         "from": sides[1].from_ns.to_string(), "to": sides[1].to_ns.to_string(),
         "samples": points[1], "total": t.nodes[0].total[1],
     });
-    let tree = tree::json_tree(&t, agg, resolved, true);
-    Ok(json_response(tree::with_raw_field(&out, "tree", &tree)))
+    let tree = render::json_tree(&t, agg, resolved, true);
+    Ok(json_response(render::with_raw_field(&out, "tree", &tree)))
 }
 
 fn json_response(body: String) -> Response {

@@ -9,7 +9,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use symtrace_elf::BuildId;
-use symtrace_symbolize::{Frame, Miss, Source};
+use symtrace_profiles::resolved::BuildIdStatus;
+use symtrace_symbolize::{Frame, Miss};
 
 use super::{Answer, Outcome, SymbolizeError, Tier};
 use crate::app::SharedState;
@@ -208,7 +209,7 @@ pub fn render(build_id: &str, addresses: &[u64], outcome: Outcome) -> BuildIdRes
     match outcome {
         Outcome::Unknown => BuildIdResult {
             build_id: build_id.to_owned(),
-            status: "unknown_build_id",
+            status: BuildIdStatus::UnknownBuildId.as_str(),
             tier: None,
             message: Some(
                 "no debuginfo or executable for this build-ID, here or on the upstream servers"
@@ -229,17 +230,17 @@ pub fn render(build_id: &str, addresses: &[u64], outcome: Outcome) -> BuildIdRes
             best,
             answers,
         } => {
-            let (status, message) = match best {
-                Some(Source::Dwarf) => ("ok", None),
-                Some(_) => (
-                    "symbols_only",
-                    Some("only a symbol table: function names without files or lines".into()),
-                ),
-                None => (
-                    "no_symbols",
-                    Some("the stored files have neither DWARF nor a symbol table".into()),
-                ),
+            let status = super::status_of(best);
+            let message = match status {
+                BuildIdStatus::SymbolsOnly => {
+                    Some("only a symbol table: function names without files or lines".into())
+                }
+                BuildIdStatus::NoSymbols => {
+                    Some("the stored files have neither DWARF nor a symbol table".into())
+                }
+                _ => None,
             };
+            let status = status.as_str();
             BuildIdResult {
                 build_id: build_id.to_owned(),
                 status,

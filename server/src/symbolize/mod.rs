@@ -38,6 +38,16 @@ use cache::IndexCache;
 /// One address's answer.
 pub type Answer = Result<(Source, Vec<Frame>), Miss>;
 
+/// A build-ID's status from the best source its files have.
+pub fn status_of(best: Option<Source>) -> symtrace_profiles::resolved::BuildIdStatus {
+    use symtrace_profiles::resolved::BuildIdStatus;
+    match best {
+        Some(Source::Dwarf) => BuildIdStatus::Ok,
+        Some(_) => BuildIdStatus::SymbolsOnly,
+        None => BuildIdStatus::NoSymbols,
+    }
+}
+
 /// What a build-ID's answers came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {

@@ -14,9 +14,9 @@ use std::sync::{RwLock, RwLockReadGuard};
 use indexmap::IndexSet;
 use rustc_hash::FxBuildHasher;
 
-use super::aggregate::RawFrame;
-use super::strings::Strings;
-use crate::profiles::model::SegmentData;
+use crate::aggregate::RawFrame;
+use crate::model::SegmentData;
+use crate::strings::Strings;
 
 /// Frames (~64 bytes each), and stacks, kept before the tables start over.
 pub const MAX_FRAMES: usize = 4_000_000;

@@ -3,7 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::selector::Selector;
+use crate::selector::Selector;
 
 /// Default time range when `from` is absent: the last hour.
 const DEFAULT_RANGE_NS: i64 = 3600 * 1_000_000_000;

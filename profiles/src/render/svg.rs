@@ -3,9 +3,10 @@
 
 use inferno::flamegraph::{self, Options};
 
-use super::aggregate::Aggregate;
-use super::frames::Resolved;
-use super::tree::{folded_names, Expanded};
+use super::folded_names;
+use crate::aggregate::Aggregate;
+use crate::resolved::Resolved;
+use crate::tree::Expanded;
 
 pub fn render(
     agg: &Aggregate,

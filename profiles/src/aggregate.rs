@@ -9,11 +9,10 @@ use std::collections::BTreeSet;
 use indexmap::IndexMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use super::frame_table::{FrameTable, SegmentFrames};
-use super::params::Selection;
-use super::strings::Strings;
-use crate::profiles::model::{BuildIdKind, SegmentData};
-use crate::profiles::store::profile_type;
+use crate::frame_table::{FrameTable, SegmentFrames};
+use crate::model::{BuildIdKind, SegmentData};
+use crate::selection::Selection;
+use crate::strings::Strings;
 
 /// Most distinct stacks one query holds in memory.
 pub const MAX_STACKS: usize = 2_000_000;
@@ -72,6 +71,7 @@ pub struct TypeInfo {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AggregateError {
     /// The frame table started over while the query ran (run it again).
     #[error("the frame table started over during the query")]
@@ -81,6 +81,10 @@ pub enum AggregateError {
          narrow the time range or add a label selector"
     )]
     TooManyStacks,
+    /// The query named no profile type and the selection has several,
+    /// none of them the default.
+    #[error("the selection has several profile types ({}); pick one with type=", .0.join(", "))]
+    SeveralTypes(Vec<String>),
 }
 
 impl Aggregate {
@@ -119,7 +123,7 @@ impl Aggregate {
                 if (s.end_ns as i64) < sel.from_ns || s.start_ns as i64 >= sel.to_ns {
                     return None;
                 }
-                let ty = profile_type(data, s);
+                let ty = data.profile_type(s);
                 if sel.profile_type.as_deref().is_some_and(|want| want != ty) {
                     return None;
                 }
@@ -285,5 +289,34 @@ impl Aggregate {
     /// copied nor symbolized).
     pub fn retain_type(&mut self, ty: u32) {
         self.pending.retain(|&(t, _), _| t == ty);
+    }
+
+    /// Keeps one profile type (before [`Aggregate::finish`]): the
+    /// requested one, the only one, or `default`; several others are a
+    /// question only the caller can answer. None when nothing matched.
+    pub fn choose_type(
+        &mut self,
+        requested: Option<&str>,
+        default: &str,
+    ) -> Result<Option<String>, AggregateError> {
+        if let Some(t) = requested {
+            return Ok(Some(t.to_owned()));
+        }
+        let present = self.pending_types();
+        let chosen = match present.len() {
+            0 => return Ok(None),
+            1 => *present.first().expect("one"),
+            _ => match present.iter().find(|&&t| self.str(t) == default) {
+                Some(&t) => t,
+                None => {
+                    let names = present.iter().map(|&t| self.str(t).to_owned()).collect();
+                    return Err(AggregateError::SeveralTypes(names));
+                }
+            },
+        };
+        if present.len() > 1 {
+            self.retain_type(chosen);
+        }
+        Ok(Some(self.str(chosen).to_owned()))
     }
 }

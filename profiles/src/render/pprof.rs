@@ -8,8 +8,8 @@ use std::io::Write;
 use prost::Message;
 use rustc_hash::FxHashMap;
 
-use super::aggregate::{Aggregate, TypeInfo};
-use super::frames::Resolved;
+use crate::aggregate::{Aggregate, TypeInfo};
+use crate::resolved::Resolved;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Profile {
