@@ -14,9 +14,11 @@ W=$(mktemp -d /tmp/symtrace-dogfood.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 mkdir -p "$W/publish"
 cp "$BIN/symtrace-server" "$BIN/symtrace-upload" "$BIN/symtrace-agent" "$W/publish/"
-"$BIN/symtrace-server" --http-addr 127.0.0.1:0 --data-dir "$W/data" > "$W/server.log" 2>&1 &
-for _ in $(seq 100); do grep -q "listening on http://" "$W/server.log" 2>/dev/null && break; sleep 0.1; done
-URL=$(grep -o "listening on http://[0-9.:]*" "$W/server.log" | head -1 | sed 's/listening on //')
+"$BIN/symtrace-server" --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 --data-dir "$W/data" \
+  --ready-file "$W/ready.json" > "$W/server.log" 2>&1 &
+for _ in $(seq 100); do [ -s "$W/ready.json" ] && break; sleep 0.1; done
+[ -s "$W/ready.json" ] || { echo "dogfood: the server did not start"; cat "$W/server.log"; exit 1; }
+URL=http://$(sed -n 's/.*"http":"\([^"]*\)".*/\1/p' "$W/ready.json")
 "$BIN/symtrace-upload" --server "$URL" --require-frame-pointers --no-sources "$W/publish"
 for exe in "$W"/publish/*; do
   id=$(readelf -n "$exe" | awk '/Build ID/{print $3}')

@@ -1,8 +1,11 @@
 /* The records the BPF program hands to userspace through the ring buffer.
  * Mirrored by agent/src/record.rs (#[repr(C)]): its constants are generated
- * from the #defines below by build.rs, and a record whose size is not
- * exactly the Rust struct's is refused (counted as malformed), so the two
- * cannot drift apart silently. */
+ * from the #defines below by build.rs. The layout is also written out as
+ * numbers (the LAYOUT_ block after the structs): the C compiler checks these
+ * structs against them and the Rust compiler checks record.rs against the
+ * same numbers, so a change to either side alone fails the build
+ * (agent/tests/layout.rs proves both). At run time a record whose size is
+ * not exactly the Rust struct's is refused and counted as malformed. */
 #ifndef SYMTRACE_SAMPLE_H
 #define SYMTRACE_SAMPLE_H
 
@@ -71,6 +74,44 @@ struct process_event_record {
 	__u32 kind;          /* RECORD_EXEC or RECORD_EXIT */
 	__u32 pid;
 };
+
+/* The layout, byte for byte. Changing a struct above means changing these
+ * numbers, and record.rs with them (both compilers check). */
+#define LAYOUT_TRACE_CTX_SIZE 128
+#define LAYOUT_TRACE_CTX_VALID 24
+#define LAYOUT_TRACE_CTX_ATTRS_SIZE 26
+#define LAYOUT_TRACE_CTX_ATTRS 28
+#define LAYOUT_CPU_SAMPLE_SIZE 1984
+#define LAYOUT_CPU_SAMPLE_BOOT_NS 16
+#define LAYOUT_CPU_SAMPLE_USER_FRAMES 24
+#define LAYOUT_CPU_SAMPLE_KERNEL_BYTES 32
+#define LAYOUT_CPU_SAMPLE_COMM 40
+#define LAYOUT_CPU_SAMPLE_USER_SP 56
+#define LAYOUT_CPU_SAMPLE_TRACE 72
+#define LAYOUT_CPU_SAMPLE_WINDOW 200
+#define LAYOUT_CPU_SAMPLE_USER 456
+#define LAYOUT_CPU_SAMPLE_KERNEL 1472
+#define LAYOUT_PROCESS_EVENT_SIZE 8
+
+#define LAYOUT_CHECK(what, value, expected) \
+	_Static_assert((value) == (expected), \
+		       "bpf/sample.h: " what " does not match its LAYOUT_ number; " \
+		       "change the number and agent/src/record.rs with it")
+LAYOUT_CHECK("sizeof(struct trace_ctx)", sizeof(struct trace_ctx), LAYOUT_TRACE_CTX_SIZE);
+LAYOUT_CHECK("trace_ctx.valid", __builtin_offsetof(struct trace_ctx, valid), LAYOUT_TRACE_CTX_VALID);
+LAYOUT_CHECK("trace_ctx.attrs_size", __builtin_offsetof(struct trace_ctx, attrs_size), LAYOUT_TRACE_CTX_ATTRS_SIZE);
+LAYOUT_CHECK("trace_ctx.attrs", __builtin_offsetof(struct trace_ctx, attrs), LAYOUT_TRACE_CTX_ATTRS);
+LAYOUT_CHECK("sizeof(struct cpu_sample)", sizeof(struct cpu_sample), LAYOUT_CPU_SAMPLE_SIZE);
+LAYOUT_CHECK("cpu_sample.boot_ns", __builtin_offsetof(struct cpu_sample, boot_ns), LAYOUT_CPU_SAMPLE_BOOT_NS);
+LAYOUT_CHECK("cpu_sample.user_frames", __builtin_offsetof(struct cpu_sample, user_frames), LAYOUT_CPU_SAMPLE_USER_FRAMES);
+LAYOUT_CHECK("cpu_sample.kernel_bytes", __builtin_offsetof(struct cpu_sample, kernel_bytes), LAYOUT_CPU_SAMPLE_KERNEL_BYTES);
+LAYOUT_CHECK("cpu_sample.comm", __builtin_offsetof(struct cpu_sample, comm), LAYOUT_CPU_SAMPLE_COMM);
+LAYOUT_CHECK("cpu_sample.user_sp", __builtin_offsetof(struct cpu_sample, user_sp), LAYOUT_CPU_SAMPLE_USER_SP);
+LAYOUT_CHECK("cpu_sample.trace", __builtin_offsetof(struct cpu_sample, trace), LAYOUT_CPU_SAMPLE_TRACE);
+LAYOUT_CHECK("cpu_sample.window", __builtin_offsetof(struct cpu_sample, window), LAYOUT_CPU_SAMPLE_WINDOW);
+LAYOUT_CHECK("cpu_sample.user", __builtin_offsetof(struct cpu_sample, user), LAYOUT_CPU_SAMPLE_USER);
+LAYOUT_CHECK("cpu_sample.kernel", __builtin_offsetof(struct cpu_sample, kernel), LAYOUT_CPU_SAMPLE_KERNEL);
+LAYOUT_CHECK("sizeof(struct process_event_record)", sizeof(struct process_event_record), LAYOUT_PROCESS_EVENT_SIZE);
 
 /* Indices of the per-CPU `counters` array. */
 enum counter {

@@ -1,5 +1,7 @@
 //! The ring-buffer records of `bpf/sample.h`, byte for byte.
 
+use std::mem::{offset_of, size_of};
+
 // USER_STACK_DEPTH, KERNEL_STACK_DEPTH, USER_STACK_WINDOW, TRACE_CTX_ATTRS,
 // the record kinds, `enum user_stack_end` and `enum counter`: one source,
 // bpf/sample.h (build.rs).
@@ -81,7 +83,44 @@ pub struct CpuSample {
     pub kernel: [u64; KERNEL_STACK_DEPTH],
 }
 
-const _: () = assert!(std::mem::size_of::<TraceCtx>() == 28 + TRACE_CTX_ATTRS);
+/// The checks of bpf/sample.h's `LAYOUT_` numbers, on this side: a change
+/// to the C structs or to these alone fails one of the two builds.
+macro_rules! layout_check {
+    ($value:expr, $expected:expr) => {
+        const _: () = assert!(
+            $value == $expected,
+            concat!(
+                "src/record.rs: ",
+                stringify!($value),
+                " does not match bpf/sample.h's ",
+                stringify!($expected)
+            )
+        );
+    };
+}
+layout_check!(size_of::<TraceCtx>(), LAYOUT_TRACE_CTX_SIZE);
+layout_check!(offset_of!(TraceCtx, valid), LAYOUT_TRACE_CTX_VALID);
+layout_check!(
+    offset_of!(TraceCtx, attrs_size),
+    LAYOUT_TRACE_CTX_ATTRS_SIZE
+);
+layout_check!(offset_of!(TraceCtx, attrs), LAYOUT_TRACE_CTX_ATTRS);
+layout_check!(size_of::<CpuSample>(), LAYOUT_CPU_SAMPLE_SIZE);
+layout_check!(offset_of!(CpuSample, boot_ns), LAYOUT_CPU_SAMPLE_BOOT_NS);
+layout_check!(
+    offset_of!(CpuSample, user_frames),
+    LAYOUT_CPU_SAMPLE_USER_FRAMES
+);
+layout_check!(
+    offset_of!(CpuSample, kernel_bytes),
+    LAYOUT_CPU_SAMPLE_KERNEL_BYTES
+);
+layout_check!(offset_of!(CpuSample, comm), LAYOUT_CPU_SAMPLE_COMM);
+layout_check!(offset_of!(CpuSample, user_sp), LAYOUT_CPU_SAMPLE_USER_SP);
+layout_check!(offset_of!(CpuSample, trace), LAYOUT_CPU_SAMPLE_TRACE);
+layout_check!(offset_of!(CpuSample, window), LAYOUT_CPU_SAMPLE_WINDOW);
+layout_check!(offset_of!(CpuSample, user), LAYOUT_CPU_SAMPLE_USER);
+layout_check!(offset_of!(CpuSample, kernel), LAYOUT_CPU_SAMPLE_KERNEL);
 
 /// A record as read from the ring buffer.
 pub enum Record {
@@ -100,7 +139,7 @@ impl Record {
             Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
         };
         match word(0)? {
-            RECORD_SAMPLE if bytes.len() == std::mem::size_of::<CpuSample>() => {
+            RECORD_SAMPLE if bytes.len() == size_of::<CpuSample>() => {
                 // SAFETY: CpuSample is plain old data (integers and byte
                 // arrays, every bit pattern valid) and `bytes` holds at
                 // least one; read_unaligned makes no alignment assumption.

@@ -46,14 +46,15 @@ cp "$SERVER_BIN" "$W/tools/symtrace-server"
 cp "$UPLOAD_BIN" "$W/tools/symtrace-upload"
 
 "$W/tools/symtrace-server" --data-dir "$W/data" --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 \
-  --compaction-interval 0 > "$W/server.log" 2>&1 &
+  --compaction-interval 0 --ready-file "$W/ready.json" > "$W/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 300); do
-  grep -q "listening on http://" "$W/server.log" 2>/dev/null && break
+  [ -s "$W/ready.json" ] && break
   kill -0 "$SERVER_PID" 2>/dev/null || { cat "$W/server.log" >&2; echo "split-debug: the server exited" >&2; exit 1; }
   sleep 0.1
 done
-URL=$(grep -o "listening on http://[0-9.:]*" "$W/server.log" | head -1 | sed 's/listening on //')
+HTTP_ADDR=$(sed -n 's/.*"http":"\([^"]*\)".*/\1/p' "$W/ready.json" 2>/dev/null)
+URL=${HTTP_ADDR:+http://$HTTP_ADDR}
 if [ -z "$URL" ]; then
   cat "$W/server.log" >&2
   echo "split-debug: the server did not start" >&2

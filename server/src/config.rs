@@ -263,6 +263,13 @@ pub struct Config {
     #[arg(long, env = "SYMTRACE_GRPC_ADDR", default_value = "127.0.0.1:4317")]
     pub grpc_addr: SocketAddr,
 
+    /// Once both listeners are bound, write their addresses here as JSON
+    /// (`{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:4317", "pid": N}`,
+    /// replaced atomically): how a supervisor or a test learns the ports
+    /// of `--http-addr 127.0.0.1:0` without reading the log.
+    #[arg(long, env = "SYMTRACE_READY_FILE")]
+    pub ready_file: Option<std::path::PathBuf>,
+
     /// Largest OTLP export accepted, in bytes, after gzip is undone (413 /
     /// RESOURCE_EXHAUSTED beyond it).
     #[arg(long, env = "SYMTRACE_MAX_EXPORT_BYTES", default_value_t = 64 << 20)]

@@ -6,9 +6,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::store::blobs::BlobError;
+use crate::store;
 use crate::store::spool::SpoolError;
-use crate::store::StoreError;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -60,31 +59,23 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
+impl From<store::Error> for ApiError {
+    fn from(e: store::Error) -> Self {
         match e {
-            StoreError::Rejected(m) => {
+            store::Error::NotFound(m) => Self::not_found(m),
+            store::Error::Rejected(m) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", m)
             }
-            StoreError::Conflict(m) => {
+            store::Error::Conflict(m) => {
                 Self::new(StatusCode::CONFLICT, "owned_by_another_tenant", m)
             }
-            StoreError::Meta(e) => Self::internal(format!("database error: {e}")),
-            StoreError::Blob(e) => e.into(),
-            StoreError::Io(e) => Self::internal(format!("I/O error: {e}")),
+            e @ store::Error::Unavailable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                e.to_string(),
+            ),
+            e => Self::internal(e.to_string()),
         }
-    }
-}
-
-impl From<BlobError> for ApiError {
-    fn from(e: BlobError) -> Self {
-        Self::internal(format!("object store error: {e}"))
-    }
-}
-
-impl From<sqlx::Error> for ApiError {
-    fn from(e: sqlx::Error) -> Self {
-        Self::internal(format!("database error: {e}"))
     }
 }
 

@@ -81,8 +81,8 @@ pub struct Federation {
 /// Why a lookup that may ask upstream servers failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FindError {
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
     #[error(transparent)]
     Busy(#[from] Busy),
 }
@@ -90,7 +90,7 @@ pub enum FindError {
 impl From<FindError> for crate::error::ApiError {
     fn from(e: FindError) -> Self {
         match e {
-            FindError::Database(e) => e.into(),
+            FindError::Store(e) => e.into(),
             FindError::Busy(e) => e.into(),
         }
     }

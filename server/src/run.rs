@@ -142,6 +142,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.grpc_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
     tracing::info!(%grpc_addr, "OTLP gRPC listening on {grpc_addr}");
+    if let Some(path) = &config.ready_file {
+        write_ready_file(path, addr, grpc_addr)
+            .with_context(|| format!("writing the ready file {}", path.display()))?;
+    }
     let keepalive = Duration::from_secs(config.header_timeout_secs.max(1));
     let grpc = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(config.grpc_max_streams.max(1)))
@@ -163,6 +167,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     grpc.await?.context("OTLP gRPC server")?;
     tracing::info!("shut down");
     Ok(())
+}
+
+/// The bound addresses as JSON, written to a temporary file and renamed
+/// over `path`: a reader sees the whole file or none.
+fn write_ready_file(
+    path: &std::path::Path,
+    http: std::net::SocketAddr,
+    grpc: std::net::SocketAddr,
+) -> std::io::Result<()> {
+    let body = serde_json::json!({
+        "http": http.to_string(),
+        "grpc": grpc.to_string(),
+        "pid": std::process::id(),
+    });
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, body.to_string())?;
+    std::fs::rename(&tmp, path)
 }
 
 fn meta_backend(meta: &SqlMetadata) -> &'static str {

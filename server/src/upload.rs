@@ -31,7 +31,7 @@ use crate::auth::{Scope, Tenants};
 use crate::error::{ApiError, ApiResult};
 use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
 use crate::store::spool::{spool, SpoolError, Spooled};
-use crate::store::{Publisher, StoreError, UploadStatus};
+use crate::store::{Error as StoreError, Publisher, UploadStatus};
 use crate::zerocopy::PeerAddr;
 
 /// Most entries a `missing` request may ask about.

@@ -266,6 +266,9 @@ impl Server {
             cmd.arg("--grpc-addr").arg(grpc);
         }
         cmd.arg("--data-dir").arg(&self.data_dir);
+        let ready = self.log.with_extension("ready.json");
+        let _ = std::fs::remove_file(&ready);
+        cmd.arg("--ready-file").arg(&ready);
         if let Some(db) = &self.backend.database_url {
             cmd.arg("--database-url").arg(db);
         }
@@ -289,24 +292,28 @@ impl Server {
             .expect("spawn symtrace-server");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
-        let start_len = self.log_text().len();
+        // The bound addresses, from the file the server writes once both
+        // listeners are bound (never from its log).
         loop {
-            let text = self.log_text();
-            if let Some(pos) = text[start_len.min(text.len())..].find("listening on http://") {
-                let rest = &text[start_len + pos + "listening on ".len()..];
-                self.url = rest.split_whitespace().next().unwrap().to_owned();
-                let since = &text[start_len.min(text.len())..];
-                if let Some(pos) = since.find("OTLP gRPC listening on ") {
-                    let rest = &since[pos + "OTLP gRPC listening on ".len()..];
-                    self.grpc_addr = rest.split_whitespace().next().unwrap().to_owned();
-                }
+            if let Ok(text) = std::fs::read_to_string(&ready) {
+                let v: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("ready file {text:?}: {e}"));
+                self.url = format!("http://{}", v["http"].as_str().expect("http address"));
+                self.grpc_addr = v["grpc"].as_str().expect("grpc address").to_owned();
                 break;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("server exited with {status} during start-up:\n{text}");
+                panic!(
+                    "server exited with {status} during start-up:\n{}",
+                    self.log_text()
+                );
             }
-            assert!(Instant::now() < deadline, "server did not start:\n{text}");
-            std::thread::sleep(Duration::from_millis(50));
+            assert!(
+                Instant::now() < deadline,
+                "server did not start:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
         let http = client();
         loop {

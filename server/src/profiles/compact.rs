@@ -211,12 +211,10 @@ async fn compact_job(
 /// Whether an error reading a segment is the segment's own (it will never
 /// read), not an outage.
 fn unreadable(e: &ProfileStoreError) -> bool {
-    use crate::store::blobs::BlobError;
     matches!(
         e,
         ProfileStoreError::Segment { .. }
-            | ProfileStoreError::Blob(BlobError::NotFound(_))
-            | ProfileStoreError::Store(crate::store::StoreError::Blob(BlobError::NotFound(_)))
+            | ProfileStoreError::Store(crate::store::Error::NotFound(_))
     )
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::model::SegmentData;
 use super::segment;
 use crate::store::model::{now_ms, NewSegment, SeriesRow};
-use crate::store::{StoreError, SymbolStore};
+use crate::store::SymbolStore;
 
 /// zstd level of segments written at ingest (fast) and by the compactor.
 pub const INGEST_LEVEL: i32 = 3;
@@ -17,11 +17,7 @@ pub const COMPACT_LEVEL: i32 = 12;
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileStoreError {
     #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("database: {0}")]
-    Meta(#[from] sqlx::Error),
-    #[error("blob store: {0}")]
-    Blob(#[from] crate::store::blobs::BlobError),
+    Store(#[from] crate::store::Error),
     #[error("segment {sha256}: {source}")]
     Segment {
         sha256: String,

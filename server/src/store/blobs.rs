@@ -24,17 +24,7 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
 use super::counted::CountedStore;
-
-/// Blob store failures.
-#[derive(Debug, thiserror::Error)]
-pub enum BlobError {
-    #[error("blob {0} is not in the object store")]
-    NotFound(String),
-    #[error("object store: {0}")]
-    Store(#[from] object_store::Error),
-    #[error("blob I/O: {0}")]
-    Io(#[from] std::io::Error),
-}
+use super::error::Error;
 
 /// A blob's bytes, ready to become an HTTP body.
 pub enum BlobBody {
@@ -50,15 +40,15 @@ pub trait BlobStore: Send + Sync + 'static {
     /// Where blobs live, for logs.
     fn describe(&self) -> String;
     /// Cheap reachability check for `/readyz`.
-    async fn ping(&self) -> Result<(), BlobError>;
+    async fn ping(&self) -> Result<(), Error>;
     /// Stores a complete local file under its hash, durably.
-    async fn put_file(&self, sha256: &str, file: &Path) -> Result<(), BlobError>;
+    async fn put_file(&self, sha256: &str, file: &Path) -> Result<(), Error>;
     /// Reads a blob, or a byte range of it.
-    async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, BlobError>;
+    async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, Error>;
     /// Deletes a blob (absent is fine).
-    async fn delete(&self, sha256: &str) -> Result<(), BlobError>;
+    async fn delete(&self, sha256: &str) -> Result<(), Error>;
     /// Every blob with its last-modified time, for the orphan collector.
-    fn list(&self) -> BoxStream<'static, Result<(String, SystemTime), BlobError>>;
+    fn list(&self) -> BoxStream<'static, Result<(String, SystemTime), Error>>;
 }
 
 /// [`BlobStore`] over any `object_store` backend.
@@ -124,7 +114,7 @@ fn key(sha256: &str) -> ObjectPath {
 
 impl ObjectBlobStore {
     /// A blob store in a local directory (created if absent).
-    pub fn local(dir: &Path) -> Result<Self, BlobError> {
+    pub fn local(dir: &Path) -> Result<Self, Error> {
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
         let store = LocalFileSystem::new_with_prefix(&dir)?;
@@ -189,14 +179,14 @@ impl BlobStore for ObjectBlobStore {
         self.description.clone()
     }
 
-    async fn ping(&self) -> Result<(), BlobError> {
+    async fn ping(&self) -> Result<(), Error> {
         match self.store.head(&ObjectPath::from("blobs/.ping")).await {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
-    async fn put_file(&self, sha256: &str, file: &Path) -> Result<(), BlobError> {
+    async fn put_file(&self, sha256: &str, file: &Path) -> Result<(), Error> {
         if let Some(root) = &self.local_root {
             // Same filesystem as the spool (the default layout): link the
             // spooled file into place instead of copying it.
@@ -231,7 +221,7 @@ impl BlobStore for ObjectBlobStore {
         Ok(())
     }
 
-    async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, BlobError> {
+    async fn get(&self, sha256: &str, range: Option<Range<u64>>) -> Result<BlobBody, Error> {
         if let Some(root) = &self.local_root {
             let whole = match self.maps.get(sha256) {
                 Some(bytes) => bytes,
@@ -241,8 +231,10 @@ impl BlobStore for ObjectBlobStore {
                         .await
                         .map_err(std::io::Error::other)?
                         .map_err(|e| match e.kind() {
-                            std::io::ErrorKind::NotFound => BlobError::NotFound(sha256.to_owned()),
-                            _ => BlobError::Io(e),
+                            std::io::ErrorKind::NotFound => {
+                                Error::NotFound(format!("blob {sha256} is not in the object store"))
+                            }
+                            _ => Error::from(e),
                         })?;
                     self.maps.insert(sha256, bytes.clone());
                     bytes
@@ -250,7 +242,7 @@ impl BlobStore for ObjectBlobStore {
             };
             let range = range.unwrap_or(0..whole.len() as u64);
             if range.end > whole.len() as u64 || range.start > range.end {
-                return Err(BlobError::Io(std::io::Error::new(
+                return Err(Error::from(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     format!("blob {sha256} is shorter than the range {range:?}"),
                 )));
@@ -266,7 +258,9 @@ impl BlobStore for ObjectBlobStore {
         let result = match self.store.get_opts(&key(sha256), options).await {
             Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => {
-                return Err(BlobError::NotFound(sha256.to_owned()))
+                return Err(Error::NotFound(format!(
+                    "blob {sha256} is not in the object store"
+                )))
             }
             Err(e) => return Err(e.into()),
         };
@@ -275,7 +269,7 @@ impl BlobStore for ObjectBlobStore {
         ))
     }
 
-    async fn delete(&self, sha256: &str) -> Result<(), BlobError> {
+    async fn delete(&self, sha256: &str) -> Result<(), Error> {
         self.maps.remove(sha256);
         match self.store.delete(&key(sha256)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -283,10 +277,10 @@ impl BlobStore for ObjectBlobStore {
         }
     }
 
-    fn list(&self) -> BoxStream<'static, Result<(String, SystemTime), BlobError>> {
+    fn list(&self) -> BoxStream<'static, Result<(String, SystemTime), Error>> {
         self.store
             .list(Some(&ObjectPath::from("blobs")))
-            .map_err(BlobError::from)
+            .map_err(Error::from)
             .try_filter_map(|meta| async move {
                 let name = meta.location.filename().unwrap_or_default();
                 let is_hash = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());

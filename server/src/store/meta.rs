@@ -18,7 +18,8 @@ use super::model::{
     WantedItem,
 };
 
-pub type MetaResult<T> = Result<T, sqlx::Error>;
+/// Metadata results: the store's error vocabulary.
+pub type MetaResult<T> = super::error::Result<T>;
 
 /// The narrow interface the rest of the server uses for metadata.
 #[async_trait]
@@ -121,10 +122,22 @@ pub struct SqlMetadata {
 macro_rules! on_pool {
     ($self:expr, $pool:ident => $body:expr) => {
         match &$self.pool {
+            Pool::Sqlite($pool) => $crate::store::meta::into_store($body),
+            Pool::Postgres($pool) => $crate::store::meta::into_store($body),
+        }
+    };
+    // The body's own result, unconverted.
+    (raw $self:expr, $pool:ident => $body:expr) => {
+        match &$self.pool {
             Pool::Sqlite($pool) => $body,
             Pool::Postgres($pool) => $body,
         }
     };
+}
+
+/// A query's result in the store's error vocabulary.
+pub(crate) fn into_store<T, E: Into<super::Error>>(r: Result<T, E>) -> MetaResult<T> {
+    r.map_err(Into::into)
 }
 
 /// Clears the orphan mark of a blob row claimed before its object was
@@ -291,7 +304,7 @@ impl MetadataStore for SqlMetadata {
             .rows_affected();
             if kept == 0 {
                 tx.rollback().await?;
-                return Err(sqlx::Error::RowNotFound);
+                return Err(super::Error::NotFound("the claimed blob row is gone".into()));
             }
             let inserted = sqlx::query(&format!(
                 "INSERT INTO artifacts ({ARTIFACT_COLUMNS}) \
@@ -331,7 +344,7 @@ impl MetadataStore for SqlMetadata {
                 q.execute(&mut *tx).await?;
             }
             tx.commit().await?;
-            Ok(inserted)
+            Ok::<_, sqlx::Error>(inserted)
         })
     }
 
@@ -366,7 +379,7 @@ impl MetadataStore for SqlMetadata {
             // As in commit_artifact: only while the claimed row is there.
             if !blob_kept!(tx, &s.sha256) {
                 tx.rollback().await?;
-                return Err(sqlx::Error::RowNotFound);
+                return Err(super::Error::NotFound("the claimed blob row is gone".into()));
             }
             if name_it {
                 sqlx::query(
@@ -530,7 +543,7 @@ impl MetadataStore for SqlMetadata {
                     .await?;
             }
             tx.commit().await?;
-            Ok(removed)
+            Ok::<_, sqlx::Error>(removed)
         })
     }
 
@@ -593,7 +606,7 @@ impl MetadataStore for SqlMetadata {
                    AND NOT EXISTS (SELECT 1 FROM symbol_indexes i WHERE i.sha256 = blobs.sha256) \
                    AND NOT EXISTS (SELECT 1 FROM profile_segments g WHERE g.sha256 = blobs.sha256) \
                    RETURNING sha256";
-        on_pool!(self, p => {
+        on_pool!(raw self, p => {
             let mut tx = p.begin().await?;
             let gone = sqlx::query_scalar::<_, String>(sql)
                 .bind(sha256)

@@ -15,6 +15,7 @@
 
 pub mod blobs;
 mod counted;
+pub mod error;
 pub mod gc;
 pub mod lookup_cache;
 pub mod meta;
@@ -27,30 +28,13 @@ use std::sync::Arc;
 use serde::Serialize;
 use symtrace_elf::{Budget, BuildId, DecompressionKind, ElfInfo};
 
-use blobs::{BlobError, BlobStore};
+use blobs::BlobStore;
 use lookup_cache::LookupCache;
 use meta::MetadataStore;
 use model::{now_ms, Artifact, ArtifactKind, NewArtifact, ServedArtifact, SourceFile};
 use spool::Spooled;
 
-/// Why an ingest was refused or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The content is not what the request claims (not ELF, wrong build-ID,
-    /// wrong kind, a source path the DWARF does not name).
-    #[error("{0}")]
-    Rejected(String),
-    /// A publisher bound to one tenant would replace what another tenant
-    /// (or everyone) published.
-    #[error("{0}")]
-    Conflict(String),
-    #[error("database: {0}")]
-    Meta(#[from] sqlx::Error),
-    #[error(transparent)]
-    Blob(#[from] BlobError),
-    #[error("I/O: {0}")]
-    Io(#[from] std::io::Error),
-}
+pub use error::{Error, Result};
 
 /// Who publishes: the owning tenant (empty: shared by every tenant), and
 /// whether the publisher is bound to tenants (then it may not replace what
@@ -73,13 +57,13 @@ impl Publisher<'_> {
     }
 }
 
-fn owned_elsewhere(what: &str, owner: &str) -> StoreError {
+fn owned_elsewhere(what: &str, owner: &str) -> Error {
     let by = if owner.is_empty() {
         "a publisher of every tenant".to_owned()
     } else {
         format!("another tenant ({owner:?})")
     };
-    StoreError::Conflict(format!(
+    Error::Conflict(format!(
         "{what} was published by {by}; a token bound to tenants may not replace it"
     ))
 }
@@ -167,7 +151,7 @@ impl SymbolStore {
         build_id: &BuildId,
         kind: ArtifactKind,
         misses: Misses,
-    ) -> Result<Option<Arc<ServedArtifact>>, sqlx::Error> {
+    ) -> Result<Option<Arc<ServedArtifact>>> {
         match self.lookups.get(build_id.as_str(), kind) {
             Some(Some(hit)) => return Ok(Some(hit)),
             Some(None) if misses == Misses::Cached => return Ok(None),
@@ -185,11 +169,7 @@ impl SymbolStore {
     }
 
     /// Deletes a build-ID's artifacts (one kind, or all with sources).
-    pub async fn delete(
-        &self,
-        build_id: &BuildId,
-        kind: Option<ArtifactKind>,
-    ) -> Result<u64, sqlx::Error> {
+    pub async fn delete(&self, build_id: &BuildId, kind: Option<ArtifactKind>) -> Result<u64> {
         let removed = self.meta.delete(build_id.as_str(), kind).await?;
         self.lookups.invalidate(build_id.as_str());
         Ok(removed)
@@ -210,7 +190,7 @@ impl SymbolStore {
         file_name: Option<&str>,
         origin: &str,
         publisher: Publisher<'_>,
-    ) -> Result<UploadOutcome, StoreError> {
+    ) -> Result<UploadOutcome> {
         let path = body.path.to_path_buf();
         let budget = self.max_decompressed_bytes;
         let (info, source_names) = tokio::task::spawn_blocking(move || inspect_file(&path, budget))
@@ -282,7 +262,7 @@ impl SymbolStore {
         };
         match self.meta.commit_artifact(&new).await {
             // The collector took the claimed blob meanwhile: store it again.
-            Err(sqlx::Error::RowNotFound) => {
+            Err(Error::NotFound(_)) => {
                 self.store_blob(body).await?;
                 self.meta.commit_artifact(&new).await?;
             }
@@ -304,11 +284,7 @@ impl SymbolStore {
         Ok(outcome(status, served, new.source_names.len()))
     }
 
-    async fn served_sha(
-        &self,
-        build_id: &BuildId,
-        kind: ArtifactKind,
-    ) -> Result<String, StoreError> {
+    async fn served_sha(&self, build_id: &BuildId, kind: ArtifactKind) -> Result<String> {
         Ok(self
             .meta
             .best_artifact(build_id.as_str(), kind)
@@ -320,7 +296,7 @@ impl SymbolStore {
     /// Claims the body's blob, then writes its object unless a committed
     /// reference proves it is already stored (see `gc` for why the claim
     /// comes first).
-    async fn store_blob(&self, body: &Spooled) -> Result<(), StoreError> {
+    async fn store_blob(&self, body: &Spooled) -> Result<()> {
         let referenced = self
             .meta
             .claim_blob(&body.sha256, body.size as i64, now_ms())
@@ -333,20 +309,18 @@ impl SymbolStore {
 
     /// Stores bytes derived from stored files (a symbol index) as a blob,
     /// durably, and returns its hash. The caller records the reference.
-    pub async fn store_derived(&self, bytes: Vec<u8>) -> Result<Spooled, StoreError> {
+    pub async fn store_derived(&self, bytes: Vec<u8>) -> Result<Spooled> {
         let dir = self.spool_dir.clone();
         let spooled = tokio::task::spawn_blocking(move || spool::spool_bytes(&bytes, &dir))
             .await
-            .map_err(std::io::Error::other)
-            .map_err(BlobError::Io)?
-            .map_err(BlobError::Io)?;
+            .map_err(std::io::Error::other)??;
         self.store_blob(&spooled).await?;
         Ok(spooled)
     }
 
     /// A whole blob's bytes: mapped in place from a local store; from a
     /// remote one, downloaded into the spool directory and mapped there.
-    pub async fn blob_bytes(&self, sha256: &str) -> Result<bytes::Bytes, BlobError> {
+    pub async fn blob_bytes(&self, sha256: &str) -> Result<bytes::Bytes> {
         match self.blobs.get(sha256, None).await? {
             blobs::BlobBody::Bytes(bytes) => Ok(bytes),
             blobs::BlobBody::Stream(stream) => {
@@ -365,7 +339,7 @@ impl SymbolStore {
         &self,
         sha256: &str,
         range: std::ops::Range<u64>,
-    ) -> Result<bytes::Bytes, BlobError> {
+    ) -> Result<bytes::Bytes> {
         use futures::TryStreamExt;
         match self.blobs.get(sha256, Some(range)).await? {
             blobs::BlobBody::Bytes(bytes) => Ok(bytes),
@@ -385,11 +359,11 @@ impl SymbolStore {
         body: &Spooled,
         trusted: bool,
         publisher: Publisher<'_>,
-    ) -> Result<UploadStatus, StoreError> {
+    ) -> Result<UploadStatus> {
         let path = checked_source_path(path)?;
         if !trusted && !self.meta.source_is_named(build_id.as_str(), &path).await? {
             let named = self.meta.source_name_count(build_id.as_str()).await?;
-            return Err(StoreError::Rejected(if named == 0 {
+            return Err(Error::Rejected(if named == 0 {
                 format!(
                     "no DWARF naming source files is stored for build-ID {build_id}: upload its \
                      debuginfo first"
@@ -424,7 +398,7 @@ impl SymbolStore {
         };
         match self.meta.commit_source(&source, trusted).await {
             // The collector took the claimed blob meanwhile: store it again.
-            Err(sqlx::Error::RowNotFound) => {
+            Err(Error::NotFound(_)) => {
                 self.store_blob(body).await?;
                 self.meta.commit_source(&source, trusted).await?;
             }
@@ -468,15 +442,13 @@ pub(crate) async fn pause_point(name: &str) {
 
 /// A source path as stored: absolute and canonical. Relative paths are
 /// refused (their meaning depends on a directory the server cannot know).
-pub fn checked_source_path(path: &str) -> Result<String, StoreError> {
+pub fn checked_source_path(path: &str) -> Result<String> {
     if path.contains('\0') {
-        return Err(StoreError::Rejected(
-            "source path contains a NUL byte".into(),
-        ));
+        return Err(Error::Rejected("source path contains a NUL byte".into()));
     }
     let canonical = symtrace_elf::canonical_path(path);
     if !canonical.starts_with('/') || canonical == "/" {
-        return Err(StoreError::Rejected(format!(
+        return Err(Error::Rejected(format!(
             "source path {path:?} must be absolute, as the DWARF names it (comp_dir + file)"
         )));
     }
@@ -485,13 +457,13 @@ pub fn checked_source_path(path: &str) -> Result<String, StoreError> {
 
 /// Validates a spooled file (compressed debug sections must decompress to
 /// what they claim within `max_decompressed` bytes) and lists its sources.
-fn inspect_file(path: &Path, max_decompressed: u64) -> Result<(ElfInfo, Vec<String>), StoreError> {
+fn inspect_file(path: &Path, max_decompressed: u64) -> Result<(ElfInfo, Vec<String>)> {
     let file = std::fs::File::open(path)?;
     // SAFETY: the spool file is private to this request and not modified
     // while mapped.
     let map = unsafe { memmap2::Mmap::map(&file)? };
     let info = symtrace_elf::inspect_with(&map, &mut Budget::new(max_decompressed))
-        .map_err(|e| StoreError::Rejected(rejection(e)))?;
+        .map_err(|e| Error::Rejected(rejection(e)))?;
     let names = if info.has_dwarf {
         match symtrace_elf::source_files_with(&map, &mut Budget::new(max_decompressed)) {
             Ok(files) => files
@@ -521,29 +493,27 @@ fn rejection(e: symtrace_elf::Error) -> String {
     }
 }
 
-fn validate(info: &ElfInfo, claimed: &BuildId, kind: ArtifactKind) -> Result<(), StoreError> {
+fn validate(info: &ElfInfo, claimed: &BuildId, kind: ArtifactKind) -> Result<()> {
     match &info.build_id {
         None => {
-            return Err(StoreError::Rejected(
+            return Err(Error::Rejected(
                 "the ELF file has no GNU build-ID note; link it with -Wl,--build-id".into(),
             ))
         }
         Some(found) if found != claimed => {
-            return Err(StoreError::Rejected(format!(
+            return Err(Error::Rejected(format!(
                 "the ELF file's build-ID is {found}, not {claimed} as the URL says"
             )))
         }
         Some(_) => {}
     }
     match kind {
-        ArtifactKind::Debuginfo if !info.has_dwarf && !info.has_symtab => {
-            Err(StoreError::Rejected(
-                "the file has neither DWARF (.debug_info) nor a symbol table (.symtab), so it \
+        ArtifactKind::Debuginfo if !info.has_dwarf && !info.has_symtab => Err(Error::Rejected(
+            "the file has neither DWARF (.debug_info) nor a symbol table (.symtab), so it \
                  is not debuginfo; upload it as executable"
-                    .into(),
-            ))
-        }
-        ArtifactKind::Executable if !info.has_code => Err(StoreError::Rejected(
+                .into(),
+        )),
+        ArtifactKind::Executable if !info.has_code => Err(Error::Rejected(
             "the file has no code (its .text has no contents): it looks like a debuginfo file \
              made by --only-keep-debug; upload it as debuginfo"
                 .into(),

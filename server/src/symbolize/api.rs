@@ -201,6 +201,7 @@ fn into_api_error(e: SymbolizeError) -> ApiError {
             format!("the stored file cannot be symbolized from: {e}"),
         ),
         SymbolizeError::Busy(e) => e.into(),
+        SymbolizeError::Store(e) => e.into(),
         other => ApiError::internal(other.to_string()),
     }
 }

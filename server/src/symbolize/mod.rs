@@ -32,7 +32,7 @@ use tokio::sync::Semaphore;
 
 use crate::federation::{find_or_fetch, Federation, Forwarding};
 use crate::store::model::{now_ms, ArtifactKind, ServedArtifact};
-use crate::store::{Misses, StoreError, SymbolStore};
+use crate::store::{Misses, SymbolStore};
 use cache::IndexCache;
 
 /// One address's answer.
@@ -72,11 +72,7 @@ pub enum Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolizeError {
     #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("object store: {0}")]
-    Blob(#[from] crate::store::blobs::BlobError),
+    Store(#[from] crate::store::Error),
     #[error("{0}")]
     Symbolize(#[from] symtrace_symbolize::Error),
     #[error("symbolization task failed: {0}")]
@@ -88,7 +84,7 @@ pub enum SymbolizeError {
 impl From<crate::federation::FindError> for SymbolizeError {
     fn from(e: crate::federation::FindError) -> Self {
         match e {
-            crate::federation::FindError::Database(e) => Self::Database(e),
+            crate::federation::FindError::Store(e) => Self::Store(e),
             crate::federation::FindError::Busy(e) => Self::Busy(e),
         }
     }

@@ -121,6 +121,8 @@ fn acknowledged_writes_are_synced_before_the_answer_is_written() {
         .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(&data)
+        .arg("--ready-file")
+        .arg(dir.path().join("ready.json"))
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
@@ -129,12 +131,12 @@ fn acknowledged_writes_are_synced_before_the_answer_is_written() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let url = loop {
-        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
-        if let Some(pos) = text.find("listening on http://") {
-            let rest = &text[pos + "listening on ".len()..];
-            break rest.split_whitespace().next().unwrap().to_owned();
+        if let Ok(text) = std::fs::read_to_string(dir.path().join("ready.json")) {
+            let ready: serde_json::Value = serde_json::from_str(&text).unwrap();
+            break format!("http://{}", ready["http"].as_str().unwrap());
         }
-        assert!(Instant::now() < deadline, "server did not start:\n{text}");
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        assert!(Instant::now() < deadline, "server did not start:\n{log}");
         std::thread::sleep(Duration::from_millis(100));
     };
     let ready = Instant::now() + Duration::from_secs(30);

@@ -141,7 +141,7 @@ impl ProfileMetadata for SqlMetadata {
             // the object may be gone too — commit nothing; the sender retries.
             if !blob_kept!(tx, &segment.sha256) {
                 tx.rollback().await?;
-                return Err(sqlx::Error::RowNotFound);
+                return Err(crate::store::Error::NotFound("no such segment row".into()));
             }
             let new = sqlx::query(key)
                 .bind(&segment.tenant)
@@ -153,7 +153,7 @@ impl ProfileMetadata for SqlMetadata {
                 == 1;
             let inserted = new && insert_segment!(tx, segment);
             tx.commit().await?;
-            Ok(inserted)
+            Ok::<_, sqlx::Error>(inserted)
         })
     }
 
@@ -325,7 +325,7 @@ impl ProfileMetadata for SqlMetadata {
                 }
             }
             tx.commit().await?;
-            Ok(true)
+            Ok::<_, sqlx::Error>(true)
         })
     }
 
