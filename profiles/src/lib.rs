@@ -7,15 +7,21 @@
 //! flamegraph tree ([`tree`]), the output formats ([`render`]) and a
 //! trace's per-span table ([`trace`]). The server stores, compacts,
 //! symbolizes and serves what these produce; the fuzz targets (`fuzz/`)
-//! drive them with arbitrary bytes.
+//! drive them with arbitrary bytes. Requests come from bytes through
+//! [`decode`].
 
 pub mod aggregate;
 pub mod answer;
+pub mod decode;
 pub mod frame_table;
 pub mod model;
 pub mod normalize;
+#[cfg(test)]
+mod properties_tests;
 pub mod render;
 pub mod resolved;
+#[cfg(test)]
+mod rules_tests;
 pub mod segment;
 pub mod selection;
 pub mod selector;

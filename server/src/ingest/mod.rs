@@ -4,6 +4,7 @@
 
 pub mod grpc;
 pub mod http;
+use symtrace_profiles::decode;
 pub use symtrace_profiles::normalize;
 
 use std::sync::Arc;
@@ -27,52 +28,33 @@ pub enum IngestError {
     Store(#[from] ProfileStoreError),
 }
 
-/// Decodes a protobuf request, naming the v1.9 layout when that is what
-/// broke the decoding; one holding more than `max_elements` elements is
-/// refused before it is decoded.
+/// Decodes a protobuf request ([`symtrace_profiles::decode`]).
 pub fn decode_protobuf(
     body: &[u8],
     max_elements: usize,
 ) -> Result<ExportProfilesServiceRequest, IngestError> {
-    let elements = symtrace_proto::limits::count_protobuf_elements(body, max_elements);
-    check_elements(elements, max_elements)?;
-    <ExportProfilesServiceRequest as prost::Message>::decode(body).map_err(|e| {
-        let text = e.to_string();
-        let hint = if text.contains("Sample.") {
-            " (this is what an OTLP profiles v1.9 or older sender produces: v1.10 renumbered \
-             Sample's fields; upgrade the sender to proto >= 1.10)"
-        } else {
-            ""
-        };
-        IngestError::Invalid(format!(
-            "malformed ExportProfilesServiceRequest: {text}{hint}"
-        ))
-    })
+    decode::decode_protobuf(body, max_elements).map_err(IngestError::from)
 }
 
-/// Decodes an OTLP/JSON request, refusing one that may hold more than
-/// `max_elements` elements before it is decoded.
+/// Decodes an OTLP/JSON request ([`symtrace_profiles::decode`]).
 pub fn decode_json(
     body: &[u8],
     max_elements: usize,
 ) -> Result<ExportProfilesServiceRequest, IngestError> {
-    check_elements(
-        symtrace_proto::limits::count_json_elements(body),
-        max_elements,
-    )?;
-    symtrace_proto::json::decode_export_request(body)
-        .map_err(|e| IngestError::Invalid(format!("malformed OTLP/JSON request: {e}")))
+    decode::decode_json(body, max_elements).map_err(IngestError::from)
 }
 
-fn check_elements(elements: usize, max: usize) -> Result<(), IngestError> {
-    if elements > max {
-        metrics::counter!("symtrace_ingest_refused_total", "reason" => "elements").increment(1);
-        return Err(IngestError::TooLarge(format!(
-            "the request holds more than {max} elements (table entries, samples, stack \
-             frames, values and timestamps; SYMTRACE_MAX_EXPORT_ELEMENTS): send smaller exports"
-        )));
+impl From<decode::DecodeError> for IngestError {
+    fn from(e: decode::DecodeError) -> Self {
+        match e {
+            decode::DecodeError::TooManyElements { .. } => {
+                metrics::counter!("symtrace_ingest_refused_total", "reason" => "elements")
+                    .increment(1);
+                IngestError::TooLarge(e.to_string())
+            }
+            e => IngestError::Invalid(e.to_string()),
+        }
     }
-    Ok(())
 }
 
 /// Validates, normalizes and durably stores one request. The answer says

@@ -1,0 +1,358 @@
+//! Every rule of request decoding and normalization, over bytes (no
+//! server): each bad profile is rejected with a message naming what was
+//! wrong while the good profile of the same request is kept; each bad
+//! request is refused as a whole. The server's HTTP and gRPC tests keep one
+//! case per status code.
+
+use prost::Message;
+use symtrace_proto::collector::ExportProfilesServiceRequest;
+use symtrace_proto::common::{any_value, AnyValue};
+use symtrace_proto::profiles::{
+    KeyValueAndUnit, Link, Location, Mapping, Profile, ProfilesDictionary, Sample, Stack, ValueType,
+};
+
+use crate::decode::{decode_json, decode_protobuf, DecodeError};
+use crate::normalize::{normalize, Limits, Normalized};
+use crate::testing;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+/// One native frame in one mapping (stack 1), one attribute
+/// (`thread.name=w`, index 1) and one link (index 1).
+fn dictionary() -> ProfilesDictionary {
+    ProfilesDictionary {
+        string_table: testing::strings(["/bin/app", "thread.name", "w"].map(String::from)),
+        mapping_table: vec![
+            Mapping::default(),
+            Mapping {
+                memory_start: 0x1000,
+                memory_limit: 0x9000,
+                filename_strindex: 5,
+                ..Default::default()
+            },
+        ],
+        location_table: vec![
+            Location::default(),
+            Location {
+                mapping_index: 1,
+                address: 0x1234,
+                ..Default::default()
+            },
+        ],
+        stack_table: vec![
+            Stack::default(),
+            Stack {
+                location_indices: vec![1],
+            },
+        ],
+        attribute_table: vec![
+            KeyValueAndUnit::default(),
+            KeyValueAndUnit {
+                key_strindex: 6,
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValueStrindex(7)),
+                }),
+                unit_strindex: 0,
+            },
+        ],
+        link_table: vec![
+            Link {
+                trace_id: vec![0; 16],
+                span_id: vec![0; 8],
+            },
+            Link {
+                trace_id: vec![7; 16],
+                span_id: vec![8; 8],
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+fn good() -> Profile {
+    testing::cpu_profile(
+        T0,
+        vec![Sample {
+            stack_index: 1,
+            attribute_indices: vec![1],
+            link_index: 1,
+            timestamps_unix_nano: vec![T0 + 1, T0 + 2],
+            ..Default::default()
+        }],
+    )
+}
+
+fn with_sample(sample: Sample) -> Profile {
+    testing::cpu_profile(T0, vec![sample])
+}
+
+fn request(profiles: Vec<Profile>) -> ExportProfilesServiceRequest {
+    testing::request(Some("svc"), profiles, dictionary())
+}
+
+fn run(request: ExportProfilesServiceRequest) -> Normalized {
+    normalize(request, T0 + 10_000_000_000, &Limits::default()).expect("a usable request")
+}
+
+/// `bad` next to a good profile: the good one is kept (2 events), the bad
+/// one rejected with a message containing `needle`.
+fn rejected(bad: Profile, needle: &str) {
+    let out = run(request(vec![good(), bad]));
+    assert_eq!((out.accepted, out.rejected), (1, 1), "{needle}");
+    assert!(
+        out.errors.iter().any(|e| e.contains(needle)),
+        "want {needle:?} in {:?}",
+        out.errors
+    );
+    assert_eq!(out.data.points(), 2, "{needle}: the good profile is kept");
+}
+
+#[test]
+fn a_good_profile_keeps_its_frames_labels_and_link() {
+    let out = run(request(vec![good()]));
+    assert_eq!((out.accepted, out.rejected), (1, 0));
+    let data = &out.data;
+    assert_eq!(data.samples.len(), 1);
+    let sample = &data.samples[0];
+    assert_eq!(sample.timestamps, vec![T0 + 1, T0 + 2]);
+    let link = data.links[sample.link as usize];
+    assert_eq!(&link[..16], &[7; 16]);
+    assert_eq!(&link[16..], &[8; 8]);
+    let labels = &data.label_sets[sample.labels as usize];
+    assert!(labels
+        .iter()
+        .any(|&(k, v)| data.str(k) == "thread.name" && data.str(v) == "w"));
+    let frame = &data.frames[data.stacks[sample.stack as usize][0] as usize];
+    assert_eq!(frame.address, 0x1234);
+    assert_eq!(
+        data.profile_type(&data.series[0]),
+        "samples:count:cpu:nanoseconds"
+    );
+}
+
+#[test]
+fn out_of_range_indexes_are_rejected() {
+    rejected(
+        with_sample(Sample {
+            stack_index: 99,
+            timestamps_unix_nano: vec![1],
+            ..Default::default()
+        }),
+        "stack_index 99 is out of range",
+    );
+    rejected(
+        with_sample(Sample {
+            stack_index: 1,
+            attribute_indices: vec![5],
+            timestamps_unix_nano: vec![1],
+            ..Default::default()
+        }),
+        "sample attribute index 5 is out of range",
+    );
+    rejected(
+        with_sample(Sample {
+            stack_index: 1,
+            link_index: 2,
+            timestamps_unix_nano: vec![1],
+            ..Default::default()
+        }),
+        "link_index 2 is out of range",
+    );
+    rejected(
+        Profile {
+            sample_type: Some(ValueType {
+                type_strindex: 40,
+                unit_strindex: 2,
+            }),
+            ..good()
+        },
+        "sample_type.type_strindex 40 is out of range",
+    );
+    // A location index out of range, reached through a stack.
+    let mut req = request(vec![
+        good(),
+        with_sample(Sample {
+            stack_index: 2,
+            timestamps_unix_nano: vec![1],
+            ..Default::default()
+        }),
+    ]);
+    req.dictionary.as_mut().unwrap().stack_table.push(Stack {
+        location_indices: vec![1, 9],
+    });
+    let out = run(req);
+    assert_eq!(out.rejected, 1);
+    assert!(
+        out.errors[0].contains("location index 9 is out of range"),
+        "{:?}",
+        out.errors
+    );
+}
+
+#[test]
+fn values_timestamps_and_types_must_agree() {
+    rejected(
+        with_sample(Sample {
+            stack_index: 1,
+            values: vec![1, 2],
+            timestamps_unix_nano: vec![1, 2, 3],
+            ..Default::default()
+        }),
+        "2 values and 3 timestamps",
+    );
+    rejected(
+        with_sample(Sample {
+            stack_index: 1,
+            ..Default::default()
+        }),
+        "neither values nor timestamps",
+    );
+    rejected(
+        with_sample(Sample {
+            stack_index: 1,
+            timestamps_unix_nano: vec![u64::MAX],
+            ..Default::default()
+        }),
+        "after the year 2262",
+    );
+    rejected(
+        Profile {
+            sample_type: None,
+            ..good()
+        },
+        "sample_type is missing",
+    );
+    rejected(
+        with_sample(Sample {
+            stack_index: 1,
+            attribute_indices: vec![1, 1],
+            timestamps_unix_nano: vec![1],
+            ..Default::default()
+        }),
+        "repeat the key",
+    );
+}
+
+#[test]
+fn an_empty_request_is_accepted_as_nothing() {
+    let out = run(ExportProfilesServiceRequest::default());
+    assert_eq!((out.accepted, out.rejected), (0, 0));
+    assert!(out.data.samples.is_empty());
+}
+
+#[test]
+fn a_broken_dictionary_refuses_the_request() {
+    let mut req = request(vec![good()]);
+    req.dictionary.as_mut().unwrap().string_table[0] = "x".into();
+    let err = normalize(req, T0, &Limits::default())
+        .err()
+        .expect("refused");
+    assert!(
+        err.0.contains("string_table[0] must be the zero value"),
+        "{err}"
+    );
+}
+
+/// v1.9's Sample: values 2, attribute_indices 3, link_index 4.
+#[derive(Clone, PartialEq, prost::Message)]
+struct V19Sample {
+    #[prost(int32, tag = "1")]
+    stack_index: i32,
+    #[prost(int64, repeated, tag = "2")]
+    values: Vec<i64>,
+    #[prost(int32, repeated, tag = "3")]
+    attribute_indices: Vec<i32>,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+struct V19Profile {
+    #[prost(message, optional, tag = "1")]
+    sample_type: Option<ValueType>,
+    #[prost(message, repeated, tag = "2")]
+    samples: Vec<V19Sample>,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+struct V19Scope {
+    #[prost(message, repeated, tag = "2")]
+    profiles: Vec<V19Profile>,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+struct V19Resource {
+    #[prost(message, repeated, tag = "2")]
+    scope_profiles: Vec<V19Scope>,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+struct V19Request {
+    #[prost(message, repeated, tag = "1")]
+    resource_profiles: Vec<V19Resource>,
+    #[prost(message, optional, tag = "2")]
+    dictionary: Option<ProfilesDictionary>,
+}
+
+/// A request as an OTLP profiles v1.9 sender lays it out.
+pub(crate) fn v19_request_bytes() -> Vec<u8> {
+    V19Request {
+        resource_profiles: vec![V19Resource {
+            scope_profiles: vec![V19Scope {
+                profiles: vec![V19Profile {
+                    sample_type: Some(ValueType {
+                        type_strindex: 1,
+                        unit_strindex: 2,
+                    }),
+                    samples: vec![V19Sample {
+                        stack_index: 1,
+                        values: vec![3],
+                        attribute_indices: vec![1],
+                    }],
+                }],
+            }],
+        }],
+        dictionary: Some(dictionary()),
+    }
+    .encode_to_vec()
+}
+
+fn malformed(r: Result<ExportProfilesServiceRequest, DecodeError>) -> String {
+    match r {
+        Err(DecodeError::Malformed(m)) => m,
+        other => panic!("not malformed: {other:?}"),
+    }
+}
+
+#[test]
+fn bytes_that_are_not_a_request_say_why() {
+    let max = Limits::default().max_elements;
+    let m = malformed(decode_protobuf(&v19_request_bytes(), max));
+    assert!(
+        m.contains("v1.9") && m.contains("upgrade the sender"),
+        "{m}"
+    );
+    let bytes = request(vec![good()]).encode_to_vec();
+    assert_eq!(
+        decode_protobuf(&bytes, max).unwrap(),
+        request(vec![good()]),
+        "a good request decodes as it was"
+    );
+    let m = malformed(decode_protobuf(&bytes[..bytes.len() - 7], max));
+    assert!(m.contains("malformed ExportProfilesServiceRequest"), "{m}");
+    let m = malformed(decode_json(b"{\"resourceProfiles\": 7}", max));
+    assert!(m.contains("malformed OTLP/JSON"), "{m}");
+    let m = malformed(decode_json(b"{\"resourceProfiles\": [", max));
+    assert!(m.contains("malformed OTLP/JSON"), "{m}");
+}
+
+#[test]
+fn requests_over_the_element_limit_are_refused_before_decoding() {
+    let bytes = request(vec![good()]).encode_to_vec();
+    assert!(decode_protobuf(&bytes, 1_000).is_ok());
+    assert_eq!(
+        decode_protobuf(&bytes, 5),
+        Err(DecodeError::TooManyElements { max: 5 })
+    );
+    let json = br#"{"resourceProfiles": [{}, {}, {}, {}, {}, {}, {}, {}]}"#;
+    assert_eq!(
+        decode_json(json, 4),
+        Err(DecodeError::TooManyElements { max: 4 })
+    );
+    let err = decode_protobuf(&bytes, 5).unwrap_err().to_string();
+    assert!(err.contains("SYMTRACE_MAX_EXPORT_ELEMENTS"), "{err}");
+}
