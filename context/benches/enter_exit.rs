@@ -4,6 +4,9 @@
 //!
 //! `cargo bench -p symtrace-context --features tracing --bench enter_exit`
 
+// criterion_group! generates an undocumented `pub fn benches`.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -27,6 +27,7 @@ impl<F: Future> Future for InTraceContext<F> {
     }
 }
 
+/// Runs any future in a trace context; implemented for every [`Future`].
 pub trait FutureExt: Future + Sized {
     /// Runs this future with `ids` published on whatever thread polls it.
     fn in_trace_context(self, ids: Ids) -> InTraceContext<Self> {

@@ -19,13 +19,21 @@ use std::sync::atomic::{compiler_fence, AtomicU8, Ordering};
 /// Bytes available for attributes.
 pub const MAX_ATTRS_SIZE: usize = 612;
 
+/// One thread's record, laid out as the table above.
 #[repr(C)]
 pub struct Record {
+    /// W3C trace ID, in W3C byte order.
     pub trace_id: [u8; 16],
+    /// W3C span ID.
     pub span_id: [u8; 8],
+    /// 1 when the record holds an active span and is consistent; 0 while
+    /// being written or when no span is active.
     pub valid: AtomicU8,
+    /// W3C trace flags (bit 0 = sampled).
     pub trace_flags: u8,
+    /// Bytes used in `attrs`.
     pub attrs_size: u16,
+    /// Attributes: `{u8 key_index, u8 len, len bytes of UTF-8}`, repeated.
     pub attrs: [u8; MAX_ATTRS_SIZE],
 }
 
@@ -47,14 +55,18 @@ const _: () = {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C, align(16))]
 pub struct Ids {
+    /// W3C trace ID, in W3C byte order.
     pub trace_id: [u8; 16],
+    /// W3C span ID.
     pub span_id: [u8; 8],
+    /// W3C trace flags (bit 0 = sampled).
     pub trace_flags: u8,
     /// Whether a span is active (`valid` in the record).
     pub active: bool,
 }
 
 impl Record {
+    /// All zeroes: no span, no attributes (`valid` 0).
     pub const fn empty() -> Record {
         Record {
             trace_id: [0; 16],
@@ -66,6 +78,7 @@ impl Record {
         }
     }
 
+    /// The record's header as published (`active` is `valid == 1`).
     pub fn ids(&self) -> Ids {
         Ids {
             trace_id: self.trace_id,

@@ -9,7 +9,9 @@ use std::io::Read;
 /// A member not kept, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedMember {
+    /// The member's path as the tar names it.
     pub path: String,
+    /// Why it was not kept, e.g. `not a regular file`.
     pub reason: String,
 }
 
@@ -20,14 +22,18 @@ pub enum BundleError {
     /// Not a tar archive (or a damaged one).
     #[error("not a valid tar bundle: {0}")]
     Invalid(std::io::Error),
+    /// More regular files than the given limit.
     #[error("bundle has more than {0} files")]
     TooManyMembers(usize),
+    /// This member (its tar path) is longer than `max_member_bytes`.
     #[error("bundle member {0} is over the size limit")]
     MemberTooLarge(String),
     /// What the caller's `keep` returned.
     #[error("storing bundle member {path}: {source}")]
     Keep {
+        /// The member's path as the tar names it.
         path: String,
+        /// The error `keep` returned.
         source: std::io::Error,
     },
 }

@@ -22,10 +22,13 @@ pub const MAX_STACKS: usize = 2_000_000;
 pub struct RawFrame {
     /// `profile.frame.type` (native, kernel, …).
     pub kind: u32,
+    /// The mapping's build-ID (a string index, 0 = none).
     pub build_id: u32,
+    /// How the build-ID was given (only GNU ones can be looked up).
     pub build_id_kind: BuildIdKind,
     /// The mapping's file name.
     pub module: u32,
+    /// The ELF virtual address (native frames) as stored.
     pub address: u64,
     /// (function, system name, file, line), leaf first; empty for native
     /// frames left for the symbolizer.
@@ -33,6 +36,7 @@ pub struct RawFrame {
 }
 
 impl RawFrame {
+    /// A native frame the sender did not name: the symbolizer's to name.
     pub fn is_native_unsymbolized(&self) -> bool {
         self.lines.is_empty() && self.build_id != 0
     }
@@ -44,6 +48,7 @@ pub type Side = usize;
 /// Stacks with their values, per side.
 #[derive(Default)]
 pub struct Aggregate {
+    /// The strings every number of this aggregate refers to.
     pub strings: Strings,
     /// The frames the stacks use (filled by [`Aggregate::finish`]).
     pub frames: Vec<RawFrame>,
@@ -57,19 +62,28 @@ pub struct Aggregate {
     pub types: FxHashMap<u32, TypeInfo>,
     /// Events (samples) per profile type and side.
     pub points: FxHashMap<u32, [u64; 2]>,
+    /// Segments read into this aggregate.
     pub segments_read: usize,
+    /// Compressed bytes of those segments.
     pub bytes_read: u64,
 }
 
+/// A profile type's units and period, as the segments give them.
 #[derive(Debug, Clone, Default)]
 pub struct TypeInfo {
+    /// What a sample's value counts (`samples`, `cpu`, `alloc_space`, …).
     pub sample_type: String,
+    /// Its unit (`count`, `nanoseconds`, `bytes`, …).
     pub sample_unit: String,
+    /// What the period measures (`cpu`, `space`, …; empty when none).
     pub period_type: String,
+    /// The period's unit.
     pub period_unit: String,
+    /// The sampling period (0 when none).
     pub period: i64,
 }
 
+/// Why a selection cannot be aggregated.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AggregateError {
@@ -80,6 +94,7 @@ pub enum AggregateError {
         "the selection has more than {MAX_STACKS} distinct stacks; \
          narrow the time range or add a label selector"
     )]
+    /// More distinct stacks than [`MAX_STACKS`].
     TooManyStacks,
     /// The query named no profile type and the selection has several,
     /// none of them the default.
@@ -88,10 +103,12 @@ pub enum AggregateError {
 }
 
 impl Aggregate {
+    /// The number of `s` in [`Aggregate::strings`], added when new.
     pub fn intern(&mut self, s: &str) -> u32 {
         self.strings.intern(s)
     }
 
+    /// The string numbered `i`.
     pub fn str(&self, i: u32) -> &str {
         self.strings.get(i)
     }

@@ -21,9 +21,12 @@ use crate::strings::Strings;
 /// Frames (~64 bytes each), and stacks, kept before the tables start over.
 pub const MAX_FRAMES: usize = 4_000_000;
 
+/// The tables behind a [`FrameTable`].
 #[derive(Default)]
 pub struct Tables {
+    /// Bumped each time the tables start over.
     pub generation: u64,
+    /// The strings frames refer to.
     pub strings: Strings,
     /// Frames whose string fields are indexes into `strings`.
     pub frames: IndexSet<RawFrame, FxBuildHasher>,
@@ -32,6 +35,7 @@ pub struct Tables {
 }
 
 impl Tables {
+    /// The string numbered `i`.
     pub fn str(&self, i: u32) -> &str {
         self.strings.get(i)
     }
@@ -39,21 +43,25 @@ impl Tables {
 
 /// A segment's stacks in the tables' numbering.
 pub struct SegmentFrames {
+    /// The generation the numbers are of.
     pub generation: u64,
     /// Table stack of each segment stack.
     pub stacks: Vec<u32>,
 }
 
+/// Frames and stacks numbered once for the whole process (see the module).
 #[derive(Default)]
 pub struct FrameTable {
     tables: RwLock<Tables>,
 }
 
 impl FrameTable {
+    /// The tables, for reading.
     pub fn read(&self) -> RwLockReadGuard<'_, Tables> {
         self.tables.read().expect("frame table")
     }
 
+    /// The current generation.
     pub fn generation(&self) -> u64 {
         self.read().generation
     }

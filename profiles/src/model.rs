@@ -11,6 +11,7 @@ use std::hash::Hash;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum BuildIdKind {
+    /// No build-ID.
     #[default]
     None = 0,
     /// `process.executable.build_id.gnu`: the ELF note, hex.
@@ -22,6 +23,7 @@ pub enum BuildIdKind {
 }
 
 impl BuildIdKind {
+    /// The kind stored as `v` (None for an unknown number).
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             0 => Self::None,
@@ -32,6 +34,7 @@ impl BuildIdKind {
         })
     }
 
+    /// The attribute's suffix (`gnu`, `htlhash`, `go`; empty for none).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::None => "",
@@ -45,21 +48,32 @@ impl BuildIdKind {
 /// A loaded file: addresses of frames in it are ELF virtual addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Mapping {
+    /// The build-ID (a string index, 0 = none).
     pub build_id: u32,
+    /// How the build-ID was given.
     pub build_id_kind: BuildIdKind,
+    /// The file's name (a string index).
     pub file: u32,
+    /// First address of the mapping in the process.
     pub memory_start: u64,
+    /// First address past the mapping.
     pub memory_limit: u64,
+    /// File offset of `memory_start`.
     pub file_offset: u64,
 }
 
 /// One source line of a frame (several when the sender resolved inlining).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Line {
+    /// The function's name (a string index).
     pub function: u32,
+    /// Its system (linkage) name (a string index).
     pub system_name: u32,
+    /// The source file (a string index).
     pub file: u32,
+    /// The line (0 or negative: unknown).
     pub line: i64,
+    /// The column (0: unknown).
     pub column: i64,
 }
 
@@ -69,8 +83,11 @@ pub struct Line {
 pub struct Frame {
     /// `profile.frame.type` (native, kernel, cpython, go, …), a string index.
     pub frame_type: u32,
+    /// The mapping (0 = none).
     pub mapping: u32,
+    /// The ELF virtual address in the mapping's file (native frames).
     pub address: u64,
+    /// Names the sender gave, leaf (innermost) first; empty for native frames.
     pub lines: Vec<Line>,
 }
 
@@ -80,15 +97,23 @@ pub type Link = [u8; 24];
 /// Everything sharing a service, a profile type and resource attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Series {
+    /// `service.name` (a string index).
     pub service: u32,
+    /// What the values count (a string index).
     pub sample_type: u32,
+    /// Their unit (a string index).
     pub sample_unit: u32,
+    /// What the period measures (a string index).
     pub period_type: u32,
+    /// The period's unit (a string index).
     pub period_unit: u32,
+    /// The sampling period.
     pub period: i64,
     /// Resource, scope and profile attributes (a label-set index).
     pub labels: u32,
+    /// Earliest time covered, Unix nanoseconds.
     pub start_ns: u64,
+    /// Time past the last covered, Unix nanoseconds.
     pub end_ns: u64,
 }
 
@@ -97,11 +122,17 @@ pub struct Series {
 /// when both are present; a sample without values counts 1 per timestamp.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Sample {
+    /// The series (an index).
     pub series: u32,
+    /// The stack (an index, leaf first).
     pub stack: u32,
+    /// Sample attributes (a label-set index).
     pub labels: u32,
+    /// The trace and span (a link index, 0 = none).
     pub link: u32,
+    /// Event times, Unix nanoseconds (may be empty).
     pub timestamps: Vec<u64>,
+    /// Event values (empty: each timestamp counts 1).
     pub values: Vec<i64>,
 }
 
@@ -125,15 +156,21 @@ impl Sample {
 /// The content of one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentData {
+    /// Strings, `""` first.
     pub strings: Vec<String>,
+    /// Mappings, the empty one first.
     pub mappings: Vec<Mapping>,
+    /// Frames.
     pub frames: Vec<Frame>,
     /// Frame indexes, leaf first.
     pub stacks: Vec<Vec<u32>>,
     /// (key, value) string indexes, sorted by key, keys unique.
     pub label_sets: Vec<Vec<(u32, u32)>>,
+    /// Trace/span pairs, none first.
     pub links: Vec<Link>,
+    /// Series.
     pub series: Vec<Series>,
+    /// Samples.
     pub samples: Vec<Sample>,
 }
 
@@ -153,6 +190,7 @@ impl Default for SegmentData {
 }
 
 impl SegmentData {
+    /// The string numbered `index`.
     pub fn str(&self, index: u32) -> &str {
         &self.strings[index as usize]
     }
@@ -170,7 +208,6 @@ impl SegmentData {
     }
 
     /// Events in the segment (each timestamp counts).
-    #[cfg(test)]
     pub fn points(&self) -> u64 {
         self.samples.iter().map(|s| s.points() as u64).sum()
     }
@@ -233,6 +270,7 @@ impl Default for SegmentBuilder {
 }
 
 impl SegmentBuilder {
+    /// The number of `s`, added when new.
     pub fn string(&mut self, s: &str) -> u32 {
         match self.strings.0.get_index_of(s) {
             Some(i) => i as u32,
@@ -240,18 +278,22 @@ impl SegmentBuilder {
         }
     }
 
+    /// The string numbered `index`.
     pub fn str(&self, index: u32) -> &str {
         &self.strings.0[index as usize]
     }
 
+    /// The number of `mapping`, added when new.
     pub fn mapping(&mut self, mapping: Mapping) -> u32 {
         self.mappings.intern(mapping)
     }
 
+    /// The number of `frame`, added when new.
     pub fn frame(&mut self, frame: Frame) -> u32 {
         self.frames.intern(frame)
     }
 
+    /// The number of a stack (frame numbers, leaf first), added when new.
     pub fn stack(&mut self, frames: Vec<u32>) -> u32 {
         self.stacks.intern(frames)
     }
@@ -263,6 +305,7 @@ impl SegmentBuilder {
         self.label_sets.intern(pairs)
     }
 
+    /// The number of `link`, added when new.
     pub fn link(&mut self, link: Link) -> u32 {
         self.links.intern(link)
     }
@@ -338,6 +381,7 @@ impl SegmentBuilder {
         existing.timestamps.extend_from_slice(&sample.timestamps);
     }
 
+    /// The segment built.
     pub fn finish(self) -> SegmentData {
         SegmentData {
             strings: self.strings.items(),

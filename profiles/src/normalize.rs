@@ -17,8 +17,11 @@ use crate::model::{
 
 /// What came of a request.
 pub struct Normalized {
+    /// The accepted profiles' samples.
     pub data: SegmentData,
+    /// Profiles accepted.
     pub accepted: usize,
+    /// Profiles rejected (see `errors`).
     pub rejected: usize,
     /// One line per rejected profile (the first few), naming what was wrong.
     pub errors: Vec<String>,
@@ -47,7 +50,9 @@ impl Default for Limits {
     }
 }
 
+/// Frames kept of a stack by default (`SYMTRACE_MAX_STACK_DEPTH`).
 pub const DEFAULT_MAX_STACK_DEPTH: usize = 1024;
+/// Elements one request may hold by default (`SYMTRACE_MAX_EXPORT_ELEMENTS`).
 pub const DEFAULT_MAX_ELEMENTS: usize = 4_000_000;
 
 /// `profile.frame.type` of the synthetic root frame of a truncated stack.
@@ -69,6 +74,10 @@ pub struct RequestError(pub String);
 /// Rejection messages kept per request; the count is always exact.
 const MAX_MESSAGES: usize = 5;
 
+/// Validates `request` and turns its accepted profiles into segment data;
+/// `now_ns` bounds timestamps from the future. A profile that breaks a rule is
+/// rejected alone (counted, its message kept); a dictionary that breaks one
+/// refuses the request.
 pub fn normalize(
     mut request: ExportProfilesServiceRequest,
     now_ns: u64,

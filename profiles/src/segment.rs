@@ -19,12 +19,16 @@ const MAGIC: &[u8; 8] = b"SYMTSEG1";
 /// Largest body accepted when decoding (a guard against a damaged length).
 const MAX_BODY: usize = 4 << 30;
 
+/// Why bytes are not a segment.
 #[derive(Debug, thiserror::Error)]
 pub enum SegmentError {
+    /// Not a segment of this format (magic or version).
     #[error("not a symtrace segment (bad magic)")]
     Magic,
+    /// Damaged or inconsistent content (what was wrong).
     #[error("segment is damaged: {0}")]
     Corrupt(&'static str),
+    /// Decompression failed.
     #[error("segment decompression: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -9,35 +9,52 @@ use crate::selector::Selector;
 const DEFAULT_RANGE_NS: i64 = 3600 * 1_000_000_000;
 /// Default and largest `max_nodes`.
 pub const DEFAULT_MAX_NODES: usize = 8192;
+/// The largest `max_nodes`.
 pub const MAX_MAX_NODES: usize = 100_000;
 
 /// What samples a query aggregates.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
+    /// The tenant whose samples are selected.
     pub tenant: String,
+    /// Only this service (`service.name`).
     pub service: Option<String>,
+    /// Only this profile type (`sample_type:unit:period_type:unit`).
     pub profile_type: Option<String>,
     /// Unix nanoseconds, `[from, to)`.
     pub from_ns: i64,
+    /// See `from_ns`.
     pub to_ns: i64,
+    /// Label matchers.
     pub selector: Selector,
+    /// Only samples linked to this trace.
     pub trace_id: Option<[u8; 16]>,
+    /// Only samples linked to this span (needs `trace_id`).
     pub span_id: Option<[u8; 8]>,
 }
 
 /// The raw parameters of one selection.
 #[derive(Debug, Default, Clone)]
 pub struct RawSelection<'a> {
+    /// `service`.
     pub service: Option<&'a str>,
+    /// `type`.
     pub profile_type: Option<&'a str>,
+    /// `from`: Unix nanoseconds or `now-<n><unit>`.
     pub from: Option<&'a str>,
+    /// `to`: the same forms.
     pub to: Option<&'a str>,
+    /// `selector`: `{name="value", …}`.
     pub selector: Option<&'a str>,
+    /// `trace_id`: 32 hex digits.
     pub trace_id: Option<&'a str>,
+    /// `span_id`: 16 hex digits.
     pub span_id: Option<&'a str>,
 }
 
 impl RawSelection<'_> {
+    /// Validates the parameters into a selection of `tenant`'s samples; the
+    /// error says what was wrong.
     pub fn parse(&self, tenant: &str) -> Result<Selection, String> {
         let now = now_ns();
         // A trace is found through the index whenever it ran: its default
@@ -97,6 +114,7 @@ impl RawSelection<'_> {
     }
 }
 
+/// Now, in Unix nanoseconds.
 pub fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -149,10 +167,12 @@ fn hex_id<const N: usize>(name: &str, text: &str) -> Result<[u8; N], String> {
     Ok(bytes)
 }
 
+/// A trace ID from 32 hex digits (not all zeros).
 pub fn parse_trace_id(text: &str) -> Result<[u8; 16], String> {
     hex_id::<16>("trace_id", text)
 }
 
+/// `max_nodes` (default [`DEFAULT_MAX_NODES`], 1 to [`MAX_MAX_NODES`]).
 pub fn parse_max_nodes(value: Option<&str>) -> Result<usize, String> {
     let Some(v) = value.filter(|v| !v.is_empty()) else {
         return Ok(DEFAULT_MAX_NODES);

@@ -4,21 +4,30 @@
 
 use regex::Regex;
 
+/// How a matcher compares a label's value.
 #[derive(Debug, Clone)]
 pub enum Op {
+    /// `=`: equal.
     Eq(String),
+    /// `!=`: not equal (an absent label is the empty value).
     Ne(String),
+    /// `=~`: the whole value matches the regex.
     Re(Regex),
+    /// `!~`: the whole value does not match.
     NotRe(Regex),
 }
 
+/// One `name op value` term.
 #[derive(Debug, Clone)]
 pub struct Matcher {
+    /// The label's name.
     pub name: String,
+    /// The comparison.
     pub op: Op,
 }
 
 impl Matcher {
+    /// Whether a label value (None: absent) satisfies this matcher.
     pub fn matches(&self, value: Option<&str>) -> bool {
         let value = value.unwrap_or("");
         match &self.op {
@@ -33,6 +42,7 @@ impl Matcher {
 /// Matchers that must all hold.
 #[derive(Debug, Clone, Default)]
 pub struct Selector {
+    /// Every term must match.
     pub matchers: Vec<Matcher>,
 }
 
@@ -78,6 +88,7 @@ impl Selector {
         Ok(Self { matchers })
     }
 
+    /// Whether it selects everything.
     pub fn is_empty(&self) -> bool {
         self.matchers.is_empty()
     }

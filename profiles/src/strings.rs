@@ -3,6 +3,7 @@
 use indexmap::IndexSet;
 use rustc_hash::FxBuildHasher;
 
+/// Interned strings, numbered in order of first use, `""` first.
 pub struct Strings(IndexSet<Box<str>, FxBuildHasher>);
 
 impl Default for Strings {
@@ -27,6 +28,7 @@ impl Strings {
         self.0.get_index_of(s).map(|i| i as u32)
     }
 
+    /// The string numbered `i`.
     pub fn get(&self, i: u32) -> &str {
         &self.0[i as usize]
     }

@@ -10,8 +10,11 @@ use crate::resolved::Resolved;
 pub struct Node {
     /// A shown frame, `u32::MAX` for the root.
     pub frame: u32,
+    /// Values of the stacks through this node, per side.
     pub total: [i64; 2],
+    /// Values of the stacks ending here (and of subtrees folded into it).
     pub self_: [i64; 2],
+    /// Kept children, heaviest first.
     pub children: Vec<u32>,
     depth: u32,
     /// The stacks through this node: `[lo, hi)` of the sorted stacks.
@@ -28,6 +31,7 @@ pub struct Node {
 /// nodes a large selection has; the subtrees left out fold into their
 /// parent's self value (as Pyroscope does).
 pub struct Tree {
+    /// The kept nodes, the root first.
     pub nodes: Vec<Node>,
     /// Subtrees folded into their parent.
     pub folded: usize,
@@ -44,6 +48,7 @@ pub struct Expanded {
 }
 
 impl Expanded {
+    /// The stacks of `agg` with their frames resolved.
     pub fn new(agg: &Aggregate, resolved: &Resolved) -> Self {
         let mut frames = Vec::new();
         let mut stacks = Vec::with_capacity(agg.stacks.len());
@@ -71,6 +76,7 @@ impl Expanded {
         }
     }
 
+    /// The stacks (root first) with their values, in sorted order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u32], [i64; 2])> + '_ {
         self.stacks
             .iter()
@@ -90,6 +96,7 @@ impl Expanded {
 }
 
 impl Tree {
+    /// The `max_nodes` heaviest nodes.
     pub fn build(expanded: &Expanded, max_nodes: usize) -> Self {
         let n = expanded.stacks.len();
         let weight = |v: [i64; 2]| v[0].abs() + v[1].abs();
@@ -158,6 +165,7 @@ impl Tree {
         Self { nodes, folded }
     }
 
+    /// The kept children of node `i`, heaviest first.
     pub fn children(&self, i: u32) -> &[u32] {
         &self.nodes[i as usize].children
     }

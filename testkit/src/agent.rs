@@ -82,10 +82,13 @@ impl Agent {
         agent
     }
 
+    /// Everything the agent has written to stderr (its log) so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Everything the agent has written to stdout so far: its `stats:` lines,
+    /// and `total:` once stopped.
     pub fn stdout(&self) -> String {
         std::fs::read_to_string(&self.stdout).unwrap_or_default()
     }

@@ -99,6 +99,8 @@ pub fn have(tool: &str) -> bool {
     found
 }
 
+/// `prefix` followed by the pid and a per-process counter: a name no other
+/// call or concurrent test run uses (databases, S3 prefixes).
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     format!(
@@ -112,6 +114,7 @@ pub fn unique(prefix: &str) -> String {
 /// Where a server keeps metadata and blobs.
 #[derive(Clone, Debug)]
 pub struct Backend {
+    /// Label for test output: `sqlite+local` or `postgres+s3`.
     pub name: &'static str,
     database_url: Option<String>,
     storage_url: Option<String>,
@@ -189,9 +192,11 @@ impl Backend {
 /// A running `symtrace-server`, killed on drop.
 pub struct Server {
     child: Option<Child>,
+    /// `http://host:port` of the HTTP listener.
     pub url: String,
     /// host:port of the OTLP gRPC listener.
     pub grpc_addr: String,
+    /// The `--data-dir`, shared by servers started with [`Server::start_on`].
     pub data_dir: PathBuf,
     log: PathBuf,
     backend: Backend,
@@ -201,6 +206,9 @@ pub struct Server {
 }
 
 impl Server {
+    /// Starts a server on `backend` with the extra command-line `args`, on
+    /// free local ports and a new temporary data directory, and waits until
+    /// `/readyz` answers 200.
     pub fn start(backend: &Backend, args: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let data_dir = tmp.path().join("data");
@@ -338,6 +346,7 @@ impl Server {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Everything the server has logged (its stderr) so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -350,14 +359,18 @@ impl Server {
         }
     }
 
+    /// GETs `path` (e.g. `/metrics`); panics if no response arrives.
     pub fn get(&self, path: &str) -> reqwest::blocking::Response {
         client().get(format!("{}{path}", self.url)).send().unwrap()
     }
 
+    /// PUTs a file's contents to `path`; returns as [`json_of`].
     pub fn put_file(&self, path: &str, file: &Path) -> (u16, Value) {
         self.put_bytes(path, std::fs::read(file).unwrap(), None)
     }
 
+    /// PUTs `body` to `path`, with `token` as bearer token if given;
+    /// returns as [`json_of`].
     pub fn put_bytes(&self, path: &str, body: Vec<u8>, token: Option<&str>) -> (u16, Value) {
         let mut req = client().put(format!("{}{path}", self.url)).body(body);
         if let Some(t) = token {
@@ -376,6 +389,8 @@ impl Server {
         body
     }
 
+    /// Uploads a source file for `build_id` under its own path (as the
+    /// DWARF names it) and checks it was accepted.
     pub fn upload_source(&self, build_id: &str, path: &Path) -> Value {
         let url = format!(
             "/api/v1/debuginfo/{build_id}/source{}",
@@ -438,6 +453,7 @@ impl Drop for Server {
     }
 }
 
+/// A blocking HTTP client with a 60 s timeout that ignores proxy settings.
 pub fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -446,6 +462,8 @@ pub fn client() -> reqwest::blocking::Client {
         .unwrap()
 }
 
+/// The status and the body as JSON (a JSON string when the body is not
+/// JSON).
 pub fn json_of(resp: reqwest::blocking::Response) -> (u16, Value) {
     let status = resp.status().as_u16();
     let text = resp.text().unwrap();
@@ -466,6 +484,8 @@ pub fn assert_error(status: u16, body: &Value, want_status: u16, needle: &str) {
     );
 }
 
+/// Runs `cmd` and returns its output; panics with its stdout and stderr
+/// unless it exits successfully.
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
@@ -499,8 +519,11 @@ pub fn words_with_prefix<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
 
 /// A C program built with DWARF and split like distributions do.
 pub struct Fixture {
+    /// The temporary directory holding sources and outputs (removed on drop).
     pub dir: tempfile::TempDir,
+    /// The directory the sources are in and gcc ran in.
     pub src: PathBuf,
+    /// GNU build-ID, lowercase hex.
     pub build_id: String,
     /// As linked, with DWARF.
     pub unstripped: PathBuf,
@@ -508,10 +531,13 @@ pub struct Fixture {
     pub debug: PathBuf,
     /// `strip --strip-debug --strip-unneeded` + `--add-gnu-debuglink`.
     pub stripped: PathBuf,
+    /// The source files, by absolute path: the `.c` file and `util.h`.
     pub sources: Vec<PathBuf>,
 }
 
+/// The fixture's C source: `main` prints the result of [`UTIL_H`]'s `add`.
 pub const HELLO_C: &str = "#include <stdio.h>\n#include \"util.h\"\n\nint main(int argc, char **argv)\n{\n  int n = add(argc, 41);\n  printf(\"hello, debuginfod: %d\\n\", n);\n  return 0;\n}\n";
+/// The fixture's `util.h`: a `static inline` `add`.
 pub const UTIL_H: &str = "static inline int add(int a, int b) { return a + b; }\n";
 
 impl Fixture {
@@ -569,6 +595,8 @@ impl Fixture {
     }
 }
 
+/// A file's GNU build-ID as `readelf -n` prints it (lowercase hex);
+/// panics when it has none.
 pub fn build_id_of(file: &Path) -> String {
     let out = run(Command::new("readelf").arg("-n").arg(file));
     String::from_utf8_lossy(&out.stdout)

@@ -289,4 +289,37 @@ mod tests {
             "main;a;b 5\nmain;a;a 4\nmain;c 3\nmain;a 2\nmain;c;a 1\nother 1\n"
         );
     }
+
+    #[test]
+    fn folded_lines_merge_stacks_with_the_same_names() {
+        use crate::resolved::Shown;
+        // Raw frames 0 and 1: two addresses of `work` (one shown frame);
+        // raw frame 2: `main`; raw frame 3: another `work`, from another
+        // file (another shown frame, the same name).
+        let mut agg = Aggregate::default();
+        let mut r = Resolved::new(4);
+        let kind = agg.intern("native");
+        let (work, main, other) = (agg.intern("work"), agg.intern("main"), agg.intern("b.c"));
+        for (name, file) in [(work, 0), (main, 0), (work, other)] {
+            r.shown.insert(Shown {
+                name,
+                file,
+                kind,
+                build_id: 0,
+            });
+            r.lines.push(0);
+        }
+        r.push_expansion(0, &[0]);
+        r.push_expansion(1, &[0]);
+        r.push_expansion(2, &[1]);
+        r.push_expansion(3, &[2]);
+        for (raw, v) in [([0u32, 2], 3), ([1, 2], 4), ([3, 2], 5)] {
+            *agg.stacks.entry((0, Box::new(raw))).or_default() = [v, 0];
+        }
+        let e = Expanded::new(&agg, &r);
+        assert_eq!(folded(&e, &agg, &r, 0), "main;work 12\n");
+        // The tree keeps the frames apart (their files differ).
+        let t = Tree::build(&e, 100);
+        assert_eq!(t.nodes.len(), 4, "root, main, work (a.c), work (b.c)");
+    }
 }

@@ -12,7 +12,7 @@ use crate::aggregate::{Aggregate, TypeInfo};
 use crate::resolved::Resolved;
 
 #[derive(Clone, PartialEq, Message)]
-pub struct Profile {
+struct Profile {
     #[prost(message, repeated, tag = "1")]
     pub sample_type: Vec<ValueType>,
     #[prost(message, repeated, tag = "2")]
@@ -38,7 +38,7 @@ pub struct Profile {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct ValueType {
+struct ValueType {
     #[prost(int64, tag = "1")]
     pub r#type: i64,
     #[prost(int64, tag = "2")]
@@ -46,7 +46,7 @@ pub struct ValueType {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct Sample {
+struct Sample {
     #[prost(uint64, repeated, tag = "1")]
     pub location_id: Vec<u64>,
     #[prost(int64, repeated, tag = "2")]
@@ -54,7 +54,7 @@ pub struct Sample {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct Mapping {
+struct Mapping {
     #[prost(uint64, tag = "1")]
     pub id: u64,
     #[prost(int64, tag = "5")]
@@ -66,7 +66,7 @@ pub struct Mapping {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct Location {
+struct Location {
     #[prost(uint64, tag = "1")]
     pub id: u64,
     #[prost(uint64, tag = "2")]
@@ -78,7 +78,7 @@ pub struct Location {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct Line {
+struct Line {
     #[prost(uint64, tag = "1")]
     pub function_id: u64,
     #[prost(int64, tag = "2")]
@@ -86,7 +86,7 @@ pub struct Line {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct Function {
+struct Function {
     #[prost(uint64, tag = "1")]
     pub id: u64,
     #[prost(int64, tag = "2")]

@@ -8,6 +8,8 @@ use crate::aggregate::Aggregate;
 use crate::resolved::Resolved;
 use crate::tree::Expanded;
 
+/// The aggregate as an SVG flamegraph titled `title` (`diff`: both sides,
+/// coloured by the change).
 pub fn render(
     agg: &Aggregate,
     resolved: &Resolved,

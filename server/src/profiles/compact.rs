@@ -298,3 +298,7 @@ where
         }
     });
 }
+
+#[cfg(test)]
+#[path = "compact_tests.rs"]
+mod tests;

@@ -57,44 +57,72 @@ pub const FLAG_DYNSYM: u32 = 1;
 /// Header flag: the file had DWARF.
 pub const FLAG_DWARF: u32 = 2;
 
+/// The fixed header at offset 0: what the tables after it hold and how
+/// long each is.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct Header {
+    /// [`MAGIC`].
     pub magic: [u8; 8],
+    /// [`VERSION`].
     pub version: u32,
+    /// [`FLAG_DYNSYM`] and [`FLAG_DWARF`], or'ed.
     pub flags: u32,
+    /// Address of the first range; `block_starts` are relative to it.
     pub base: u64,
+    /// Entries in `block_starts` and in `block_ends`.
     pub blocks: u32,
+    /// Entries in `scopes`.
     pub scopes: u32,
+    /// Entries in `locations`.
     pub locations: u32,
+    /// Entries in `functions`.
     pub functions: u32,
+    /// Entries in `files`.
     pub files: u32,
+    /// Entries in `symbols`.
     pub symbols: u32,
+    /// Ranges in `range_data`, over all blocks.
     pub ranges: u32,
+    /// Linkage names in `raw_data` (those that differ from the display name).
     pub raw_names: u32,
+    /// Length of `range_data` in bytes.
     pub range_data_len: u64,
+    /// Length of `strings` in bytes.
     pub strings_len: u64,
+    /// Length of `raw_data` in bytes.
     pub raw_data_len: u64,
 }
 
+/// The function a range is in, and where it was inlined, if it was.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq, Hash)]
 pub struct Scope {
+    /// Index into `functions`, or `NONE`.
     pub function: u32,
     /// The caller's location, for inlined code; `NONE` otherwise.
     pub inlined_into: u32,
 }
 
+/// The call site of an inlined function: the caller's frame as it
+/// continues there.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq, Hash)]
 pub struct Location {
+    /// The caller: index into `functions`, or `NONE`.
     pub function: u32,
+    /// Index into `files`, or `NONE`.
     pub file: u32,
+    /// Line of the call, 0 when unknown.
     pub line: u32,
+    /// Column of the call, 0 when unknown.
     pub column: u32,
+    /// The caller's own call site, when it was inlined too: always a smaller
+    /// location index; `NONE` otherwise.
     pub inlined_into: u32,
 }
 
+/// A function's names.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct Function {
@@ -103,26 +131,35 @@ pub struct Function {
     /// Ordinal of the raw linkage name in the sorted, front-coded raw
     /// names, or `NONE` when it is the same as `name`.
     pub raw: u32,
+    /// Zero; pads the entry to a multiple of 8 bytes.
     pub _pad: u32,
 }
 
+/// A string in `strings`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq)]
 pub struct StrRef {
+    /// Byte offset into `strings`.
     pub offset: u32,
+    /// Length in bytes.
     pub len: u32,
 }
 
+/// A function symbol from `.symtab` or `.dynsym`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct SymbolEntry {
+    /// Start address; strictly increasing over `symbols`.
     pub address: u64,
     /// 0: extends to the next symbol.
     pub size: u64,
+    /// Its name: index into `functions`.
     pub function: u32,
+    /// Zero; pads the entry to a multiple of 8 bytes.
     pub _pad: u32,
 }
 
+/// Size of [`Header`] in bytes (80).
 pub const HEADER_LEN: usize = std::mem::size_of::<Header>();
 
 /// Rounds up to the 8-byte alignment of every array.
