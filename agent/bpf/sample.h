@@ -75,43 +75,68 @@ struct process_event_record {
 	__u32 pid;
 };
 
-/* The layout, byte for byte. Changing a struct above means changing these
- * numbers, and record.rs with them (both compilers check). */
+/* The layout, byte for byte: the size and every field's offset. Changing a
+ * struct above means changing these numbers, and record.rs with them (both
+ * compilers check). */
 #define LAYOUT_TRACE_CTX_SIZE 128
+#define LAYOUT_TRACE_CTX_TRACE_ID 0
+#define LAYOUT_TRACE_CTX_SPAN_ID 16
 #define LAYOUT_TRACE_CTX_VALID 24
+#define LAYOUT_TRACE_CTX_TRACE_FLAGS 25
 #define LAYOUT_TRACE_CTX_ATTRS_SIZE 26
 #define LAYOUT_TRACE_CTX_ATTRS 28
 #define LAYOUT_CPU_SAMPLE_SIZE 1984
+#define LAYOUT_CPU_SAMPLE_KIND 0
+#define LAYOUT_CPU_SAMPLE_CPU 4
+#define LAYOUT_CPU_SAMPLE_PID 8
+#define LAYOUT_CPU_SAMPLE_TID 12
 #define LAYOUT_CPU_SAMPLE_BOOT_NS 16
 #define LAYOUT_CPU_SAMPLE_USER_FRAMES 24
+#define LAYOUT_CPU_SAMPLE_USER_END 28
 #define LAYOUT_CPU_SAMPLE_KERNEL_BYTES 32
+#define LAYOUT_CPU_SAMPLE_WINDOW_BYTES 36
 #define LAYOUT_CPU_SAMPLE_COMM 40
 #define LAYOUT_CPU_SAMPLE_USER_SP 56
+#define LAYOUT_CPU_SAMPLE_USER_BP 64
 #define LAYOUT_CPU_SAMPLE_TRACE 72
 #define LAYOUT_CPU_SAMPLE_WINDOW 200
 #define LAYOUT_CPU_SAMPLE_USER 456
 #define LAYOUT_CPU_SAMPLE_KERNEL 1472
 #define LAYOUT_PROCESS_EVENT_SIZE 8
+#define LAYOUT_PROCESS_EVENT_KIND 0
+#define LAYOUT_PROCESS_EVENT_PID 4
 
 #define LAYOUT_CHECK(what, value, expected) \
 	_Static_assert((value) == (expected), \
 		       "bpf/sample.h: " what " does not match its LAYOUT_ number; " \
 		       "change the number and agent/src/record.rs with it")
 LAYOUT_CHECK("sizeof(struct trace_ctx)", sizeof(struct trace_ctx), LAYOUT_TRACE_CTX_SIZE);
+LAYOUT_CHECK("trace_ctx.trace_id", __builtin_offsetof(struct trace_ctx, trace_id), LAYOUT_TRACE_CTX_TRACE_ID);
+LAYOUT_CHECK("trace_ctx.span_id", __builtin_offsetof(struct trace_ctx, span_id), LAYOUT_TRACE_CTX_SPAN_ID);
 LAYOUT_CHECK("trace_ctx.valid", __builtin_offsetof(struct trace_ctx, valid), LAYOUT_TRACE_CTX_VALID);
+LAYOUT_CHECK("trace_ctx.trace_flags", __builtin_offsetof(struct trace_ctx, trace_flags), LAYOUT_TRACE_CTX_TRACE_FLAGS);
 LAYOUT_CHECK("trace_ctx.attrs_size", __builtin_offsetof(struct trace_ctx, attrs_size), LAYOUT_TRACE_CTX_ATTRS_SIZE);
 LAYOUT_CHECK("trace_ctx.attrs", __builtin_offsetof(struct trace_ctx, attrs), LAYOUT_TRACE_CTX_ATTRS);
 LAYOUT_CHECK("sizeof(struct cpu_sample)", sizeof(struct cpu_sample), LAYOUT_CPU_SAMPLE_SIZE);
+LAYOUT_CHECK("cpu_sample.kind", __builtin_offsetof(struct cpu_sample, kind), LAYOUT_CPU_SAMPLE_KIND);
+LAYOUT_CHECK("cpu_sample.cpu", __builtin_offsetof(struct cpu_sample, cpu), LAYOUT_CPU_SAMPLE_CPU);
+LAYOUT_CHECK("cpu_sample.pid", __builtin_offsetof(struct cpu_sample, pid), LAYOUT_CPU_SAMPLE_PID);
+LAYOUT_CHECK("cpu_sample.tid", __builtin_offsetof(struct cpu_sample, tid), LAYOUT_CPU_SAMPLE_TID);
 LAYOUT_CHECK("cpu_sample.boot_ns", __builtin_offsetof(struct cpu_sample, boot_ns), LAYOUT_CPU_SAMPLE_BOOT_NS);
 LAYOUT_CHECK("cpu_sample.user_frames", __builtin_offsetof(struct cpu_sample, user_frames), LAYOUT_CPU_SAMPLE_USER_FRAMES);
+LAYOUT_CHECK("cpu_sample.user_end", __builtin_offsetof(struct cpu_sample, user_end), LAYOUT_CPU_SAMPLE_USER_END);
 LAYOUT_CHECK("cpu_sample.kernel_bytes", __builtin_offsetof(struct cpu_sample, kernel_bytes), LAYOUT_CPU_SAMPLE_KERNEL_BYTES);
+LAYOUT_CHECK("cpu_sample.window_bytes", __builtin_offsetof(struct cpu_sample, window_bytes), LAYOUT_CPU_SAMPLE_WINDOW_BYTES);
 LAYOUT_CHECK("cpu_sample.comm", __builtin_offsetof(struct cpu_sample, comm), LAYOUT_CPU_SAMPLE_COMM);
 LAYOUT_CHECK("cpu_sample.user_sp", __builtin_offsetof(struct cpu_sample, user_sp), LAYOUT_CPU_SAMPLE_USER_SP);
+LAYOUT_CHECK("cpu_sample.user_bp", __builtin_offsetof(struct cpu_sample, user_bp), LAYOUT_CPU_SAMPLE_USER_BP);
 LAYOUT_CHECK("cpu_sample.trace", __builtin_offsetof(struct cpu_sample, trace), LAYOUT_CPU_SAMPLE_TRACE);
 LAYOUT_CHECK("cpu_sample.window", __builtin_offsetof(struct cpu_sample, window), LAYOUT_CPU_SAMPLE_WINDOW);
 LAYOUT_CHECK("cpu_sample.user", __builtin_offsetof(struct cpu_sample, user), LAYOUT_CPU_SAMPLE_USER);
 LAYOUT_CHECK("cpu_sample.kernel", __builtin_offsetof(struct cpu_sample, kernel), LAYOUT_CPU_SAMPLE_KERNEL);
 LAYOUT_CHECK("sizeof(struct process_event_record)", sizeof(struct process_event_record), LAYOUT_PROCESS_EVENT_SIZE);
+LAYOUT_CHECK("process_event_record.kind", __builtin_offsetof(struct process_event_record, kind), LAYOUT_PROCESS_EVENT_KIND);
+LAYOUT_CHECK("process_event_record.pid", __builtin_offsetof(struct process_event_record, pid), LAYOUT_PROCESS_EVENT_PID);
 
 /* Indices of the per-CPU `counters` array. */
 enum counter {

@@ -99,28 +99,55 @@ macro_rules! layout_check {
     };
 }
 layout_check!(size_of::<TraceCtx>(), LAYOUT_TRACE_CTX_SIZE);
+layout_check!(offset_of!(TraceCtx, trace_id), LAYOUT_TRACE_CTX_TRACE_ID);
+layout_check!(offset_of!(TraceCtx, span_id), LAYOUT_TRACE_CTX_SPAN_ID);
 layout_check!(offset_of!(TraceCtx, valid), LAYOUT_TRACE_CTX_VALID);
+layout_check!(
+    offset_of!(TraceCtx, trace_flags),
+    LAYOUT_TRACE_CTX_TRACE_FLAGS
+);
 layout_check!(
     offset_of!(TraceCtx, attrs_size),
     LAYOUT_TRACE_CTX_ATTRS_SIZE
 );
 layout_check!(offset_of!(TraceCtx, attrs), LAYOUT_TRACE_CTX_ATTRS);
 layout_check!(size_of::<CpuSample>(), LAYOUT_CPU_SAMPLE_SIZE);
+layout_check!(offset_of!(CpuSample, kind), LAYOUT_CPU_SAMPLE_KIND);
+layout_check!(offset_of!(CpuSample, cpu), LAYOUT_CPU_SAMPLE_CPU);
+layout_check!(offset_of!(CpuSample, pid), LAYOUT_CPU_SAMPLE_PID);
+layout_check!(offset_of!(CpuSample, tid), LAYOUT_CPU_SAMPLE_TID);
 layout_check!(offset_of!(CpuSample, boot_ns), LAYOUT_CPU_SAMPLE_BOOT_NS);
 layout_check!(
     offset_of!(CpuSample, user_frames),
     LAYOUT_CPU_SAMPLE_USER_FRAMES
 );
+layout_check!(offset_of!(CpuSample, user_end), LAYOUT_CPU_SAMPLE_USER_END);
 layout_check!(
     offset_of!(CpuSample, kernel_bytes),
     LAYOUT_CPU_SAMPLE_KERNEL_BYTES
 );
+layout_check!(
+    offset_of!(CpuSample, window_bytes),
+    LAYOUT_CPU_SAMPLE_WINDOW_BYTES
+);
 layout_check!(offset_of!(CpuSample, comm), LAYOUT_CPU_SAMPLE_COMM);
 layout_check!(offset_of!(CpuSample, user_sp), LAYOUT_CPU_SAMPLE_USER_SP);
+layout_check!(offset_of!(CpuSample, user_bp), LAYOUT_CPU_SAMPLE_USER_BP);
 layout_check!(offset_of!(CpuSample, trace), LAYOUT_CPU_SAMPLE_TRACE);
 layout_check!(offset_of!(CpuSample, window), LAYOUT_CPU_SAMPLE_WINDOW);
 layout_check!(offset_of!(CpuSample, user), LAYOUT_CPU_SAMPLE_USER);
 layout_check!(offset_of!(CpuSample, kernel), LAYOUT_CPU_SAMPLE_KERNEL);
+layout_check!(size_of::<ProcessEvent>(), LAYOUT_PROCESS_EVENT_SIZE);
+layout_check!(offset_of!(ProcessEvent, kind), LAYOUT_PROCESS_EVENT_KIND);
+layout_check!(offset_of!(ProcessEvent, pid), LAYOUT_PROCESS_EVENT_PID);
+
+/// `struct process_event_record`: an exec or exit.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProcessEvent {
+    pub kind: u32,
+    pub pid: u32,
+}
 
 /// A record as read from the ring buffer.
 pub enum Record {
@@ -147,8 +174,8 @@ impl Record {
                     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CpuSample>()) };
                 Some(Record::Sample(Box::new(sample)))
             }
-            RECORD_EXEC => Some(Record::Exec(word(4)?)),
-            RECORD_EXIT => Some(Record::Exit(word(4)?)),
+            RECORD_EXEC => Some(Record::Exec(word(offset_of!(ProcessEvent, pid))?)),
+            RECORD_EXIT => Some(Record::Exit(word(offset_of!(ProcessEvent, pid))?)),
             _ => None,
         }
     }

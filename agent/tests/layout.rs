@@ -107,6 +107,31 @@ fn a_field_added_in_c_alone_fails_the_c_build() {
 }
 
 #[test]
+fn two_fields_of_one_size_swapped_in_c_fail_the_c_build() {
+    let header = changed(
+        &header(),
+        "\t__u32 pid;           /* tgid */\n\t__u32 tid;",
+        "\t__u32 tid;\n\t__u32 pid;           /* tgid */",
+    );
+    let err = compile_c(&header).unwrap_err();
+    assert!(
+        err.contains("cpu_sample.pid") && err.contains("cpu_sample.tid"),
+        "{err}"
+    );
+}
+
+#[test]
+fn two_fields_of_one_size_swapped_in_rust_fail_the_rust_build() {
+    let record = changed(
+        &record(),
+        "    pub user_sp: u64,\n    pub user_bp: u64,\n",
+        "    pub user_bp: u64,\n    pub user_sp: u64,\n",
+    );
+    let err = compile_rust(&record, &constants()).unwrap_err();
+    assert!(err.contains("LAYOUT_CPU_SAMPLE_USER_SP"), "{err}");
+}
+
+#[test]
 fn a_stack_depth_changed_in_c_alone_fails_the_c_build() {
     let header = changed(
         &header(),

@@ -16,6 +16,7 @@ pub mod decode;
 pub mod frame_table;
 pub mod model;
 pub mod normalize;
+pub mod parts;
 #[cfg(test)]
 mod properties_tests;
 pub mod render;

@@ -484,4 +484,151 @@ impl SegmentBuilder {
             });
         }
     }
+
+    /// Copies the samples `samples` of `data` (their series `series`,
+    /// which may include some without samples) and only what they
+    /// reference into this builder: one part of a segment split by series.
+    pub fn merge_part(&mut self, data: &SegmentData, series: &[u32], samples: &[u32]) {
+        let mut r = Remap::new(data);
+        let mut targets: Vec<[u32; 2]> = vec![[u32::MAX; 2]; data.series.len()];
+        for &i in samples {
+            let sample = &data.samples[i as usize];
+            let exact = sample.timestamps.is_empty();
+            if targets[sample.series as usize][exact as usize] == u32::MAX {
+                let se = r.series(self, &data.series[sample.series as usize]);
+                targets[sample.series as usize][exact as usize] = self.series_keyed(se, exact);
+            }
+        }
+        for &i in series {
+            if targets[i as usize] == [u32::MAX; 2] {
+                let se = r.series(self, &data.series[i as usize]);
+                targets[i as usize][0] = self.series(se);
+            }
+        }
+        for &i in samples {
+            let sample = &data.samples[i as usize];
+            let target = targets[sample.series as usize][sample.timestamps.is_empty() as usize];
+            let stack = r.stack(self, sample.stack);
+            let labels = r.label_set(self, sample.labels);
+            let link = r.link(self, sample.link);
+            self.add_sample(Sample {
+                series: target,
+                stack,
+                labels,
+                link,
+                timestamps: sample.timestamps.clone(),
+                values: sample.values.clone(),
+            });
+        }
+    }
+}
+
+/// Numbers of one segment's table entries in a builder, made on first use.
+struct Remap<'a> {
+    data: &'a SegmentData,
+    strings: Vec<u32>,
+    mappings: Vec<u32>,
+    frames: Vec<u32>,
+    stacks: Vec<u32>,
+    label_sets: Vec<u32>,
+    links: Vec<u32>,
+}
+
+impl<'a> Remap<'a> {
+    fn new(data: &'a SegmentData) -> Self {
+        Self {
+            data,
+            strings: vec![u32::MAX; data.strings.len()],
+            mappings: vec![u32::MAX; data.mappings.len()],
+            frames: vec![u32::MAX; data.frames.len()],
+            stacks: vec![u32::MAX; data.stacks.len()],
+            label_sets: vec![u32::MAX; data.label_sets.len()],
+            links: vec![u32::MAX; data.links.len()],
+        }
+    }
+
+    fn string(&mut self, b: &mut SegmentBuilder, i: u32) -> u32 {
+        if self.strings[i as usize] == u32::MAX {
+            self.strings[i as usize] = b.string(self.data.str(i));
+        }
+        self.strings[i as usize]
+    }
+
+    fn mapping(&mut self, b: &mut SegmentBuilder, i: u32) -> u32 {
+        if self.mappings[i as usize] == u32::MAX {
+            let m = &self.data.mappings[i as usize];
+            let mapped = Mapping {
+                build_id: self.string(b, m.build_id),
+                file: self.string(b, m.file),
+                ..m.clone()
+            };
+            self.mappings[i as usize] = b.mapping(mapped);
+        }
+        self.mappings[i as usize]
+    }
+
+    fn frame(&mut self, b: &mut SegmentBuilder, i: u32) -> u32 {
+        if self.frames[i as usize] == u32::MAX {
+            let f = &self.data.frames[i as usize];
+            let lines = f
+                .lines
+                .iter()
+                .map(|l| Line {
+                    function: self.string(b, l.function),
+                    system_name: self.string(b, l.system_name),
+                    file: self.string(b, l.file),
+                    ..l.clone()
+                })
+                .collect();
+            let mapped = Frame {
+                frame_type: self.string(b, f.frame_type),
+                mapping: self.mapping(b, f.mapping),
+                address: f.address,
+                lines,
+            };
+            self.frames[i as usize] = b.frame(mapped);
+        }
+        self.frames[i as usize]
+    }
+
+    fn stack(&mut self, b: &mut SegmentBuilder, i: u32) -> u32 {
+        if self.stacks[i as usize] == u32::MAX {
+            let frames = self.data.stacks[i as usize]
+                .iter()
+                .map(|&f| self.frame(b, f))
+                .collect();
+            self.stacks[i as usize] = b.stack(frames);
+        }
+        self.stacks[i as usize]
+    }
+
+    fn label_set(&mut self, b: &mut SegmentBuilder, i: u32) -> u32 {
+        if self.label_sets[i as usize] == u32::MAX {
+            let set = self.data.label_sets[i as usize]
+                .iter()
+                .map(|&(k, v)| (self.string(b, k), self.string(b, v)))
+                .collect();
+            self.label_sets[i as usize] = b.label_set(set);
+        }
+        self.label_sets[i as usize]
+    }
+
+    fn link(&mut self, b: &mut SegmentBuilder, i: u32) -> u32 {
+        if self.links[i as usize] == u32::MAX {
+            self.links[i as usize] = b.link(self.data.links[i as usize]);
+        }
+        self.links[i as usize]
+    }
+
+    fn series(&mut self, b: &mut SegmentBuilder, se: &Series) -> Series {
+        Series {
+            service: self.string(b, se.service),
+            sample_type: self.string(b, se.sample_type),
+            sample_unit: self.string(b, se.sample_unit),
+            period_type: self.string(b, se.period_type),
+            period_unit: self.string(b, se.period_unit),
+            labels: self.label_set(b, se.labels),
+            ..se.clone()
+        }
+    }
 }

@@ -252,6 +252,49 @@ proptest! {
         // And again: the encoding is a function of the content.
         prop_assert_eq!(segment::encode(&decoded, level), bytes);
     }
+
+    #[test]
+    fn segments_split_by_series_keep_every_fact(
+        frames in prop::collection::vec(frame_spec(), 1..12),
+        stacks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..8), 1..8),
+        samples in prop::collection::vec(sample_spec(), 0..24),
+        services in 1u8..4,
+    ) {
+        let mut data = build(&frames, &stacks, &samples);
+        // Spread the samples over `services` services.
+        let names: Vec<u32> = (0..services)
+            .map(|i| {
+                data.strings.push(format!("svc{i}"));
+                (data.strings.len() - 1) as u32
+            })
+            .collect();
+        for (i, s) in data.series.iter_mut().enumerate() {
+            s.service = names[i % names.len()];
+        }
+        let parts = crate::parts::split(&data);
+        for ((service, ty), part) in &parts {
+            for s in &part.series {
+                prop_assert_eq!(part.str(s.service), service.as_str());
+                prop_assert_eq!(&part.profile_type(s), ty);
+            }
+        }
+        let datas: Vec<SegmentData> = parts.into_iter().map(|(_, p)| p).collect();
+        let (bytes, ranges) = segment::encode_parts(&datas, 1);
+        prop_assert_eq!(segment::part_ranges(&bytes).unwrap(), ranges.clone());
+        // Each part alone, by its range, as a query reads it.
+        for (range, part) in ranges.iter().zip(&datas) {
+            let alone = segment::decode(&bytes[range.start as usize..range.end as usize]).unwrap();
+            prop_assert_eq!(facts(&alone), facts(part));
+        }
+        let merged = segment::decode(&bytes).unwrap();
+        prop_assert_eq!(facts(&merged), facts(&data));
+        // A damaged container is an error, never a panic.
+        for cut in [1usize, 9, 13, bytes.len() / 2] {
+            if cut < bytes.len() {
+                let _ = segment::decode(&bytes[..bytes.len() - cut]);
+            }
+        }
+    }
 }
 
 // ---- aggregation -----------------------------------------------------

@@ -190,6 +190,115 @@ fn out_of_range_indexes_are_rejected() {
 }
 
 #[test]
+fn locations_mappings_functions_and_links_are_checked_through_the_stack() {
+    // Stack 2 → location 2, whose mapping (9) or function (9) is missing.
+    for (location, needle) in [
+        (
+            Location {
+                mapping_index: 9,
+                ..Default::default()
+            },
+            "mapping_index 9 is out of range",
+        ),
+        (
+            Location {
+                lines: vec![symtrace_proto::profiles::Line {
+                    function_index: 9,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            "function_index 9 is out of range",
+        ),
+    ] {
+        let mut req = request(vec![
+            good(),
+            with_sample(Sample {
+                stack_index: 2,
+                timestamps_unix_nano: vec![T0 + 1],
+                ..Default::default()
+            }),
+        ]);
+        let dict = req.dictionary.as_mut().unwrap();
+        dict.location_table.push(location);
+        dict.stack_table.push(Stack {
+            location_indices: vec![2],
+        });
+        let out = run(req);
+        assert_eq!((out.accepted, out.rejected), (1, 1), "{needle}");
+        assert!(out.errors[0].contains(needle), "{:?}", out.errors);
+    }
+    // A link of the wrong byte lengths.
+    let mut req = request(vec![
+        good(),
+        with_sample(Sample {
+            stack_index: 1,
+            link_index: 2,
+            timestamps_unix_nano: vec![T0 + 1],
+            ..Default::default()
+        }),
+    ]);
+    req.dictionary.as_mut().unwrap().link_table.push(Link {
+        trace_id: vec![1; 15],
+        span_id: vec![2; 8],
+    });
+    let out = run(req);
+    assert_eq!(out.rejected, 1);
+    assert!(
+        out.errors[0].contains("a 15-byte trace_id and a 8-byte span_id"),
+        "{:?}",
+        out.errors
+    );
+}
+
+#[test]
+fn profile_fields_are_checked() {
+    rejected(
+        Profile {
+            period_type: Some(ValueType {
+                type_strindex: 40,
+                unit_strindex: 4,
+            }),
+            ..good()
+        },
+        "period_type.type_strindex 40 is out of range",
+    );
+    rejected(
+        Profile {
+            time_unix_nano: i64::MAX as u64 - 10,
+            duration_nano: 100,
+            ..good()
+        },
+        "time_unix_nano + duration_nano is after the year 2262",
+    );
+}
+
+#[test]
+fn a_resource_attribute_without_a_key_rejects_its_resource_only() {
+    let mut req = request(vec![good()]);
+    let mut bad = req.resource_profiles[0].clone();
+    bad.resource
+        .as_mut()
+        .unwrap()
+        .attributes
+        .push(symtrace_proto::common::KeyValue {
+            key: String::new(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue("x".into())),
+            }),
+            ..Default::default()
+        });
+    req.resource_profiles.push(bad);
+    let out = run(req);
+    assert_eq!((out.accepted, out.rejected), (1, 1), "{:?}", out.errors);
+    assert!(
+        out.errors[0].contains("an attribute has an empty key"),
+        "{:?}",
+        out.errors
+    );
+}
+
+#[test]
 fn values_timestamps_and_types_must_agree() {
     rejected(
         with_sample(Sample {

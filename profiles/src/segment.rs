@@ -2,9 +2,15 @@
 //! window), columnar and zstd-compressed. See docs/storage.md.
 //!
 //! ```text
-//! "SYMTSEG1"  u32 LE body length  zstd(body)
-//! body = strings mappings frames stacks label_sets links series samples
+//! part    = "SYMTSEG1"  u32 LE body length  zstd(body)
+//! body    = strings mappings frames stacks label_sets links series samples
+//! segment = part                                  (version 1: one part)
+//!         | "SYMTSEG2"  u32 LE n  n × u64 LE part length  part…   (version 2)
 //! ```
+//! A version-2 segment holds one part per (service, profile type)
+//! ([`crate::parts`]), each an independent version-1 segment at a byte
+//! range the index records, so a query of one service fetches (a ranged
+//! read) and decodes only its parts.
 //! Every table is written column by column with LEB128 varints (zigzag for
 //! signed values), so each column's values sit together for zstd. Stacks
 //! are sorted root-first and front-coded (a stack shares its callers with
@@ -16,6 +22,9 @@
 use crate::model::{BuildIdKind, Frame, Line, Link, Mapping, Sample, SegmentData, Series};
 
 const MAGIC: &[u8; 8] = b"SYMTSEG1";
+const MAGIC_PARTS: &[u8; 8] = b"SYMTSEG2";
+/// Most parts one segment may list (a guard against a damaged count).
+const MAX_PARTS: usize = 1 << 20;
 /// Largest body accepted when decoding (a guard against a damaged length).
 const MAX_BODY: usize = 4 << 30;
 
@@ -44,8 +53,82 @@ pub fn encode(data: &SegmentData, level: i32) -> Vec<u8> {
     out
 }
 
-/// Decodes a segment.
+/// Encodes parts (each a segment of its own) into one version-2 segment;
+/// returns it and each part's byte range in it.
+pub fn encode_parts(parts: &[SegmentData], level: i32) -> (Vec<u8>, Vec<std::ops::Range<u64>>) {
+    let encoded: Vec<Vec<u8>> = parts.iter().map(|p| encode(p, level)).collect();
+    let header = 12 + 8 * encoded.len();
+    let mut out = Vec::with_capacity(header + encoded.iter().map(Vec::len).sum::<usize>());
+    out.extend_from_slice(MAGIC_PARTS);
+    out.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+    for e in &encoded {
+        out.extend_from_slice(&(e.len() as u64).to_le_bytes());
+    }
+    let mut ranges = Vec::with_capacity(encoded.len());
+    for e in encoded {
+        let start = out.len() as u64;
+        out.extend_from_slice(&e);
+        ranges.push(start..out.len() as u64);
+    }
+    (out, ranges)
+}
+
+/// The byte ranges of a segment's parts (one covering it all for a
+/// version-1 segment).
+pub fn part_ranges(bytes: &[u8]) -> Result<Vec<std::ops::Range<u64>>, SegmentError> {
+    if bytes.len() >= 8 && &bytes[..8] == MAGIC {
+        return Ok(std::iter::once(0..bytes.len() as u64).collect());
+    }
+    if bytes.len() < 12 || &bytes[..8] != MAGIC_PARTS {
+        return Err(SegmentError::Magic);
+    }
+    let n = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    if n > MAX_PARTS || 12 + 8 * n > bytes.len() {
+        return Err(SegmentError::Corrupt("part count"));
+    }
+    let mut at = (12 + 8 * n) as u64;
+    let mut ranges = Vec::with_capacity(n);
+    for i in 0..n {
+        let len = u64::from_le_bytes(bytes[12 + 8 * i..20 + 8 * i].try_into().unwrap());
+        let end = at
+            .checked_add(len)
+            .filter(|&e| e <= bytes.len() as u64)
+            .ok_or(SegmentError::Corrupt("part length"))?;
+        ranges.push(at..end);
+        at = end;
+    }
+    if at != bytes.len() as u64 {
+        return Err(SegmentError::Corrupt("bytes after the last part"));
+    }
+    Ok(ranges)
+}
+
+/// Decodes every part of a segment (version 1: the one).
+pub fn decode_parts(bytes: &[u8]) -> Result<Vec<SegmentData>, SegmentError> {
+    part_ranges(bytes)?
+        .into_iter()
+        .map(|r| decode_part(&bytes[r.start as usize..r.end as usize]))
+        .collect()
+}
+
+/// Decodes a segment, its parts merged into one.
 pub fn decode(bytes: &[u8]) -> Result<SegmentData, SegmentError> {
+    if bytes.len() >= 8 && &bytes[..8] == MAGIC {
+        return decode_part(bytes);
+    }
+    let mut parts = decode_parts(bytes)?;
+    if parts.len() == 1 {
+        return Ok(parts.pop().expect("one part"));
+    }
+    let mut b = crate::model::SegmentBuilder::default();
+    for p in &parts {
+        b.merge(p);
+    }
+    Ok(b.finish())
+}
+
+/// Decodes one part (a version-1 segment).
+pub fn decode_part(bytes: &[u8]) -> Result<SegmentData, SegmentError> {
     if bytes.len() < 12 || &bytes[..8] != MAGIC {
         return Err(SegmentError::Magic);
     }

@@ -7,7 +7,7 @@ use crate::selector::Selector;
 
 /// Default time range when `from` is absent: the last hour.
 const DEFAULT_RANGE_NS: i64 = 3600 * 1_000_000_000;
-/// Default and largest `max_nodes`.
+/// The default `max_nodes`.
 pub const DEFAULT_MAX_NODES: usize = 8192;
 /// The largest `max_nodes`.
 pub const MAX_MAX_NODES: usize = 100_000;

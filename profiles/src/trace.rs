@@ -69,7 +69,10 @@ impl TraceSpans {
 
     /// CPU nanoseconds over every span.
     pub fn total_cpu_ns(&self) -> i64 {
-        self.rows.values().filter_map(|r| r.cpu_ns).sum()
+        self.rows
+            .values()
+            .filter_map(|r| r.cpu_ns)
+            .fold(0i64, i64::saturating_add)
     }
 }
 

@@ -266,7 +266,8 @@ pub struct Config {
     /// Once both listeners are bound, write their addresses here as JSON
     /// (`{"http": "127.0.0.1:8080", "grpc": "127.0.0.1:4317", "pid": N}`,
     /// replaced atomically): how a supervisor or a test learns the ports
-    /// of `--http-addr 127.0.0.1:0` without reading the log.
+    /// of `--http-addr 127.0.0.1:0` without reading the log. Removed at a
+    /// graceful shutdown; after a crash, `pid` says whether the writer runs.
     #[arg(long, env = "SYMTRACE_READY_FILE")]
     pub ready_file: Option<std::path::PathBuf>,
 
@@ -307,6 +308,17 @@ pub struct Config {
         default_value_t = 3600
     )]
     pub compaction_window_secs: u64,
+
+    /// Compressed segment bytes one compaction job merges at most; a window
+    /// holding more is merged into several segments. The compactor's memory
+    /// grows with this (decoded tables of the inputs and the output), not
+    /// with a window's data.
+    #[arg(
+        long = "compaction-job-bytes",
+        env = "SYMTRACE_COMPACTION_JOB_BYTES",
+        default_value_t = crate::profiles::compact::DEFAULT_JOB_BYTES as u64
+    )]
+    pub compaction_job_bytes: u64,
 
     /// Seconds between compaction passes (0 disables compaction).
     #[arg(

@@ -60,20 +60,18 @@ impl IntoResponse for ApiError {
 }
 
 impl From<store::Error> for ApiError {
+    /// Refusals keep their statuses; anything else the store could not do
+    /// (a row or object that should be there and is not, an outage) is the
+    /// server's fault: 500, logged.
     fn from(e: store::Error) -> Self {
         match e {
-            store::Error::NotFound(m) => Self::not_found(m),
             store::Error::Rejected(m) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", m)
             }
             store::Error::Conflict(m) => {
                 Self::new(StatusCode::CONFLICT, "owned_by_another_tenant", m)
             }
-            e @ store::Error::Unavailable { .. } => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                e.to_string(),
-            ),
+            e @ store::Error::NotFound(_) => Self::internal(format!("stored data is missing: {e}")),
             e => Self::internal(e.to_string()),
         }
     }
@@ -101,3 +99,35 @@ impl From<symtrace_elf::BuildIdError> for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_the_statuses_they_always_had() {
+        let status = |e: store::Error| ApiError::from(e).status;
+        assert_eq!(
+            status(store::Error::Rejected("x".into())),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(
+            status(store::Error::Conflict("x".into())),
+            StatusCode::CONFLICT
+        );
+        // A blob or row the store should have: the server's fault, not the
+        // client's (debuginfod clients cache a 404 for minutes).
+        assert_eq!(
+            status(store::Error::NotFound("blob".into())),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            status(sqlx::Error::PoolTimedOut.into()),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            status(std::io::Error::other("disk").into()),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

@@ -165,6 +165,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     listen::serve(listener, app::router(state), http_limits, shutdown_signal()).await?;
     grpc.await?.context("OTLP gRPC server")?;
+    if let Some(path) = &config.ready_file {
+        // Its addresses are no longer served (after a crash the file stays:
+        // its `pid` tells a reader whether the writer still runs).
+        let _ = std::fs::remove_file(path);
+    }
     tracing::info!("shut down");
     Ok(())
 }

@@ -181,6 +181,11 @@ impl Backend {
         })
     }
 
+    /// The PostgreSQL URL of this backend's own database (None for SQLite).
+    pub fn database_url(&self) -> Option<&str> {
+        self.database_url.as_deref()
+    }
+
     /// Every configured combination: the local one, and PostgreSQL + S3.
     pub fn all() -> Vec<Self> {
         let mut v = vec![Self::local()];
@@ -274,6 +279,10 @@ impl Server {
             cmd.arg("--grpc-addr").arg(grpc);
         }
         cmd.arg("--data-dir").arg(&self.data_dir);
+        assert!(
+            !self.args.iter().any(|a| a == "--ready-file"),
+            "the harness sets --ready-file itself"
+        );
         let ready = self.log.with_extension("ready.json");
         let _ = std::fs::remove_file(&ready);
         cmd.arg("--ready-file").arg(&ready);

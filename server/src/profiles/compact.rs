@@ -6,9 +6,13 @@
 //! identity merged, zstd at a higher level), swaps the index rows in one
 //! transaction and leaves the inputs' objects to the orphan collector.
 //!
-//! Replicas coordinate through a database lease: one compacts at a time,
+//! Replicas coordinate through a database lease per (tenant, window): N
+//! replicas compact N windows at once, a window is merged by one of them,
 //! and the swap itself re-checks that every input is still there, so even a
-//! holder whose lease ran out cannot double-count data.
+//! holder whose lease ran out cannot double-count data. A window is merged
+//! in jobs of at most `SYMTRACE_COMPACTION_JOB_BYTES` of input (a large
+//! window becomes several segments): memory is bounded by that setting,
+//! not by a window's data.
 //!
 //! Compaction is invisible to queries: samples with timestamps are filtered
 //! one by one, and samples without keep the exact time range ingest gave
@@ -25,11 +29,11 @@ use super::store::{ProfileStore, ProfileStoreError};
 use crate::config::Config;
 use crate::store::model::{now_ms, SegmentRef};
 
-const LEASE: &str = "profile-compactor";
-/// Longest a pass may take before another replica may take over.
+/// Longest one window's compaction may take before another replica may
+/// take it over (renewed before each job).
 const LEASE_TTL_MS: i64 = 10 * 60 * 1000;
-/// Compressed input bytes merged into one output at most.
-const MAX_JOB_BYTES: i64 = 64 << 20;
+/// Compressed input bytes merged into one output at most, by default.
+pub const DEFAULT_JOB_BYTES: i64 = 64 << 20;
 /// Segments considered per pass, shared among the tenants that have any.
 const MAX_SEGMENTS_PER_PASS: i64 = 10_000;
 /// A tenant's share of a pass is never below this.
@@ -46,6 +50,8 @@ pub struct Settings {
     pub retention_ns: Option<i64>,
     /// Idempotency keys older than this are forgotten.
     pub export_key_ttl_ms: i64,
+    /// Compressed input bytes one job merges at most.
+    pub job_bytes: i64,
 }
 
 impl Settings {
@@ -56,15 +62,21 @@ impl Settings {
             retention_ns: (config.profile_retention_hours > 0)
                 .then(|| (config.profile_retention_hours as i64).saturating_mul(3_600_000_000_000)),
             export_key_ttl_ms: EXPORT_KEY_TTL_MS,
+            job_bytes: i64::try_from(config.compaction_job_bytes.max(1)).unwrap_or(i64::MAX),
         }
     }
+}
+
+/// The lease of one tenant's window.
+fn lease_name(tenant: &str, window: i64) -> String {
+    format!("compact/{window}/{tenant}")
 }
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Report {
-    /// Another replica holds the lease.
-    pub skipped: bool,
+    /// Windows left to the replica that holds their lease.
+    pub skipped: usize,
     pub inputs: usize,
     pub outputs: usize,
     /// Jobs whose inputs were already gone (someone else compacted them).
@@ -73,26 +85,14 @@ pub struct Report {
     pub quarantined: usize,
 }
 
-/// One compaction pass, under the lease (given up at the end, so any
-/// replica may run the next pass).
+/// One compaction pass: every closed window of every tenant whose lease
+/// this replica gets (tenants take turns window by window).
 pub async fn run_once(
     profiles: &ProfileStore,
     holder: &str,
     settings: &Settings,
 ) -> Result<Report, ProfileStoreError> {
-    let meta = &profiles.store.meta;
-    if !meta
-        .acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS)
-        .await?
-    {
-        return Ok(Report {
-            skipped: true,
-            ..Report::default()
-        });
-    }
-    let result = pass(profiles, holder, settings).await;
-    meta.release_lease(LEASE, holder).await?;
-    result
+    pass(profiles, holder, settings).await
 }
 
 /// One retention pass: segments past the retention, and idempotency keys
@@ -139,27 +139,65 @@ async fn pass(
                 .or_default()
                 .push(s);
         }
-        let jobs: std::collections::VecDeque<Vec<SegmentRef>> =
-            windows.into_values().flat_map(split_by_size).collect();
-        queues.push((tenant, jobs));
+        let windows: std::collections::VecDeque<(i64, Vec<SegmentRef>)> =
+            windows.into_iter().collect();
+        queues.push((tenant, windows));
     }
     while !queues.is_empty() {
-        for (tenant, jobs) in &mut queues {
-            let Some(job) = jobs.pop_front() else {
+        for (tenant, windows) in &mut queues {
+            let Some((window, segments)) = windows.pop_front() else {
                 continue;
             };
+            let lease = lease_name(tenant, window);
             if !meta
-                .acquire_lease(LEASE, holder, now_ms(), LEASE_TTL_MS)
+                .acquire_lease(&lease, holder, now_ms(), LEASE_TTL_MS)
                 .await?
             {
-                report.skipped = true;
-                return Ok(report);
+                report.skipped += 1;
+                continue;
             }
-            compact_job(profiles, tenant, job, &mut report).await?;
+            let result = compact_window(
+                profiles,
+                tenant,
+                &lease,
+                holder,
+                segments,
+                settings,
+                &mut report,
+            )
+            .await;
+            meta.release_lease(&lease, holder).await?;
+            result?;
         }
-        queues.retain(|(_, jobs)| !jobs.is_empty());
+        queues.retain(|(_, windows)| !windows.is_empty());
     }
     Ok(report)
+}
+
+/// Merges one window, under its lease, job by job.
+async fn compact_window(
+    profiles: &ProfileStore,
+    tenant: &str,
+    lease: &str,
+    holder: &str,
+    segments: Vec<SegmentRef>,
+    settings: &Settings,
+    report: &mut Report,
+) -> Result<(), ProfileStoreError> {
+    let meta = &profiles.store.meta;
+    crate::store::pause_point("compaction-window").await;
+    for job in split_by_size(segments, settings.job_bytes) {
+        // Renewed before each job: a window of many jobs keeps its lease.
+        if !meta
+            .acquire_lease(lease, holder, now_ms(), LEASE_TTL_MS)
+            .await?
+        {
+            report.skipped += 1;
+            return Ok(());
+        }
+        compact_job(profiles, tenant, job, report).await?;
+    }
+    Ok(())
 }
 
 /// Merges one job's segments into one. An input that cannot be read or
@@ -218,12 +256,13 @@ fn unreadable(e: &ProfileStoreError) -> bool {
     )
 }
 
-/// Consecutive runs of segments of at most [`MAX_JOB_BYTES`] together.
-fn split_by_size(group: Vec<SegmentRef>) -> Vec<Vec<SegmentRef>> {
+/// Consecutive runs of segments of at most `max_bytes` together (one
+/// larger segment is a job of its own).
+fn split_by_size(group: Vec<SegmentRef>, max_bytes: i64) -> Vec<Vec<SegmentRef>> {
     let mut jobs: Vec<Vec<SegmentRef>> = Vec::new();
     let mut bytes = 0;
     for s in group {
-        if jobs.is_empty() || bytes + s.size > MAX_JOB_BYTES {
+        if jobs.is_empty() || bytes + s.size > max_bytes {
             jobs.push(Vec::new());
             bytes = 0;
         }
@@ -257,7 +296,7 @@ pub fn spawn(profiles: Arc<ProfileStore>, config: &Config) {
                     (profiles.clone(), settings.clone(), holder.clone());
                 async move {
                     match run_once(&profiles, &holder, &settings).await {
-                        Ok(r) if r.skipped || r == Report::default() => {
+                        Ok(r) if r.inputs == 0 && r.quarantined == 0 => {
                             tracing::debug!(?r, "compaction: nothing to do")
                         }
                         Ok(r) => tracing::info!(?r, "compaction"),

@@ -55,6 +55,7 @@ fn settings() -> Settings {
         delay_ns: 0,
         retention_ns: None,
         export_key_ttl_ms: EXPORT_KEY_TTL_MS,
+        job_bytes: DEFAULT_JOB_BYTES,
     }
 }
 
@@ -132,6 +133,59 @@ async fn an_unreadable_segment_is_quarantined_and_the_rest_merged() {
     assert_eq!(merged, 5, "the readable inputs' events, once");
 }
 
+#[tokio::test]
+async fn a_window_over_the_job_budget_becomes_several_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile_store(dir.path()).await;
+    let t0 = closed_window();
+    let mut size = 0;
+    for i in 0..4u64 {
+        let w = p
+            .write("t", export(t0 + i * 1_000_000_000, 3), 0)
+            .await
+            .unwrap();
+        size = w.size as i64;
+    }
+    let small = Settings {
+        job_bytes: 2 * size,
+        ..settings()
+    };
+    let report = run_once(&p, "test", &small).await.unwrap();
+    assert_eq!((report.inputs, report.outputs), (4, 2), "{report:?}");
+    let after = segments(&p, "t").await;
+    assert_eq!(after.len(), 2);
+    assert!(after.iter().all(|s| s.level == 1));
+}
+
+#[tokio::test]
+async fn a_window_leased_by_another_replica_is_left_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile_store(dir.path()).await;
+    let t0 = closed_window();
+    p.write("t", export(t0, 3), 0).await.unwrap();
+    p.write("u", export(t0, 3), 0).await.unwrap();
+    let window = t0 as i64 / HOUR_NS;
+    assert!(p
+        .store
+        .meta
+        .acquire_lease(&lease_name("t", window), "other", now_ms(), 60_000)
+        .await
+        .unwrap());
+    let report = run_once(&p, "test", &settings()).await.unwrap();
+    assert_eq!(report.skipped, 1, "{report:?}");
+    assert_eq!((report.inputs, report.outputs), (1, 1), "u's window only");
+    assert_eq!(segments(&p, "t").await[0].level, 0, "t's window untouched");
+    assert_eq!(segments(&p, "u").await[0].level, 1);
+    // Released (expired) leases are taken: t's window is merged next.
+    p.store
+        .meta
+        .release_lease(&lease_name("t", window), "other")
+        .await
+        .unwrap();
+    let report = run_once(&p, "test", &settings()).await.unwrap();
+    assert_eq!((report.skipped, report.inputs), (0, 1), "{report:?}");
+}
+
 #[test]
 fn jobs_are_cut_by_size() {
     let seg = |size: i64| SegmentRef {
@@ -141,21 +195,20 @@ fn jobs_are_cut_by_size() {
         end_ns: 0,
         points: 0,
         level: 0,
+        part_offset: None,
+        part_size: None,
     };
     let sizes = |jobs: Vec<Vec<SegmentRef>>| -> Vec<Vec<i64>> {
         jobs.into_iter()
             .map(|j| j.into_iter().map(|s| s.size).collect())
             .collect()
     };
-    let half = MAX_JOB_BYTES / 2;
     assert_eq!(
-        sizes(split_by_size(vec![
-            seg(half),
-            seg(half),
-            seg(1),
-            seg(MAX_JOB_BYTES)
-        ])),
-        vec![vec![half, half], vec![1], vec![MAX_JOB_BYTES]]
+        sizes(split_by_size(
+            vec![seg(5), seg(5), seg(1), seg(10), seg(30)],
+            10
+        )),
+        vec![vec![5, 5], vec![1], vec![10], vec![30]]
     );
-    assert!(split_by_size(Vec::new()).is_empty());
+    assert!(split_by_size(Vec::new(), 10).is_empty());
 }

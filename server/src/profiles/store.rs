@@ -88,8 +88,19 @@ impl ProfileStore {
             } else {
                 COMPACT_LEVEL
             };
-            let bytes = segment::encode(&data, zstd_level);
-            let row = index_row(&data, &tenant, level, max);
+            let mut row = index_row(&data, &tenant, level, max);
+            // One part per (service, profile type): a query of one service
+            // reads only its parts.
+            let parts = symtrace_profiles::parts::split(&data);
+            let (keys, datas): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+            let (bytes, ranges) = segment::encode_parts(&datas, zstd_level);
+            let by_key: std::collections::HashMap<(String, String), std::ops::Range<u64>> =
+                keys.into_iter().zip(ranges).collect();
+            for series in &mut row.series {
+                series.part = by_key
+                    .get(&(series.service.clone(), series.profile_type.clone()))
+                    .cloned();
+            }
             (bytes, row)
         })
         .await
@@ -100,7 +111,24 @@ impl ProfileStore {
         Ok(row)
     }
 
-    /// Reads and decodes one segment.
+    /// Reads and decodes one part of a segment (a ranged read).
+    pub async fn read_part(
+        &self,
+        sha256: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<SegmentData, ProfileStoreError> {
+        let bytes = self.store.blob_range(sha256, range).await?;
+        let sha = sha256.to_owned();
+        tokio::task::spawn_blocking(move || segment::decode_part(&bytes))
+            .await
+            .map_err(|e| ProfileStoreError::Internal(format!("decoding segment {sha256}: {e}")))?
+            .map_err(|source| ProfileStoreError::Segment {
+                sha256: sha,
+                source,
+            })
+    }
+
+    /// Reads and decodes one segment (its parts merged).
     pub async fn read(&self, sha256: &str) -> Result<SegmentData, ProfileStoreError> {
         let bytes = self.store.blob_bytes(sha256).await?;
         let sha = sha256.to_owned();
@@ -114,7 +142,6 @@ impl ProfileStore {
     }
 }
 
-/// `sample_type:unit:period_type:unit`, e.g. `samples:count:cpu:nanoseconds`.
 /// The index rows describing a segment (sha256 and size filled in later).
 fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usize) -> NewSegment {
     let mut series: BTreeMap<(String, String), SeriesRow> = BTreeMap::new();
@@ -129,6 +156,7 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
             points: 0,
             total: 0,
             labels: String::new(),
+            part: None,
         });
         row.start_ns = row.start_ns.min(s.start_ns as i64);
         row.end_ns = row.end_ns.max(s.end_ns as i64);

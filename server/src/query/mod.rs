@@ -152,12 +152,12 @@ async fn run_unbounded(
     let mut seen = BTreeSet::new();
     for sel in sides {
         for s in segments_of(state, sel).await? {
-            if seen.insert(s.sha256.clone()) {
+            if seen.insert(s.key()) {
                 segments.push(s);
             }
         }
     }
-    let bytes: u64 = segments.iter().map(|s| s.size as u64).sum();
+    let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
     let limit = state.limits.max_bytes;
     if bytes > limit {
         return Err(QueryError::TooLarge { bytes, limit });
@@ -196,15 +196,15 @@ async fn aggregate(
     sides: &Arc<Vec<Selection>>,
 ) -> Result<(Aggregate, Option<String>), QueryError> {
     let mut agg = Aggregate::default();
-    let owned: Vec<(String, i64)> = segments
+    let owned: Vec<(SegmentRef, u64)> = segments
         .iter()
-        .map(|s| (s.sha256.clone(), s.size))
+        .map(|s| (s.clone(), s.read_bytes()))
         .collect();
     // Reading, decoding and numbering a segment's frames run ahead (on
     // the other cores) while the previous segment is aggregated.
     let mut reads = stream::iter(owned)
-        .map(|(sha256, size)| async move {
-            let segment = read(state, &sha256).await?;
+        .map(|(segment, size)| async move {
+            let segment = read_part(state, &segment).await?;
             let table = state.frame_table.clone();
             if let Some(frames) = segment.mapped_frames(&table) {
                 return Ok((size, segment, frames));
@@ -232,7 +232,7 @@ async fn aggregate(
                     agg.add_segment(&segment.data, &frames, sel, side)?;
                 }
                 agg.segments_read += 1;
-                agg.bytes_read += size as u64;
+                agg.bytes_read += size;
             }
             Ok::<_, aggregate::AggregateError>(agg)
         })
@@ -297,14 +297,41 @@ async fn segments_of(state: &Engine, sel: &Selection) -> Result<Vec<SegmentRef>,
 }
 
 pub async fn read(state: &Engine, sha256: &str) -> Result<Arc<Segment>, QueryError> {
-    if let Some(hit) = state.segments.get(sha256) {
+    read_cached(state, sha256.to_owned(), state.profiles.read(sha256)).await
+}
+
+/// A segment's part (one service's), or the whole segment, through the
+/// cache.
+pub async fn read_part(state: &Engine, segment: &SegmentRef) -> Result<Arc<Segment>, QueryError> {
+    match segment.part() {
+        None => read(state, &segment.sha256).await,
+        Some(range) => {
+            read_cached(
+                state,
+                segment.key(),
+                state.profiles.read_part(&segment.sha256, range),
+            )
+            .await
+        }
+    }
+}
+
+async fn read_cached(
+    state: &Engine,
+    key: String,
+    read: impl std::future::Future<
+        Output = Result<
+            symtrace_profiles::model::SegmentData,
+            crate::profiles::store::ProfileStoreError,
+        >,
+    >,
+) -> Result<Arc<Segment>, QueryError> {
+    if let Some(hit) = state.segments.get(&key) {
         metrics::counter!("symtrace_segment_cache_total", "result" => "hit").increment(1);
         return Ok(hit);
     }
     metrics::counter!("symtrace_segment_cache_total", "result" => "miss").increment(1);
-    let data = Arc::new(Segment::new(
-        state.profiles.read(sha256).await.map_err(internal)?,
-    ));
-    state.segments.insert(sha256, data.clone());
+    let data = Arc::new(Segment::new(read.await.map_err(internal)?));
+    state.segments.insert(&key, data.clone());
     Ok(data)
 }

@@ -52,7 +52,7 @@ pub trait MetadataStore: ProfileMetadata + Send + Sync + 'static {
     async fn claim_blob(&self, sha256: &str, size: i64, now: i64) -> MetaResult<bool>;
     /// Makes an artifact visible: blob row, artifact row and DWARF-named
     /// source paths in one transaction. Returns false if it already existed;
-    /// `RowNotFound` (and commits nothing) when the blob row claimed before
+    /// `Error::NotFound` (and commits nothing) when the blob row claimed before
     /// the object was written is gone (the collector took it: store the
     /// blob again and retry).
     async fn commit_artifact(&self, new: &NewArtifact) -> MetaResult<bool>;
@@ -64,7 +64,7 @@ pub trait MetadataStore: ProfileMetadata + Send + Sync + 'static {
     async fn source_name_count(&self, build_id: &str) -> MetaResult<i64>;
     /// Makes a source file visible (replacing an older upload of the path).
     /// `name_it` also records the path as named (for federated sources).
-    /// `RowNotFound` as for [`Self::commit_artifact`].
+    /// `Error::NotFound` as for [`Self::commit_artifact`].
     async fn commit_source(&self, source: &SourceFile, name_it: bool) -> MetaResult<()>;
     /// Uploaded sources of a build-ID.
     async fn sources_of(&self, build_id: &str) -> MetaResult<Vec<SourceFile>>;
@@ -116,6 +116,8 @@ enum Pool {
 /// [`MetadataStore`] over sqlx.
 pub struct SqlMetadata {
     pool: Pool,
+    /// Trace IDs of the uncompacted segments, read once per segment.
+    traces: trace_index::TraceIndex,
 }
 
 /// Runs the same query code on whichever pool is configured.
@@ -157,6 +159,7 @@ macro_rules! blob_kept {
 }
 
 mod profiles;
+mod trace_index;
 pub use profiles::ProfileMetadata;
 
 const ARTIFACT_COLUMNS: &str = "build_id, kind, sha256, size, quality, has_dwarf, has_symtab, \
@@ -180,6 +183,7 @@ impl SqlMetadata {
         sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
         Ok(Self {
             pool: Pool::Sqlite(pool),
+            traces: Default::default(),
         })
     }
 
@@ -195,6 +199,7 @@ impl SqlMetadata {
         sqlx::migrate!("../migrations/postgres").run(&pool).await?;
         Ok(Self {
             pool: Pool::Postgres(pool),
+            traces: Default::default(),
         })
     }
 

@@ -171,9 +171,13 @@ pub struct SeriesRow {
     pub total: i64,
     /// JSON: label name → its values, or null when there were too many.
     pub labels: String,
+    /// The byte range of this series' part in the segment (format version
+    /// 2); None: the segment is one part.
+    pub part: Option<std::ops::Range<u64>>,
 }
 
-/// A stored segment.
+/// A stored segment, or one part of it (a query of one service reads only
+/// its parts).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SegmentRef {
     pub sha256: String,
@@ -182,6 +186,35 @@ pub struct SegmentRef {
     pub end_ns: i64,
     pub points: i64,
     pub level: i32,
+    /// Where the part starts in the segment (None: the whole segment).
+    #[sqlx(default)]
+    pub part_offset: Option<i64>,
+    /// The part's length in bytes.
+    #[sqlx(default)]
+    pub part_size: Option<i64>,
+}
+
+impl SegmentRef {
+    /// The byte range to read: the part's, or None for the whole segment.
+    pub fn part(&self) -> Option<std::ops::Range<u64>> {
+        match (self.part_offset, self.part_size) {
+            (Some(o), Some(n)) if o >= 0 && n >= 0 => Some(o as u64..(o + n) as u64),
+            _ => None,
+        }
+    }
+
+    /// The bytes a read of it fetches.
+    pub fn read_bytes(&self) -> u64 {
+        self.part_size.unwrap_or(self.size).max(0) as u64
+    }
+
+    /// A cache key: the segment, and the part's offset if it is one.
+    pub fn key(&self) -> String {
+        match self.part_offset {
+            Some(o) => format!("{}@{o}", self.sha256),
+            None => self.sha256.clone(),
+        }
+    }
 }
 
 /// A stored series row, as the label and service lists read it.

@@ -20,5 +20,6 @@ mod quality;
 mod query;
 mod query_bad_input;
 mod replicas;
+mod scale;
 mod symbolize;
 mod tenancy;

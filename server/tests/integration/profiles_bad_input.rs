@@ -336,6 +336,23 @@ fn bad_requests_get_clear_errors_and_store_nothing() {
             .contains("application/x-protobuf"),
         "{err}"
     );
+    // OTLP/JSON errors answer in JSON.
+    let (s, b) = post(
+        &server,
+        tenant,
+        "application/json",
+        None,
+        b"{\"resourceProfiles\": 7}".to_vec(),
+    );
+    assert_eq!(s, 400);
+    let err: Value = serde_json::from_slice(&b).unwrap();
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("malformed OTLP/JSON"),
+        "{err}"
+    );
     let (s, b) = post(&server, "a/../b", proto, None, bytes.clone());
     check(s, &b, 400, "not a tenant name");
 

@@ -3,10 +3,10 @@
 
 use async_trait::async_trait;
 
-use super::{MetaResult, Pool, SqlMetadata};
+use super::{trace_index, MetaResult, Pool, SqlMetadata};
 use crate::store::model::{NewSegment, SegmentRef, SeriesInfo, SeriesQuery};
 
-/// Rows per multi-row INSERT (at most 9 binds each; below both databases'
+/// Rows per multi-row INSERT (at most 11 binds each; below both databases'
 /// parameter limits).
 const ROWS_PER_INSERT: usize = 1000;
 
@@ -15,7 +15,7 @@ pub trait ProfileMetadata {
     /// Makes an ingested segment visible with its series, labels and trace
     /// IDs, in one transaction. Returns false if the tenant already stored
     /// this export (a retry), even if its segment has since been compacted;
-    /// `RowNotFound` (nothing committed) if the collector took the segment's
+    /// `Error::NotFound` (nothing committed) if the collector took the segment's
     /// claimed blob meanwhile.
     async fn commit_segment(&self, segment: &NewSegment) -> MetaResult<bool>;
     /// Segments with series matching the query, oldest first.
@@ -96,7 +96,7 @@ macro_rules! insert_segment {
             for chunk in s.series.chunks(ROWS_PER_INSERT) {
                 let mut q = sqlx::QueryBuilder::new(
                     "INSERT INTO profile_series (segment_id, tenant, service, profile_type, \
-                     start_ns, end_ns, points, total, labels) ",
+                     start_ns, end_ns, points, total, labels, part_offset, part_size) ",
                 );
                 q.push_values(chunk, |mut b, r| {
                     b.push_bind(id)
@@ -107,7 +107,9 @@ macro_rules! insert_segment {
                         .push_bind(r.end_ns)
                         .push_bind(r.points)
                         .push_bind(r.total)
-                        .push_bind(&r.labels);
+                        .push_bind(&r.labels)
+                        .push_bind(r.part.as_ref().map(|p| p.start as i64))
+                        .push_bind(r.part.as_ref().map(|p| (p.end - p.start) as i64));
                 });
                 q.build().execute(&mut *$tx).await?;
             }
@@ -141,7 +143,9 @@ impl ProfileMetadata for SqlMetadata {
             // the object may be gone too — commit nothing; the sender retries.
             if !blob_kept!(tx, &segment.sha256) {
                 tx.rollback().await?;
-                return Err(crate::store::Error::NotFound("no such segment row".into()));
+                return Err(crate::store::Error::NotFound(
+                    "the blob row claimed for the segment is gone".into(),
+                ));
             }
             let new = sqlx::query(key)
                 .bind(&segment.tenant)
@@ -158,18 +162,37 @@ impl ProfileMetadata for SqlMetadata {
     }
 
     async fn segments(&self, q: &SeriesQuery) -> MetaResult<Vec<SegmentRef>> {
+        if q.service.is_some() {
+            // One service: the parts of its series (a version-1 segment,
+            // whose rows have no part, is read whole, once).
+            let sql = format!(
+                "SELECT DISTINCT {SEGMENT_COLUMNS}, s.part_offset, s.part_size \
+                 FROM profile_segments g JOIN profile_series s ON s.segment_id = g.id \
+                 WHERE g.tenant = $1 AND g.start_ns < $2 AND g.end_ns >= $3 \
+                 AND s.service = $4 AND ($5 = '' OR s.profile_type = $5) \
+                 AND s.start_ns < $2 AND s.end_ns >= $3 \
+                 ORDER BY g.start_ns, g.sha256, s.part_offset"
+            );
+            return on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
+                .bind(&q.tenant)
+                .bind(q.to_ns)
+                .bind(q.from_ns)
+                .bind(q.service.as_deref().unwrap_or(""))
+                .bind(q.profile_type.as_deref().unwrap_or(""))
+                .fetch_all(p)
+                .await);
+        }
         let sql = format!(
             "SELECT {SEGMENT_COLUMNS} FROM profile_segments g WHERE g.tenant = $1 \
              AND g.start_ns < $2 AND g.end_ns >= $3 AND EXISTS (SELECT 1 FROM profile_series s \
              WHERE s.segment_id = g.id \
-             AND ($4 = '' OR s.service = $4) AND ($5 = '' OR s.profile_type = $5) \
+             AND ($4 = '' OR s.profile_type = $4) \
              AND s.start_ns < $2 AND s.end_ns >= $3) ORDER BY g.start_ns, g.sha256"
         );
         on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
             .bind(&q.tenant)
             .bind(q.to_ns)
             .bind(q.from_ns)
-            .bind(q.service.as_deref().unwrap_or(""))
             .bind(q.profile_type.as_deref().unwrap_or(""))
             .fetch_all(p)
             .await)
@@ -200,26 +223,42 @@ impl ProfileMetadata for SqlMetadata {
     }
 
     async fn trace_segments(&self, tenant: &str, trace_id: &[u8]) -> MetaResult<Vec<SegmentRef>> {
-        // Compacted segments through the index; uncompacted ones (the last
-        // window or two) by searching their ID lists in the database. A
-        // match at an unaligned offset only costs reading a segment that
-        // turns out to hold no sample of the trace.
-        let contains = match self.pool {
-            Pool::Sqlite(_) => "instr(g.trace_ids, $1) > 0",
-            Pool::Postgres(_) => "position($1 in g.trace_ids) > 0",
-        };
+        // Compacted segments through the profile_traces index.
         let sql = format!(
             "SELECT {SEGMENT_COLUMNS} FROM profile_segments g JOIN profile_traces t \
-             ON t.segment_id = g.id WHERE t.trace_id = $1 AND g.tenant = $2 \
-             UNION SELECT {SEGMENT_COLUMNS} FROM profile_segments g \
-             WHERE g.tenant = $2 AND g.level = 0 AND {contains} \
-             ORDER BY 3, 1"
+             ON t.segment_id = g.id WHERE t.trace_id = $1 AND g.tenant = $2"
         );
-        on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
+        let mut found: Vec<SegmentRef> = on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
             .bind(trace_id)
             .bind(tenant)
             .fetch_all(p)
-            .await)
+            .await)?;
+        // Uncompacted ones (the last window or two) through the in-memory
+        // index of their trace lists, each list read once.
+        let live_sql = "SELECT id, sha256 FROM profile_segments WHERE tenant = $1 AND level = 0";
+        let live: Vec<(i64, String)> = on_pool!(self, p => sqlx::query_as::<_, (i64, String)>(live_sql)
+            .bind(tenant)
+            .fetch_all(p)
+            .await)?;
+        let missing = self.traces.missing(tenant, &live);
+        for chunk in missing.chunks(ROWS_PER_INSERT) {
+            for (id, segment, list) in self.level0_rows(chunk).await? {
+                self.traces.insert(tenant, id, segment, list.as_deref());
+            }
+        }
+        let (hits, unknown) = self.traces.lookup(tenant, &live, trace_id);
+        found.extend(hits);
+        // Rows the index could not keep (it started over): checked here.
+        for chunk in unknown.chunks(ROWS_PER_INSERT) {
+            for (_, segment, list) in self.level0_rows(chunk).await? {
+                if trace_index::list_holds(list.as_deref(), trace_id) {
+                    found.push(segment);
+                }
+            }
+        }
+        found.sort_by(|a, b| (a.start_ns, &a.sha256).cmp(&(b.start_ns, &b.sha256)));
+        found.dedup_by(|a, b| a.sha256 == b.sha256);
+        Ok(found)
     }
 
     async fn acquire_lease(
@@ -336,5 +375,47 @@ impl ProfileMetadata for SqlMetadata {
             .execute(p)
             .await
             .map(|r| r.rows_affected()))
+    }
+}
+
+/// A level-0 segment's row: its ID, its reference and its sorted trace-ID
+/// list.
+type Level0Row = (i64, SegmentRef, Option<Vec<u8>>);
+
+impl SqlMetadata {
+    /// The rows of these level-0 segment IDs (those still there).
+    async fn level0_rows(&self, ids: &[i64]) -> MetaResult<Vec<Level0Row>> {
+        type Row = (i64, String, i64, i64, i64, i64, i32, Option<Vec<u8>>);
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Row IDs from this database, formatted as integers: nothing of a
+        // client's reaches this text.
+        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+        let sql = format!(
+            "SELECT id, sha256, size, start_ns, end_ns, points, level, trace_ids \
+             FROM profile_segments WHERE level = 0 AND id IN ({})",
+            list.join(", ")
+        );
+        let rows: Vec<Row> =
+            on_pool!(self, p => sqlx::query_as::<_, Row>(&sql).fetch_all(p).await)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, sha256, size, start_ns, end_ns, points, level, list)| {
+                    let segment = SegmentRef {
+                        sha256,
+                        size,
+                        start_ns,
+                        end_ns,
+                        points,
+                        level,
+                        part_offset: None,
+                        part_size: None,
+                    };
+                    (id, segment, list)
+                },
+            )
+            .collect())
     }
 }
