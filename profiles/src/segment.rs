@@ -44,11 +44,18 @@ pub enum SegmentError {
 
 /// Encodes a segment at a zstd level (3 at ingest, higher when compacting).
 pub fn encode(data: &SegmentData, level: i32) -> Vec<u8> {
+    let mut zstd = zstd::bulk::Compressor::new(level).expect("a zstd context");
+    encode_with(data, &mut zstd)
+}
+
+/// Encodes with a zstd context (reused across a segment's parts: setting
+/// one up costs more than compressing a small part).
+fn encode_with(data: &SegmentData, zstd: &mut zstd::bulk::Compressor<'_>) -> Vec<u8> {
     let body = encode_body(data);
     let mut out = Vec::with_capacity(body.len() / 4 + 16);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    let compressed = zstd::bulk::compress(&body, level).expect("zstd compression of a buffer");
+    let compressed = zstd.compress(&body).expect("zstd compression of a buffer");
     out.extend_from_slice(&compressed);
     out
 }
@@ -56,7 +63,8 @@ pub fn encode(data: &SegmentData, level: i32) -> Vec<u8> {
 /// Encodes parts (each a segment of its own) into one version-2 segment;
 /// returns it and each part's byte range in it.
 pub fn encode_parts(parts: &[SegmentData], level: i32) -> (Vec<u8>, Vec<std::ops::Range<u64>>) {
-    let encoded: Vec<Vec<u8>> = parts.iter().map(|p| encode(p, level)).collect();
+    let mut zstd = zstd::bulk::Compressor::new(level).expect("a zstd context");
+    let encoded: Vec<Vec<u8>> = parts.iter().map(|p| encode_with(p, &mut zstd)).collect();
     let header = 12 + 8 * encoded.len();
     let mut out = Vec::with_capacity(header + encoded.iter().map(Vec::len).sum::<usize>());
     out.extend_from_slice(MAGIC_PARTS);

@@ -300,6 +300,14 @@ pub struct Config {
     #[arg(long, env = "SYMTRACE_MAX_LABEL_VALUES", default_value_t = 100)]
     pub max_label_values: usize,
 
+    /// Lay out ingested segments by series too (one part per service and
+    /// profile type), not only compacted ones: one-service queries of
+    /// recent data then read only their service's parts, at a cost to
+    /// ingest (measured in docs/BENCHMARKS.md: about 30% fewer events per
+    /// core, twice the bytes per uncompacted event).
+    #[arg(long, env = "SYMTRACE_INGEST_PARTS", default_value_t = false)]
+    pub ingest_parts: bool,
+
     /// Seconds of profile data one compacted segment covers; ingested
     /// segments are merged per tenant and window once the window has ended.
     #[arg(

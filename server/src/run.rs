@@ -101,7 +101,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.symbol_cache_bytes,
         config.max_concurrent_index_builds,
     );
-    let profiles = Arc::new(ProfileStore::new(store.clone(), config.max_label_values));
+    let profiles = Arc::new(
+        ProfileStore::new(store.clone(), config.max_label_values)
+            .with_ingest_parts(config.ingest_parts),
+    );
     let state = Arc::new(AppState {
         upload_slots: Semaphore::new(config.max_concurrent_uploads.max(1)),
         metrics: metrics::recorder()?,

@@ -34,6 +34,8 @@ pub struct ProfileStore {
     /// Most distinct values of one label name per (segment, service) that
     /// go into the label index; beyond that the name is indexed as "many".
     pub max_label_values: usize,
+    /// Level-0 segments by series too (compacted ones always are).
+    pub ingest_parts: bool,
 }
 
 /// What a write stored.
@@ -51,7 +53,14 @@ impl ProfileStore {
         Self {
             store,
             max_label_values,
+            ingest_parts: false,
         }
+    }
+
+    /// Whether ingested (level-0) segments are laid out by series too.
+    pub fn with_ingest_parts(mut self, on: bool) -> Self {
+        self.ingest_parts = on;
+        self
     }
 
     /// Encodes `data` (on the blocking pool) and stores it as one segment.
@@ -81,6 +90,7 @@ impl ProfileStore {
         level: i32,
     ) -> Result<NewSegment, ProfileStoreError> {
         let max = self.max_label_values;
+        let by_series = self.ingest_parts;
         let tenant = tenant.to_owned();
         let (bytes, mut row) = tokio::task::spawn_blocking(move || {
             let zstd_level = if level == 0 {
@@ -89,6 +99,9 @@ impl ProfileStore {
                 COMPACT_LEVEL
             };
             let mut row = index_row(&data, &tenant, level, max);
+            if level == 0 && !by_series {
+                return (segment::encode(&data, zstd_level), row);
+            }
             // One part per (service, profile type): a query of one service
             // reads only its parts.
             let parts = symtrace_profiles::parts::split(&data);

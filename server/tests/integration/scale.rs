@@ -296,8 +296,12 @@ fn flamegraph_read(server: &Server, tenant: &str, query: &str) -> (u64, u64, u64
 
 #[test]
 fn a_one_service_query_reads_only_that_services_parts_before_and_after_compaction() {
+    // And by default, ingested segments are one part, read whole; compacted
+    // ones are by series.
+    default_layout_reads_whole_exports_and_compacted_parts();
     for backend in Backend::all() {
-        let ingest = Server::start(&backend, &[]);
+        // Ingested segments by series too (compacted ones always are).
+        let ingest = Server::start(&backend, &["--ingest-parts"]);
         let tenant = &unique("fleet");
         // Five exports of a 200-service fleet, five minutes ago (closed
         // one-minute windows for the compactor below).
@@ -361,4 +365,36 @@ fn a_one_service_query_reads_only_that_services_parts_before_and_after_compactio
         }
         check(&compactor, 1, "compacted");
     }
+}
+
+fn default_layout_reads_whole_exports_and_compacted_parts() {
+    let backend = Backend::local();
+    let ingest = Server::start(&backend, &[]);
+    let tenant = &unique("fleet-default");
+    let base = (now_ns() - 300_000_000_000) / 60_000_000_000 * 60_000_000_000 + 1_000;
+    for e in 0..3u64 {
+        export(&ingest, tenant, &fleet_export(50, 20, base + e * 1_000_000));
+    }
+    let range = format!("from={}&to={}", base - 1, base + 60_000_000_000);
+    let one = format!("service=svc-7&{range}");
+    let (all, _, _) = flamegraph_read(&ingest, tenant, &range);
+    let (bytes, read, samples) = flamegraph_read(&ingest, tenant, &one);
+    assert_eq!((bytes, read, samples), (all, 3, 3 * 20), "whole exports");
+    let compactor = Server::start_on(
+        &ingest,
+        &[
+            ("SYMTRACE_COMPACTION_INTERVAL", "1"),
+            ("SYMTRACE_COMPACTION_WINDOW", "60"),
+            ("SYMTRACE_COMPACTION_DELAY", "0"),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dump(&compactor, tenant)["segments"][0]["level"] != 1 {
+        assert!(Instant::now() < deadline, "not compacted");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (all, _, _) = flamegraph_read(&compactor, tenant, &range);
+    let (bytes, read, samples) = flamegraph_read(&compactor, tenant, &one);
+    assert_eq!((read, samples), (1, 3 * 20));
+    assert!(bytes * 25 <= all, "compacted: {bytes} of {all} bytes");
 }
