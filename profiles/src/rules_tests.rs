@@ -8,7 +8,7 @@ use prost::Message;
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::common::{any_value, AnyValue};
 use symtrace_proto::profiles::{
-    KeyValueAndUnit, Link, Location, Mapping, Profile, ProfilesDictionary, Sample, Stack, ValueType,
+    Link, Location, Profile, ProfilesDictionary, Sample, Stack, ValueType,
 };
 
 use crate::decode::{decode_json, decode_protobuf, DecodeError};
@@ -17,56 +17,8 @@ use crate::testing;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
-/// One native frame in one mapping (stack 1), one attribute
-/// (`thread.name=w`, index 1) and one link (index 1).
 fn dictionary() -> ProfilesDictionary {
-    ProfilesDictionary {
-        string_table: testing::strings(["/bin/app", "thread.name", "w"].map(String::from)),
-        mapping_table: vec![
-            Mapping::default(),
-            Mapping {
-                memory_start: 0x1000,
-                memory_limit: 0x9000,
-                filename_strindex: 5,
-                ..Default::default()
-            },
-        ],
-        location_table: vec![
-            Location::default(),
-            Location {
-                mapping_index: 1,
-                address: 0x1234,
-                ..Default::default()
-            },
-        ],
-        stack_table: vec![
-            Stack::default(),
-            Stack {
-                location_indices: vec![1],
-            },
-        ],
-        attribute_table: vec![
-            KeyValueAndUnit::default(),
-            KeyValueAndUnit {
-                key_strindex: 6,
-                value: Some(AnyValue {
-                    value: Some(any_value::Value::StringValueStrindex(7)),
-                }),
-                unit_strindex: 0,
-            },
-        ],
-        link_table: vec![
-            Link {
-                trace_id: vec![0; 16],
-                span_id: vec![0; 8],
-            },
-            Link {
-                trace_id: vec![7; 16],
-                span_id: vec![8; 8],
-            },
-        ],
-        ..Default::default()
-    }
+    testing::native_dictionary()
 }
 
 fn good() -> Profile {

@@ -5,8 +5,8 @@
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::common::{any_value, AnyValue, KeyValue};
 use symtrace_proto::profiles::{
-    Function, KeyValueAndUnit, Line, Location, Profile, ProfilesDictionary, ResourceProfiles,
-    Sample, ScopeProfiles, Stack, ValueType,
+    Function, KeyValueAndUnit, Line, Link, Location, Mapping, Profile, ProfilesDictionary,
+    ResourceProfiles, Sample, ScopeProfiles, Stack, ValueType,
 };
 use symtrace_proto::resource::Resource;
 
@@ -101,5 +101,58 @@ pub fn request(
             ..Default::default()
         }],
         dictionary: Some(dictionary),
+    }
+}
+
+/// A dictionary ([`strings`] first) with one native frame (address
+/// 0x1234 in `/bin/app`, stack 1), one attribute (`thread.name=w`, index 1)
+/// and one link (trace `07…`, span `08…`, index 1).
+pub fn native_dictionary() -> ProfilesDictionary {
+    ProfilesDictionary {
+        string_table: strings(["/bin/app", "thread.name", "w"].map(String::from)),
+        mapping_table: vec![
+            Mapping::default(),
+            Mapping {
+                memory_start: 0x1000,
+                memory_limit: 0x9000,
+                filename_strindex: 5,
+                ..Default::default()
+            },
+        ],
+        location_table: vec![
+            Location::default(),
+            Location {
+                mapping_index: 1,
+                address: 0x1234,
+                ..Default::default()
+            },
+        ],
+        stack_table: vec![
+            Stack::default(),
+            Stack {
+                location_indices: vec![1],
+            },
+        ],
+        attribute_table: vec![
+            KeyValueAndUnit::default(),
+            KeyValueAndUnit {
+                key_strindex: 6,
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValueStrindex(7)),
+                }),
+                unit_strindex: 0,
+            },
+        ],
+        link_table: vec![
+            Link {
+                trace_id: vec![0; 16],
+                span_id: vec![0; 8],
+            },
+            Link {
+                trace_id: vec![7; 16],
+                span_id: vec![8; 8],
+            },
+        ],
+        ..Default::default()
     }
 }

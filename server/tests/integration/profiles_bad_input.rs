@@ -14,73 +14,16 @@ use symtrace_proto::collector::{
     ExportProfilesServiceResponse,
 };
 use symtrace_proto::profiles::{
-    KeyValueAndUnit, Link, Location, Mapping, Profile, ProfilesDictionary, ResourceProfiles,
-    Sample, ScopeProfiles, Stack, ValueType,
+    Profile, ProfilesDictionary, ResourceProfiles, Sample, ScopeProfiles, ValueType,
 };
 
 use super::profiles::dump;
 use crate::support::*;
 
-/// A dictionary with one native frame in one mapping, one stack, one
-/// attribute and one link.
+/// One native frame in one mapping (stack 1), one attribute and one link
+/// (index 1).
 fn dictionary() -> ProfilesDictionary {
-    let strings = [
-        "",
-        "samples",
-        "count",
-        "cpu",
-        "nanoseconds",
-        "/bin/app",
-        "thread.name",
-        "w",
-    ];
-    ProfilesDictionary {
-        string_table: strings.iter().map(|s| s.to_string()).collect(),
-        mapping_table: vec![
-            Mapping::default(),
-            Mapping {
-                memory_start: 0x1000,
-                memory_limit: 0x9000,
-                filename_strindex: 5,
-                ..Default::default()
-            },
-        ],
-        location_table: vec![
-            Location::default(),
-            Location {
-                mapping_index: 1,
-                address: 0x1234,
-                ..Default::default()
-            },
-        ],
-        stack_table: vec![
-            Stack::default(),
-            Stack {
-                location_indices: vec![1],
-            },
-        ],
-        attribute_table: vec![
-            KeyValueAndUnit::default(),
-            KeyValueAndUnit {
-                key_strindex: 6,
-                value: Some(symtrace_proto::common::AnyValue {
-                    value: Some(symtrace_proto::common::any_value::Value::StringValueStrindex(7)),
-                }),
-                unit_strindex: 0,
-            },
-        ],
-        link_table: vec![
-            Link {
-                trace_id: vec![0; 16],
-                span_id: vec![0; 8],
-            },
-            Link {
-                trace_id: vec![7; 16],
-                span_id: vec![8; 8],
-            },
-        ],
-        ..Default::default()
-    }
+    symtrace_profiles::testing::native_dictionary()
 }
 
 fn profile(samples: Vec<Sample>) -> Profile {

@@ -256,6 +256,16 @@ fn two_replicas_compact_two_tenants_windows_at_once_and_each_window_once() {
         ),
     );
     assert_eq!(level1, "2");
+    // Released leases leave no rows behind (one per window would pile up).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while psql(
+        &backend,
+        "SELECT count(*) FROM leases WHERE name LIKE 'compact/%'",
+    ) != "0"
+    {
+        assert!(Instant::now() < deadline, "lease rows left behind");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// One export of `services` services, each with `n` events over 8 named

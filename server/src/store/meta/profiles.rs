@@ -37,7 +37,8 @@ pub trait ProfileMetadata {
         now: i64,
         ttl_ms: i64,
     ) -> MetaResult<bool>;
-    /// Gives a lease up (if `holder` still has it).
+    /// Gives a lease up (if `holder` still has it): its row is deleted, so
+    /// one lease per (tenant, window) leaves no rows behind.
     async fn release_lease(&self, name: &str, holder: &str) -> MetaResult<()>;
     /// Tenants with level-0 segments (not quarantined) that started before
     /// `before_ns`.
@@ -283,7 +284,7 @@ impl ProfileMetadata for SqlMetadata {
     }
 
     async fn release_lease(&self, name: &str, holder: &str) -> MetaResult<()> {
-        let sql = "UPDATE leases SET expires_at = 0 WHERE name = $1 AND holder = $2";
+        let sql = "DELETE FROM leases WHERE name = $1 AND holder = $2";
         on_pool!(self, p => sqlx::query(sql).bind(name).bind(holder).execute(p).await.map(|_| ()))
     }
 
