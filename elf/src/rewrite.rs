@@ -305,7 +305,9 @@ impl Elf {
             _ => return Err(Error::Malformed("the section name table is missing".into())),
         };
         let ehsize: u64 = if l.is_64 { 64 } else { 52 };
-        let head_len = ehsize.max(phoff + (phnum * phentsize) as u64);
+        let head_len = (phnum as u64 * phentsize as u64)
+            .checked_add(phoff)
+            .map_or(u64::MAX, |end| end.max(ehsize));
         if head_len > file_len {
             return Err(Error::Malformed(
                 "the program headers extend past the end of the file".into(),
@@ -799,5 +801,24 @@ mod tests {
         assert!(e.to_string().contains("alignment"), "{e}");
         let e = strip_debug(&aligned[..], "x.debug", 0, Vec::new()).unwrap_err();
         assert!(e.to_string().contains("alignment"), "{e}");
+    }
+
+    /// Found by the `elf_split` fuzz target in CI: an `e_phoff` of
+    /// 2^64 - 1 overflowed the end of the program header table (a panic in
+    /// debug builds, a wrapped and too-short header in release ones).
+    #[test]
+    fn a_program_header_table_past_the_address_space_is_refused() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let elf = Elf::parse(&me[..]).unwrap();
+        let w = elf.l.word();
+        let at = if elf.l.is_64 { 0x20 } else { 0x1c };
+        let mut bad = me.clone();
+        elf.l.put(&mut bad[..], at, w, u64::MAX);
+        for e in [
+            only_keep_debug(&bad[..], Vec::new()).unwrap_err(),
+            strip_debug(&bad[..], "x.debug", 0, Vec::new()).unwrap_err(),
+        ] {
+            assert!(e.to_string().contains("program headers"), "{e}");
+        }
     }
 }
