@@ -181,7 +181,11 @@ impl Federation {
                 let this = self.clone();
                 let (build_id, key2) = (build_id.clone(), key.clone());
                 let task = tokio::spawn(async move {
-                    let stored = this.fetch_now(&build_id, &wanted, &target, &from).await;
+                    // A request that missed locally just before the previous
+                    // fetch of this key stored its answer and left the
+                    // in-flight table arrives here: that answer is stored.
+                    let stored = this.stored(&build_id, &wanted).await
+                        || this.fetch_now(&build_id, &wanted, &target, &from).await;
                     drop(slot);
                     if !stored {
                         let mut negative = this.negative.lock().expect("negative cache lock");
@@ -202,6 +206,22 @@ impl Federation {
             }
         };
         Ok(shared.await)
+    }
+
+    /// Whether `wanted` is in the store already.
+    async fn stored(&self, build_id: &BuildId, wanted: &Wanted) -> bool {
+        match wanted {
+            Wanted::Artifact(kind) => matches!(
+                self.store
+                    .best_artifact(build_id, *kind, Misses::Recheck)
+                    .await,
+                Ok(Some(_))
+            ),
+            Wanted::Source(path) => matches!(
+                self.store.meta.source(build_id.as_str(), path).await,
+                Ok(Some(_))
+            ),
+        }
     }
 
     async fn fetch_now(
