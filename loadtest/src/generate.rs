@@ -26,6 +26,11 @@ pub struct Shape {
     /// Timestamps are regular 19 Hz ticks (with µs jitter) instead of
     /// uniformly random nanoseconds.
     pub periodic: bool,
+    /// Services of the fleet (at least `processes`): export `seed`'s
+    /// process `p` is `service-{(seed × processes + p) mod services}`, so
+    /// each export holds `processes` of them, as a host holds a few of a
+    /// fleet's services.
+    pub services: usize,
 }
 
 impl Shape {
@@ -34,12 +39,14 @@ impl Shape {
         processes: 40,
         stacks: (30, 300),
         periodic: false,
+        services: 40,
     };
     /// About 10 MB.
     pub const LARGE: Shape = Shape {
         processes: 140,
         stacks: (200, 1200),
         periodic: false,
+        services: 140,
     };
 }
 
@@ -263,7 +270,10 @@ pub fn export(shape: Shape, seed: u64, now_ns: u64) -> ExportProfilesServiceRequ
                 attributes: vec![
                     kv(
                         "service.name",
-                        any_value::Value::StringValue(format!("service-{p}")),
+                        any_value::Value::StringValue(format!(
+                            "service-{}",
+                            (seed as usize * shape.processes + p) % shape.services.max(1)
+                        )),
                     ),
                     kv("process.pid", any_value::Value::IntValue(1000 + p as i64)),
                 ],

@@ -23,6 +23,11 @@ use crate::otlp::{Exporter, Payload, Protocol};
 use crate::report::Report;
 use crate::target::Targets;
 
+/// The server's allocator, so that the decode baseline (`decode-baseline`)
+/// measures what the server's own decoding can reach.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Load generator and benchmarks for symtrace-server.
 ///
 /// Every scenario prints a table (requests, errors by kind, latency
@@ -45,12 +50,16 @@ enum Size {
 }
 
 impl Size {
-    fn shape(self, periodic: bool) -> Shape {
+    fn shape(self, periodic: bool, services: Option<usize>) -> Shape {
         let base = match self {
             Size::Medium => Shape::MEDIUM,
             Size::Large => Shape::LARGE,
         };
-        Shape { periodic, ..base }
+        Shape {
+            periodic,
+            services: services.unwrap_or(base.processes).max(base.processes),
+            ..base
+        }
     }
 }
 
@@ -117,6 +126,11 @@ struct Exports {
     /// Regular 19 Hz timestamps instead of random nanoseconds.
     #[arg(long)]
     periodic: bool,
+    /// Services in the fleet (default: one per process of an export, the
+    /// same in every export); more spreads them over the exports, each
+    /// export holding as many as it has processes.
+    #[arg(long)]
+    services: Option<usize>,
     /// Seconds to shift the profiles' time into the past (backfill).
     #[arg(long, default_value_t = 0)]
     ago: u64,
@@ -131,7 +145,7 @@ struct Exports {
 impl Exports {
     fn exporter(&self, common: &Common, run: u64) -> anyhow::Result<Arc<Exporter>> {
         let payloads = otlp::payloads(
-            self.size.shape(self.periodic),
+            self.size.shape(self.periodic, self.services),
             self.payloads.max(1),
             self.ago,
             matches!(self.protocol, Protocol::Grpc),
@@ -424,7 +438,15 @@ async fn mixed_scenario(
     let targets = common.targets();
     let exporter = exports.exporter(&common, run)?;
     let debuginfod = symbols.prepare(&common, &targets, run).await?;
-    let queries = Arc::new(mixed::Queries::new(&common.tenant, exporter.trace_ids())?);
+    let services = exports
+        .size
+        .shape(exports.periodic, exports.services)
+        .services;
+    let queries = Arc::new(mixed::Queries::new(
+        &common.tenant,
+        exporter.clone(),
+        services,
+    )?);
     let settings = mixed::Settings {
         export_interval: exports.interval(&exporter),
         ..settings
@@ -510,7 +532,7 @@ fn main() -> anyhow::Result<()> {
             duration,
             periodic,
         } => {
-            let payloads = otlp::payloads(size.shape(periodic), count.max(1), 0, false);
+            let payloads = otlp::payloads(size.shape(periodic, None), count.max(1), 0, false);
             decode_baseline(&payloads, duration);
             true
         }

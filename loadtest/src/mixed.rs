@@ -7,48 +7,38 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
-
 use crate::debuginfod::{Debuginfod, Ops};
 use crate::generate::Zipf;
 use crate::otlp::{export_name, Exporter, EXPORTS_SERVICE};
 use crate::report::{Op, Report};
 use crate::target::{classify, run, send_checked, Failure, Targets};
 
-/// The generator's services are `service-0` … `service-39`.
-const SERVICES: usize = 40;
-
 pub struct Queries {
     http: reqwest::Client,
     tenant: String,
-    trace_ids: Vec<String>,
+    exporter: Arc<Exporter>,
     zipf: Zipf,
 }
 
 impl Queries {
-    pub fn new(tenant: &str, trace_ids: Vec<String>) -> anyhow::Result<Self> {
+    /// `services`: the fleet's, `service-0` … (see `Shape::services`).
+    /// Trace lookups ask for recent exports' traces (`exporter`).
+    pub fn new(tenant: &str, exporter: Arc<Exporter>, services: usize) -> anyhow::Result<Self> {
         Ok(Self {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
                 .build()?,
             tenant: tenant.to_owned(),
-            trace_ids,
-            zipf: Zipf::new(SERVICES),
+            exporter,
+            zipf: Zipf::new(services.max(1)),
         })
     }
 
     /// Even n: a flamegraph of the last minute of a (Zipf-chosen) service;
-    /// odd n: a trace linked from the exports.
+    /// odd n: the trace of a recent export.
     pub async fn request(&self, targets: &Targets, flamegraph: &Op, trace: &Op, n: u64) {
-        let (service, trace_id) = {
-            let mut rng = rand::rng();
-            let t = if self.trace_ids.is_empty() {
-                None
-            } else {
-                Some(self.trace_ids[rng.random_range(0..self.trace_ids.len())].clone())
-            };
-            (self.zipf.sample(&mut rng), t)
-        };
+        let trace_id = self.exporter.recent_trace_id();
+        let service = self.zipf.sample(&mut rand::rng());
         match trace_id {
             Some(id) if n % 2 == 1 => {
                 let path = format!("/api/v1/traces/{id}");

@@ -5,7 +5,12 @@
 //! [`EXPORTS_SERVICE`], holding one sample whose only frame is the named
 //! function `export-<seq>`: a flamegraph of that service, folded, lists
 //! exactly the exports the store holds, which is how `mixed --verify`
-//! checks that nothing acknowledged was lost.
+//! checks that nothing acknowledged was lost. That sample is linked to a
+//! trace of its own ([`export_trace_id`]): the trace lookups of `mixed`
+//! ask for recent exports' traces, each held by one export, as a span's
+//! samples are held by the few exports of its hosts. (The payloads' own
+//! links repeat in every export made from the same payload, an eighth of
+//! all: no trace of a real fleet is in so many.)
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -18,8 +23,8 @@ use symtrace_proto::collector::profiles_service_client::ProfilesServiceClient;
 use symtrace_proto::collector::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 use symtrace_proto::common::{any_value, AnyValue, KeyValue};
 use symtrace_proto::profiles::{
-    Function, Line, Location, Profile, ProfilesDictionary, ResourceProfiles, Sample, ScopeProfiles,
-    Stack, ValueType,
+    Function, Line, Link, Location, Profile, ProfilesDictionary, ResourceProfiles, Sample,
+    ScopeProfiles, Stack, ValueType,
 };
 use tonic::codec::CompressionEncoding;
 
@@ -49,9 +54,26 @@ pub struct Payload {
     functions: i32,
     locations: i32,
     stacks: i32,
+    links: i32,
     window_end_ns: u64,
-    /// Trace IDs linked from this payload's samples (hex).
-    pub trace_ids: Vec<String>,
+}
+
+/// The trace of export `seq` of run `run` (see the module's comment):
+/// random-looking, as W3C trace IDs are (the trace index keys on their
+/// first bytes).
+pub fn export_trace_id(run: u64, seq: u64) -> [u8; 16] {
+    // splitmix64
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let high = mix(run ^ mix(seq));
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&high.to_be_bytes());
+    id[8..].copy_from_slice(&mix(high).to_be_bytes());
+    id
 }
 
 pub fn payloads(shape: Shape, count: usize, ago_s: u64, keep_request: bool) -> Vec<Payload> {
@@ -73,13 +95,7 @@ pub fn payloads(shape: Shape, count: usize, ago_s: u64, keep_request: bool) -> V
                 functions: len(d.function_table.len()),
                 locations: len(d.location_table.len()),
                 stacks: len(d.stack_table.len()),
-                trace_ids: d
-                    .link_table
-                    .iter()
-                    .filter(|l| l.trace_id.iter().any(|b| *b != 0))
-                    .take(64)
-                    .map(|l| l.trace_id.iter().map(|b| format!("{b:02x}")).collect())
-                    .collect(),
+                links: len(d.link_table.len()),
                 window_end_ns: now,
                 raw,
                 request: keep_request.then_some(request),
@@ -128,6 +144,7 @@ pub fn unique_suffix(p: &Payload, run: u64, seq: u64) -> Vec<u8> {
                     samples: vec![Sample {
                         stack_index: p.stacks,
                         timestamps_unix_nano: vec![p.window_end_ns - 1],
+                        link_index: p.links,
                         ..Default::default()
                     }],
                     ..Default::default()
@@ -159,6 +176,10 @@ pub fn unique_suffix(p: &Payload, run: u64, seq: u64) -> Vec<u8> {
             }],
             stack_table: vec![Stack {
                 location_indices: vec![p.locations],
+            }],
+            link_table: vec![Link {
+                trace_id: export_trace_id(run, seq).to_vec(),
+                span_id: seq.wrapping_add(1).to_be_bytes().to_vec(),
             }],
             ..Default::default()
         }),
@@ -230,11 +251,17 @@ impl Exporter {
         self.payloads.iter().map(|p| p.raw.len()).sum::<usize>() / self.payloads.len()
     }
 
-    pub fn trace_ids(&self) -> Vec<String> {
-        self.payloads
-            .iter()
-            .flat_map(|p| p.trace_ids.iter().cloned())
-            .collect()
+    /// The trace of one of the last 100 acknowledged exports (hex), if any.
+    pub fn recent_trace_id(&self) -> Option<String> {
+        let acknowledged = self.acknowledged.lock().unwrap();
+        let recent = &acknowledged[acknowledged.len().saturating_sub(100)..];
+        let seq = *recent.get(rand::random_range(0..recent.len().max(1)))?;
+        Some(
+            export_trace_id(self.run, seq)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        )
     }
 
     /// Export number `seq`; its events count in `op`.

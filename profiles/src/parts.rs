@@ -2,46 +2,277 @@
 //! (service, profile type), each an independent segment, so that a query
 //! of one service reads and decodes only that service's parts (see
 //! [`crate::segment::encode_parts`]).
+//!
+//! Splitting runs on every export at ingest, so it copies rather than
+//! interns: the segment's tables are already deduplicated, so the entries
+//! one part uses are too, and each is copied once through an index map
+//! (no hashing of frames, stacks or strings).
 
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap as HashMap;
 
-use crate::model::{SegmentBuilder, SegmentData};
+use crate::model::{Frame, Line, Mapping, Sample, SegmentBuilder, SegmentData, Series};
 
 /// What a part holds: one service's samples of one profile type.
 pub type PartKey = (String, String);
 
 /// The segment's samples grouped into parts by (service, profile type), in
-/// key order. Each part holds only the table entries its samples use.
-pub fn split(data: &SegmentData) -> Vec<(PartKey, SegmentData)> {
-    // Series and samples per key.
-    let mut groups: BTreeMap<PartKey, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
-    let mut key_of: Vec<usize> = Vec::with_capacity(data.series.len());
+/// key order. Each part holds only the table entries its samples use; the
+/// samples' timestamps and values move into their part.
+pub fn split(mut data: SegmentData) -> Vec<(PartKey, SegmentData)> {
+    // The part of each series, and each part's series and samples.
+    let mut part_of_key: HashMap<PartKey, usize> = HashMap::default();
     let mut keys: Vec<PartKey> = Vec::new();
-    for (i, s) in data.series.iter().enumerate() {
+    let mut part_of_series: Vec<usize> = Vec::with_capacity(data.series.len());
+    for s in &data.series {
         let key = (data.str(s.service).to_owned(), data.profile_type(s));
-        let n = match keys.iter().position(|k| *k == key) {
-            Some(n) => n,
-            None => {
-                keys.push(key.clone());
-                keys.len() - 1
-            }
-        };
-        key_of.push(n);
-        groups.entry(key).or_default().0.push(i as u32);
+        let n = *part_of_key.entry(key).or_insert_with_key(|key| {
+            keys.push(key.clone());
+            keys.len() - 1
+        });
+        part_of_series.push(n);
+    }
+    let mut series_of: Vec<Vec<u32>> = vec![Vec::new(); keys.len()];
+    for (i, &n) in part_of_series.iter().enumerate() {
+        series_of[n].push(i as u32);
     }
     let mut samples_of: Vec<Vec<u32>> = vec![Vec::new(); keys.len()];
     for (i, sample) in data.samples.iter().enumerate() {
-        samples_of[key_of[sample.series as usize]].push(i as u32);
+        samples_of[part_of_series[sample.series as usize]].push(i as u32);
     }
-    for (n, key) in keys.iter().enumerate() {
-        groups.get_mut(key).expect("a group per key").1 = std::mem::take(&mut samples_of[n]);
-    }
-    groups
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
+
+    let mut samples = std::mem::take(&mut data.samples);
+    let mut copy = Copier::new(&data);
+    order
         .into_iter()
-        .map(|(key, (series, samples))| {
-            let mut b = SegmentBuilder::default();
-            b.merge_part(data, &series, &samples);
-            (key, b.finish())
+        .map(|n| {
+            let part = copy.part(&series_of[n], &samples_of[n], &mut samples);
+            (std::mem::take(&mut keys[n]), part)
         })
         .collect()
+}
+
+/// An index map per table, from the segment's numbering to the part's
+/// (`u32::MAX`: not in this part yet), reset between parts by the
+/// entries it touched.
+struct Map {
+    to: Vec<u32>,
+    touched: Vec<u32>,
+}
+
+impl Map {
+    /// `zero`: index 0 is the table's zero value (every table but
+    /// frames), already in every part.
+    fn new(len: usize, zero: bool) -> Self {
+        let mut to = vec![u32::MAX; len];
+        if let Some(first) = to.first_mut().filter(|_| zero) {
+            *first = 0;
+        }
+        Self {
+            to,
+            touched: Vec::new(),
+        }
+    }
+
+    /// The part's number of entry `i`, or `None` the first time (the
+    /// caller then pushes the entry, numbered `next`).
+    fn get_or_assign(&mut self, i: u32, next: usize) -> Option<u32> {
+        let slot = &mut self.to[i as usize];
+        if *slot != u32::MAX {
+            return Some(*slot);
+        }
+        *slot = next as u32;
+        self.touched.push(i);
+        None
+    }
+
+    fn reset(&mut self) {
+        for i in self.touched.drain(..) {
+            self.to[i as usize] = u32::MAX;
+        }
+    }
+}
+
+struct Copier<'a> {
+    data: &'a SegmentData,
+    strings: Map,
+    mappings: Map,
+    frames: Map,
+    stacks: Map,
+    label_sets: Map,
+    links: Map,
+}
+
+impl<'a> Copier<'a> {
+    fn new(data: &'a SegmentData) -> Self {
+        Self {
+            data,
+            strings: Map::new(data.strings.len(), true),
+            mappings: Map::new(data.mappings.len(), true),
+            frames: Map::new(data.frames.len(), false),
+            stacks: Map::new(data.stacks.len(), true),
+            label_sets: Map::new(data.label_sets.len(), true),
+            links: Map::new(data.links.len(), true),
+        }
+    }
+
+    /// One part: the series `series` (some may have no samples) and the
+    /// samples `samples`, taken out of `all`.
+    fn part(&mut self, series: &[u32], samples: &[u32], all: &mut [Sample]) -> SegmentData {
+        let mut out = SegmentData::default();
+        // Series and samples go through a builder: it keeps a series of
+        // value-only samples apart from the timestamped one of the same
+        // properties, as the whole segment's builder did.
+        let mut b = SegmentBuilder::default();
+        let data = self.data;
+        let mut targets: HashMap<(u32, bool), u32> = HashMap::default();
+        for &i in samples {
+            let sample = &all[i as usize];
+            let exact = sample.timestamps.is_empty();
+            if let std::collections::hash_map::Entry::Vacant(slot) =
+                targets.entry((sample.series, exact))
+            {
+                let se = self.series(&mut out, &data.series[sample.series as usize]);
+                slot.insert(if exact {
+                    b.series_exact(se)
+                } else {
+                    b.series(se)
+                });
+            }
+        }
+        for &i in series {
+            if !targets.contains_key(&(i, false)) && !targets.contains_key(&(i, true)) {
+                let se = self.series(&mut out, &data.series[i as usize]);
+                targets.insert((i, false), b.series(se));
+            }
+        }
+        for &i in samples {
+            let sample = std::mem::take(&mut all[i as usize]);
+            let series = targets[&(sample.series, sample.timestamps.is_empty())];
+            b.add_sample(Sample {
+                series,
+                stack: self.stack(&mut out, sample.stack),
+                labels: self.label_set(&mut out, sample.labels),
+                link: self.link(&mut out, sample.link),
+                ..sample
+            });
+        }
+        let built = b.finish();
+        out.series = built.series;
+        out.samples = built.samples;
+        for map in [
+            &mut self.strings,
+            &mut self.mappings,
+            &mut self.frames,
+            &mut self.stacks,
+            &mut self.label_sets,
+            &mut self.links,
+        ] {
+            map.reset();
+        }
+        out
+    }
+
+    fn string(&mut self, out: &mut SegmentData, i: u32) -> u32 {
+        self.strings
+            .get_or_assign(i, out.strings.len())
+            .unwrap_or_else(|| {
+                out.strings.push(self.data.strings[i as usize].clone());
+                (out.strings.len() - 1) as u32
+            })
+    }
+
+    fn mapping(&mut self, out: &mut SegmentData, i: u32) -> u32 {
+        if let Some(n) = self.mappings.get_or_assign(i, out.mappings.len()) {
+            return n;
+        }
+        let m = &self.data.mappings[i as usize];
+        let mapped = Mapping {
+            build_id: self.string(out, m.build_id),
+            file: self.string(out, m.file),
+            ..m.clone()
+        };
+        out.mappings.push(mapped);
+        (out.mappings.len() - 1) as u32
+    }
+
+    fn frame(&mut self, out: &mut SegmentData, i: u32) -> u32 {
+        if let Some(n) = self.frames.get_or_assign(i, out.frames.len()) {
+            return n;
+        }
+        // Reserved before its strings are copied: they do not number frames.
+        out.frames.push(Frame::default());
+        let f = &self.data.frames[i as usize];
+        let lines = f
+            .lines
+            .iter()
+            .map(|l| Line {
+                function: self.string(out, l.function),
+                system_name: self.string(out, l.system_name),
+                file: self.string(out, l.file),
+                ..l.clone()
+            })
+            .collect();
+        let mapped = Frame {
+            frame_type: self.string(out, f.frame_type),
+            mapping: self.mapping(out, f.mapping),
+            address: f.address,
+            lines,
+        };
+        let n = self.frames.to[i as usize];
+        out.frames[n as usize] = mapped;
+        n
+    }
+
+    fn stack(&mut self, out: &mut SegmentData, i: u32) -> u32 {
+        if let Some(n) = self.stacks.get_or_assign(i, out.stacks.len()) {
+            return n;
+        }
+        out.stacks.push(Vec::new());
+        let frames = self.data.stacks[i as usize]
+            .iter()
+            .map(|&f| self.frame(out, f))
+            .collect();
+        let n = self.stacks.to[i as usize];
+        out.stacks[n as usize] = frames;
+        n
+    }
+
+    fn label_set(&mut self, out: &mut SegmentData, i: u32) -> u32 {
+        if let Some(n) = self.label_sets.get_or_assign(i, out.label_sets.len()) {
+            return n;
+        }
+        out.label_sets.push(Vec::new());
+        let mut set: Vec<(u32, u32)> = self.data.label_sets[i as usize]
+            .iter()
+            .map(|&(k, v)| (self.string(out, k), self.string(out, v)))
+            .collect();
+        // Sorted by key, as the builder keeps them, in the part's numbering.
+        set.sort_unstable();
+        let n = self.label_sets.to[i as usize];
+        out.label_sets[n as usize] = set;
+        n
+    }
+
+    fn link(&mut self, out: &mut SegmentData, i: u32) -> u32 {
+        self.links
+            .get_or_assign(i, out.links.len())
+            .unwrap_or_else(|| {
+                out.links.push(self.data.links[i as usize]);
+                (out.links.len() - 1) as u32
+            })
+    }
+
+    fn series(&mut self, out: &mut SegmentData, se: &Series) -> Series {
+        Series {
+            service: self.string(out, se.service),
+            sample_type: self.string(out, se.sample_type),
+            sample_unit: self.string(out, se.sample_unit),
+            period_type: self.string(out, se.period_type),
+            period_unit: self.string(out, se.period_unit),
+            labels: self.label_set(out, se.labels),
+            ..se.clone()
+        }
+    }
 }

@@ -271,8 +271,12 @@ proptest! {
         for (i, s) in data.series.iter_mut().enumerate() {
             s.service = names[i % names.len()];
         }
-        let parts = crate::parts::split(&data);
+        let parts = crate::parts::split(data.clone());
         for ((service, ty), part) in &parts {
+            // A part's label sets are sorted by key in its own numbering.
+            for set in &part.label_sets {
+                prop_assert!(set.windows(2).all(|w| w[0].0 < w[1].0), "{:?}", set);
+            }
             for s in &part.series {
                 prop_assert_eq!(part.str(s.service), service.as_str());
                 prop_assert_eq!(&part.profile_type(s), ty);

@@ -300,13 +300,19 @@ pub struct Config {
     #[arg(long, env = "SYMTRACE_MAX_LABEL_VALUES", default_value_t = 100)]
     pub max_label_values: usize,
 
-    /// Lay out ingested segments by series too (one part per service and
-    /// profile type), not only compacted ones: one-service queries of
-    /// recent data then read only their service's parts, at a cost to
-    /// ingest (measured in docs/BENCHMARKS.md: about 30% fewer events per
-    /// core, twice the bytes per uncompacted event).
-    #[arg(long, env = "SYMTRACE_INGEST_PARTS", default_value_t = false)]
-    pub ingest_parts: bool,
+    /// How ingested segments are laid out: `series` (one part per service
+    /// and profile type, as compacted segments always are: a one-service
+    /// query of recent data reads only its service's parts) or `whole`
+    /// (one part: ~14% more events per core, about half the bytes per
+    /// uncompacted event, but every query of recent data reads whole
+    /// exports; measured in docs/BENCHMARKS.md).
+    #[arg(
+        long,
+        env = "SYMTRACE_INGEST_LAYOUT",
+        value_enum,
+        default_value = "series"
+    )]
+    pub ingest_layout: IngestLayout,
 
     /// Seconds of profile data one compacted segment covers; ingested
     /// segments are merged per tenant and window once the window has ended.
@@ -390,6 +396,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// How ingested (level-0) segments are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IngestLayout {
+    /// One part per (service, profile type).
+    Series,
+    /// One part holding the whole export.
+    Whole,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

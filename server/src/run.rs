@@ -103,7 +103,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
     let profiles = Arc::new(
         ProfileStore::new(store.clone(), config.max_label_values)
-            .with_ingest_parts(config.ingest_parts),
+            .with_ingest_parts(config.ingest_layout == crate::config::IngestLayout::Series),
     );
     let state = Arc::new(AppState {
         upload_slots: Semaphore::new(config.max_concurrent_uploads.max(1)),

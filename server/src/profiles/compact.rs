@@ -213,9 +213,18 @@ async fn compact_job(
     let mut builder = SegmentBuilder::default();
     let mut inputs: Vec<String> = Vec::with_capacity(job.len());
     for input in &job {
-        match profiles.read(&input.sha256).await {
-            Ok(data) => {
-                builder.merge(&data);
+        match profiles.read_parts(&input.sha256).await {
+            Ok(parts) => {
+                // Merging is CPU work: off the async workers, part by part
+                // (a merged copy of the input would be built for nothing).
+                builder = tokio::task::spawn_blocking(move || {
+                    for part in &parts {
+                        builder.merge(part);
+                    }
+                    builder
+                })
+                .await
+                .map_err(|e| ProfileStoreError::Internal(format!("merging segments: {e}")))?;
                 inputs.push(input.sha256.clone());
             }
             Err(e) if unreadable(&e) => {

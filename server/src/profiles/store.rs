@@ -34,7 +34,8 @@ pub struct ProfileStore {
     /// Most distinct values of one label name per (segment, service) that
     /// go into the label index; beyond that the name is indexed as "many".
     pub max_label_values: usize,
-    /// Level-0 segments by series too (compacted ones always are).
+    /// Level-0 segments by series too, as compacted ones always are
+    /// (the default; `--ingest-layout whole` turns it off).
     pub ingest_parts: bool,
 }
 
@@ -53,7 +54,7 @@ impl ProfileStore {
         Self {
             store,
             max_label_values,
-            ingest_parts: false,
+            ingest_parts: true,
         }
     }
 
@@ -104,7 +105,7 @@ impl ProfileStore {
             }
             // One part per (service, profile type): a query of one service
             // reads only its parts.
-            let parts = symtrace_profiles::parts::split(&data);
+            let parts = symtrace_profiles::parts::split(data);
             let (keys, datas): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
             let (bytes, ranges) = segment::encode_parts(&datas, zstd_level);
             let by_key: std::collections::HashMap<(String, String), std::ops::Range<u64>> =
@@ -143,9 +144,22 @@ impl ProfileStore {
 
     /// Reads and decodes one segment (its parts merged).
     pub async fn read(&self, sha256: &str) -> Result<SegmentData, ProfileStoreError> {
+        self.decode_with(sha256, segment::decode).await
+    }
+
+    /// Reads and decodes one segment's parts, each on its own.
+    pub async fn read_parts(&self, sha256: &str) -> Result<Vec<SegmentData>, ProfileStoreError> {
+        self.decode_with(sha256, segment::decode_parts).await
+    }
+
+    async fn decode_with<T: Send + 'static>(
+        &self,
+        sha256: &str,
+        decode: fn(&[u8]) -> Result<T, segment::SegmentError>,
+    ) -> Result<T, ProfileStoreError> {
         let bytes = self.store.blob_bytes(sha256).await?;
         let sha = sha256.to_owned();
-        tokio::task::spawn_blocking(move || segment::decode(&bytes))
+        tokio::task::spawn_blocking(move || decode(&bytes))
             .await
             .map_err(|e| ProfileStoreError::Internal(format!("decoding segment {sha256}: {e}")))?
             .map_err(|source| ProfileStoreError::Segment {

@@ -204,17 +204,21 @@ async fn aggregate(
     // the other cores) while the previous segment is aggregated.
     let mut reads = stream::iter(owned)
         .map(|(segment, size)| async move {
-            let segment = read_part(state, &segment).await?;
-            let table = state.frame_table.clone();
-            if let Some(frames) = segment.mapped_frames(&table) {
-                return Ok((size, segment, frames));
+            let mut parts = Vec::new();
+            for segment in read_segment(state, &segment).await? {
+                let table = state.frame_table.clone();
+                let frames = match segment.mapped_frames(&table) {
+                    Some(frames) => frames,
+                    None => {
+                        let segment = segment.clone();
+                        tokio::task::spawn_blocking(move || segment.frames(&table))
+                            .await
+                            .map_err(internal)?
+                    }
+                };
+                parts.push((segment, frames));
             }
-            tokio::task::spawn_blocking(move || {
-                let frames = segment.frames(&table);
-                (size, segment, frames)
-            })
-            .await
-            .map_err(internal)
+            Ok::<_, QueryError>((size, parts))
         })
         .buffered(READ_AHEAD)
         // Segments ready together are aggregated in one trip to the pool.
@@ -227,9 +231,11 @@ async fn aggregate(
         let ready = ready.into_iter().collect::<Result<Vec<_>, _>>()?;
         let sides = sides.clone();
         agg = tokio::task::spawn_blocking(move || {
-            for (size, segment, frames) in ready {
-                for (side, sel) in sides.iter().enumerate() {
-                    agg.add_segment(&segment.data, &frames, sel, side)?;
+            for (size, parts) in ready {
+                for (segment, frames) in parts {
+                    for (side, sel) in sides.iter().enumerate() {
+                        agg.add_segment(&segment.data, &frames, sel, side)?;
+                    }
                 }
                 agg.segments_read += 1;
                 agg.bytes_read += size;
@@ -298,6 +304,77 @@ async fn segments_of(state: &Engine, sel: &Selection) -> Result<Vec<SegmentRef>,
 
 pub async fn read(state: &Engine, sha256: &str) -> Result<Arc<Segment>, QueryError> {
     read_cached(state, sha256.to_owned(), state.profiles.read(sha256)).await
+}
+
+/// What a query reads of a segment it lists: its one part, or (a segment
+/// listed whole, as trace lookups list them) each of its parts apart,
+/// never merged: merging a 200-service export's parts costs more than
+/// decoding them. Each part goes through the cache under the key a
+/// one-service query of it uses.
+pub async fn read_segment(
+    state: &Engine,
+    segment: &SegmentRef,
+) -> Result<Vec<Arc<Segment>>, QueryError> {
+    if segment.part().is_some() {
+        return Ok(vec![read_part(state, segment).await?]);
+    }
+    let sha256 = &segment.sha256;
+    let bytes = state
+        .profiles
+        .store
+        .blob_bytes(sha256)
+        .await
+        .map_err(internal)?;
+    let ranges = symtrace_profiles::segment::part_ranges(&bytes).map_err(internal)?;
+    if ranges.len() == 1 && ranges[0].start == 0 {
+        // A one-part (version 1) segment: cached whole.
+        let key = sha256.clone();
+        if let Some(hit) = state.segments.get(&key) {
+            return Ok(vec![hit]);
+        }
+        let data = tokio::task::spawn_blocking(move || symtrace_profiles::segment::decode(&bytes))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        let data = Arc::new(Segment::new(data));
+        state.segments.insert(&key, data.clone());
+        return Ok(vec![data]);
+    }
+    let mut parts = Vec::with_capacity(ranges.len());
+    let mut missing = Vec::new();
+    for (i, range) in ranges.iter().enumerate() {
+        match state.segments.get(&format!("{sha256}@{}", range.start)) {
+            Some(hit) => parts.push(Some(hit)),
+            None => {
+                parts.push(None);
+                missing.push((i, range.clone()));
+            }
+        }
+    }
+    metrics::counter!("symtrace_segment_cache_total", "result" => "hit")
+        .increment((ranges.len() - missing.len()) as u64);
+    metrics::counter!("symtrace_segment_cache_total", "result" => "miss")
+        .increment(missing.len() as u64);
+    let decoded = tokio::task::spawn_blocking(move || {
+        missing
+            .into_iter()
+            .map(|(i, r)| {
+                symtrace_profiles::segment::decode_part(&bytes[r.start as usize..r.end as usize])
+                    .map(|data| (i, r.start, data))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(internal)?
+    .map_err(internal)?;
+    for (i, offset, data) in decoded {
+        let data = Arc::new(Segment::new(data));
+        state
+            .segments
+            .insert(&format!("{sha256}@{offset}"), data.clone());
+        parts[i] = Some(data);
+    }
+    Ok(parts.into_iter().flatten().collect())
 }
 
 /// A segment's part (one service's), or the whole segment, through the

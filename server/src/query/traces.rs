@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use symtrace_profiles::trace::TraceSpans;
 
-use super::{internal, read, Engine, QueryError};
+use super::{internal, read_segment, Engine, QueryError};
 
 pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<Value, QueryError> {
     let segments = state
@@ -19,8 +19,9 @@ pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<V
     }
     let mut spans = TraceSpans::default();
     for segment in &segments {
-        let segment = read(state, &segment.sha256).await?;
-        spans.add_segment(&segment.data, &trace_id);
+        for part in read_segment(state, segment).await? {
+            spans.add_segment(&part.data, &trace_id);
+        }
     }
     let trace_hex = hex::encode(trace_id);
     let total_cpu = spans.total_cpu_ns();

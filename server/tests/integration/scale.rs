@@ -306,12 +306,12 @@ fn flamegraph_read(server: &Server, tenant: &str, query: &str) -> (u64, u64, u64
 
 #[test]
 fn a_one_service_query_reads_only_that_services_parts_before_and_after_compaction() {
-    // And by default, ingested segments are one part, read whole; compacted
-    // ones are by series.
-    default_layout_reads_whole_exports_and_compacted_parts();
+    // With `--ingest-layout whole`, ingested segments are one part, read
+    // whole; compacted ones are by series still.
+    whole_layout_reads_whole_exports_and_compacted_parts();
     for backend in Backend::all() {
-        // Ingested segments by series too (compacted ones always are).
-        let ingest = Server::start(&backend, &["--ingest-parts"]);
+        // By default ingested segments are by series, as compacted ones are.
+        let ingest = Server::start(&backend, &[]);
         let tenant = &unique("fleet");
         // Five exports of a 200-service fleet, five minutes ago (closed
         // one-minute windows for the compactor below).
@@ -377,10 +377,10 @@ fn a_one_service_query_reads_only_that_services_parts_before_and_after_compactio
     }
 }
 
-fn default_layout_reads_whole_exports_and_compacted_parts() {
+fn whole_layout_reads_whole_exports_and_compacted_parts() {
     let backend = Backend::local();
-    let ingest = Server::start(&backend, &[]);
-    let tenant = &unique("fleet-default");
+    let ingest = Server::start(&backend, &["--ingest-layout", "whole"]);
+    let tenant = &unique("fleet-whole");
     let base = (now_ns() - 300_000_000_000) / 60_000_000_000 * 60_000_000_000 + 1_000;
     for e in 0..3u64 {
         export(&ingest, tenant, &fleet_export(50, 20, base + e * 1_000_000));
