@@ -188,18 +188,7 @@ fn facts(d: &SegmentData) -> Vec<Fact> {
                     )
                 })
                 .collect();
-            let mut events: Vec<(u64, i64)> = if s.values.is_empty() {
-                s.timestamps.iter().map(|&t| (t, 1)).collect()
-            } else if s.timestamps.is_empty() {
-                s.values.iter().map(|&v| (0, v)).collect()
-            } else {
-                s.timestamps
-                    .iter()
-                    .copied()
-                    .zip(s.values.iter().copied())
-                    .collect()
-            };
-            events.sort_unstable();
+            let events = crate::segment::tests::sorted_events(s);
             (
                 series_fact,
                 frames,

@@ -314,62 +314,9 @@ fn a_broken_dictionary_refuses_the_request() {
     );
 }
 
-/// v1.9's Sample: values 2, attribute_indices 3, link_index 4.
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Sample {
-    #[prost(int32, tag = "1")]
-    stack_index: i32,
-    #[prost(int64, repeated, tag = "2")]
-    values: Vec<i64>,
-    #[prost(int32, repeated, tag = "3")]
-    attribute_indices: Vec<i32>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Profile {
-    #[prost(message, optional, tag = "1")]
-    sample_type: Option<ValueType>,
-    #[prost(message, repeated, tag = "2")]
-    samples: Vec<V19Sample>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Scope {
-    #[prost(message, repeated, tag = "2")]
-    profiles: Vec<V19Profile>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Resource {
-    #[prost(message, repeated, tag = "2")]
-    scope_profiles: Vec<V19Scope>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Request {
-    #[prost(message, repeated, tag = "1")]
-    resource_profiles: Vec<V19Resource>,
-    #[prost(message, optional, tag = "2")]
-    dictionary: Option<ProfilesDictionary>,
-}
-
 /// A request as an OTLP profiles v1.9 sender lays it out.
 pub(crate) fn v19_request_bytes() -> Vec<u8> {
-    V19Request {
-        resource_profiles: vec![V19Resource {
-            scope_profiles: vec![V19Scope {
-                profiles: vec![V19Profile {
-                    sample_type: Some(ValueType {
-                        type_strindex: 1,
-                        unit_strindex: 2,
-                    }),
-                    samples: vec![V19Sample {
-                        stack_index: 1,
-                        values: vec![3],
-                        attribute_indices: vec![1],
-                    }],
-                }],
-            }],
-        }],
-        dictionary: Some(dictionary()),
-    }
-    .encode_to_vec()
+    testing::v19::request(dictionary()).encode_to_vec()
 }
 
 fn malformed(r: Result<ExportProfilesServiceRequest, DecodeError>) -> String {

@@ -567,4 +567,4 @@ fn decode_body(body: &[u8]) -> R<SegmentData> {
 
 #[cfg(test)]
 #[path = "segment_tests.rs"]
-mod tests;
+pub(crate) mod tests;

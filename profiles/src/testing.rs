@@ -156,3 +156,94 @@ pub fn native_dictionary() -> ProfilesDictionary {
         ..Default::default()
     }
 }
+
+/// OTLP profiles v1.9's layout of the messages v1.10 renumbered: what an
+/// old sender's bytes look like to a v1.10 receiver (its samples' values
+/// land where v1.10 has none).
+pub mod v19 {
+    use symtrace_proto::profiles::{ProfilesDictionary, ValueType};
+
+    /// v1.9's Sample: values 2, attribute_indices 3, link_index 4,
+    /// timestamps 5.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// Tag 1.
+        #[prost(int32, tag = "1")]
+        pub stack_index: i32,
+        /// Tag 2.
+        #[prost(int64, repeated, tag = "2")]
+        pub values: Vec<i64>,
+        /// Tag 3.
+        #[prost(int32, repeated, tag = "3")]
+        pub attribute_indices: Vec<i32>,
+        /// Tag 4.
+        #[prost(int32, tag = "4")]
+        pub link_index: i32,
+        /// Tag 5.
+        #[prost(fixed64, repeated, tag = "5")]
+        pub timestamps_unix_nano: Vec<u64>,
+    }
+
+    /// v1.9's Profile (the fields used here).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        /// Tag 1.
+        #[prost(message, optional, tag = "1")]
+        pub sample_type: Option<ValueType>,
+        /// Tag 2.
+        #[prost(message, repeated, tag = "2")]
+        pub samples: Vec<Sample>,
+    }
+
+    /// ScopeProfiles.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Scope {
+        /// Tag 2.
+        #[prost(message, repeated, tag = "2")]
+        pub profiles: Vec<Profile>,
+    }
+
+    /// ResourceProfiles.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Resource {
+        /// Tag 2.
+        #[prost(message, repeated, tag = "2")]
+        pub scope_profiles: Vec<Scope>,
+    }
+
+    /// ExportProfilesServiceRequest.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Request {
+        /// Tag 1.
+        #[prost(message, repeated, tag = "1")]
+        pub resource_profiles: Vec<Resource>,
+        /// Tag 2.
+        #[prost(message, optional, tag = "2")]
+        pub dictionary: Option<ProfilesDictionary>,
+    }
+
+    /// One CPU sample of stack 1 with value 3 and attribute 1, over
+    /// `dictionary` (whose strings 1 and 2 are the sample type), as a v1.9
+    /// sender lays it out.
+    pub fn request(dictionary: ProfilesDictionary) -> Request {
+        Request {
+            resource_profiles: vec![Resource {
+                scope_profiles: vec![Scope {
+                    profiles: vec![Profile {
+                        sample_type: Some(ValueType {
+                            type_strindex: 1,
+                            unit_strindex: 2,
+                        }),
+                        samples: vec![Sample {
+                            stack_index: 1,
+                            values: vec![3],
+                            attribute_indices: vec![1],
+                            ..Default::default()
+                        }],
+                    }],
+                }],
+            }],
+            dictionary: Some(dictionary),
+        }
+    }
+}

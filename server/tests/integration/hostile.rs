@@ -40,6 +40,19 @@ fn with_service(
 /// One sample whose stack is `depth` named frames `f0` (leaf) … `f{depth-1}`
 /// (root), linked to [`TRACE`]/[`SPAN`].
 pub fn deep_request(service: &str, depth: usize, time_ns: u64) -> ExportProfilesServiceRequest {
+    linked_request(service, depth, time_ns, TRACE, SPAN, vec![5])
+}
+
+/// One sample at `time_ns + 1` of `depth` named frames, linked to
+/// `trace`/`span`, with `values` (empty: the timestamp counts 1).
+pub fn linked_request(
+    service: &str,
+    depth: usize,
+    time_ns: u64,
+    trace: [u8; 16],
+    span: [u8; 8],
+    values: Vec<i64>,
+) -> ExportProfilesServiceRequest {
     let mut dictionary = named_frames(depth);
     dictionary.link_table = vec![
         Link {
@@ -47,14 +60,14 @@ pub fn deep_request(service: &str, depth: usize, time_ns: u64) -> ExportProfiles
             span_id: vec![0; 8],
         },
         Link {
-            trace_id: TRACE.to_vec(),
-            span_id: SPAN.to_vec(),
+            trace_id: trace.to_vec(),
+            span_id: span.to_vec(),
         },
     ];
     let sample = Sample {
         stack_index: 1,
         link_index: 1,
-        values: vec![5],
+        values,
         timestamps_unix_nano: vec![time_ns + 1],
         ..Default::default()
     };

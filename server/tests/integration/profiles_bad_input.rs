@@ -19,6 +19,7 @@ use symtrace_proto::profiles::{
 
 use super::profiles::dump;
 use crate::support::*;
+use symtrace_profiles::testing::v19::Request as V19Request;
 
 /// One native frame in one mapping (stack 1), one attribute and one link
 /// (index 1).
@@ -181,65 +182,8 @@ fn bad_profiles_are_rejected_and_good_ones_kept() {
     assert!(response.partial_success.is_none());
 }
 
-/// v1.9's Sample: values 2, attribute_indices 3, link_index 4.
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Sample {
-    #[prost(int32, tag = "1")]
-    stack_index: i32,
-    #[prost(int64, repeated, tag = "2")]
-    values: Vec<i64>,
-    #[prost(int32, repeated, tag = "3")]
-    attribute_indices: Vec<i32>,
-    #[prost(int32, tag = "4")]
-    link_index: i32,
-    #[prost(fixed64, repeated, tag = "5")]
-    timestamps_unix_nano: Vec<u64>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Profile {
-    #[prost(message, optional, tag = "1")]
-    sample_type: Option<ValueType>,
-    #[prost(message, repeated, tag = "2")]
-    samples: Vec<V19Sample>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Scope {
-    #[prost(message, repeated, tag = "2")]
-    profiles: Vec<V19Profile>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Resource {
-    #[prost(message, repeated, tag = "2")]
-    scope_profiles: Vec<V19Scope>,
-}
-#[derive(Clone, PartialEq, prost::Message)]
-struct V19Request {
-    #[prost(message, repeated, tag = "1")]
-    resource_profiles: Vec<V19Resource>,
-    #[prost(message, optional, tag = "2")]
-    dictionary: Option<ProfilesDictionary>,
-}
-
 fn v19_request() -> V19Request {
-    V19Request {
-        resource_profiles: vec![V19Resource {
-            scope_profiles: vec![V19Scope {
-                profiles: vec![V19Profile {
-                    sample_type: Some(ValueType {
-                        type_strindex: 1,
-                        unit_strindex: 2,
-                    }),
-                    samples: vec![V19Sample {
-                        stack_index: 1,
-                        values: vec![3],
-                        attribute_indices: vec![1],
-                        ..Default::default()
-                    }],
-                }],
-            }],
-        }],
-        dictionary: Some(dictionary()),
-    }
+    symtrace_profiles::testing::v19::request(dictionary())
 }
 
 #[test]

@@ -10,35 +10,14 @@ use symtrace_profiles::testing::{self, cpu_profile, named_frames};
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::profiles::{Link, Sample};
 
-use super::hostile::now_ns;
+use super::hostile::{linked_request, now_ns};
 use super::profiles::dump;
 use super::profiles_bad_input::export_http as export;
 use crate::support::*;
 
 /// One sample at `time_ns` linked to `trace`.
 fn linked(service: &str, trace: [u8; 16], time_ns: u64) -> ExportProfilesServiceRequest {
-    let mut dictionary = named_frames(3);
-    dictionary.link_table = vec![
-        Link {
-            trace_id: vec![0; 16],
-            span_id: vec![0; 8],
-        },
-        Link {
-            trace_id: trace.to_vec(),
-            span_id: vec![1; 8],
-        },
-    ];
-    let sample = Sample {
-        stack_index: 1,
-        link_index: 1,
-        timestamps_unix_nano: vec![time_ns + 1],
-        ..Default::default()
-    };
-    testing::request(
-        Some(service),
-        vec![cpu_profile(time_ns, vec![sample])],
-        dictionary,
-    )
+    linked_request(service, 3, time_ns, trace, [1; 8], Vec::new())
 }
 
 /// The object store requests of one kind a server made so far.
@@ -356,24 +335,7 @@ fn a_one_service_query_reads_only_that_services_parts_before_and_after_compactio
             }
         };
         check(&ingest, 5, "as ingested");
-        let compactor = Server::start_on(
-            &ingest,
-            &[
-                ("SYMTRACE_COMPACTION_INTERVAL", "1"),
-                ("SYMTRACE_COMPACTION_WINDOW", "60"),
-                ("SYMTRACE_COMPACTION_DELAY", "0"),
-            ],
-        );
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let d = dump(&compactor, tenant);
-            let segments = d["segments"].as_array().unwrap();
-            if segments.len() == 1 && segments[0]["level"] == 1 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "not compacted: {d}");
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        let compactor = compacted(&ingest, tenant);
         check(&compactor, 1, "compacted");
     }
 }
@@ -391,8 +353,18 @@ fn whole_layout_reads_whole_exports_and_compacted_parts() {
     let (all, _, _) = flamegraph_read(&ingest, tenant, &range);
     let (bytes, read, samples) = flamegraph_read(&ingest, tenant, &one);
     assert_eq!((bytes, read, samples), (all, 3, 3 * 20), "whole exports");
+    let compactor = compacted(&ingest, tenant);
+    let (all, _, _) = flamegraph_read(&compactor, tenant, &range);
+    let (bytes, read, samples) = flamegraph_read(&compactor, tenant, &one);
+    assert_eq!((read, samples), (1, 3 * 20));
+    assert!(bytes * 25 <= all, "compacted: {bytes} of {all} bytes");
+}
+
+/// A server on `ingest`'s storage that compacts one-minute windows at
+/// once, after it has merged `tenant`'s segments into one.
+fn compacted(ingest: &Server, tenant: &str) -> Server {
     let compactor = Server::start_on(
-        &ingest,
+        ingest,
         &[
             ("SYMTRACE_COMPACTION_INTERVAL", "1"),
             ("SYMTRACE_COMPACTION_WINDOW", "60"),
@@ -400,12 +372,13 @@ fn whole_layout_reads_whole_exports_and_compacted_parts() {
         ],
     );
     let deadline = Instant::now() + Duration::from_secs(60);
-    while dump(&compactor, tenant)["segments"][0]["level"] != 1 {
-        assert!(Instant::now() < deadline, "not compacted");
+    loop {
+        let d = dump(&compactor, tenant);
+        let segments = d["segments"].as_array().unwrap();
+        if segments.len() == 1 && segments[0]["level"] == 1 {
+            return compactor;
+        }
+        assert!(Instant::now() < deadline, "not compacted: {d}");
         std::thread::sleep(Duration::from_millis(300));
     }
-    let (all, _, _) = flamegraph_read(&compactor, tenant, &range);
-    let (bytes, read, samples) = flamegraph_read(&compactor, tenant, &one);
-    assert_eq!((read, samples), (1, 3 * 20));
-    assert!(bytes * 25 <= all, "compacted: {bytes} of {all} bytes");
 }
