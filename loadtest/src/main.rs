@@ -144,6 +144,17 @@ struct Exports {
 
 impl Exports {
     fn exporter(&self, common: &Common, run: u64) -> anyhow::Result<Arc<Exporter>> {
+        let shape = self.size.shape(self.periodic, self.services);
+        let slots = shape.processes * self.payloads.max(1);
+        anyhow::ensure!(
+            shape.services <= slots,
+            "--services {} needs more payloads: {} payloads of {} processes hold {slots} \
+             services (use --payloads {})",
+            shape.services,
+            self.payloads.max(1),
+            shape.processes,
+            shape.services.div_ceil(shape.processes)
+        );
         let payloads = otlp::payloads(
             self.size.shape(self.periodic, self.services),
             self.payloads.max(1),

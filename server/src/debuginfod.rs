@@ -176,7 +176,12 @@ async fn source(
                 .fetch(&build_id, Wanted::Source(path.clone()), from)
                 .await?
             {
-                found = meta.source(build_id.as_str(), &path).await?;
+                // Another tenant's upload may have landed meanwhile (the
+                // fetch then finds it stored): it is not this reader's.
+                found = meta
+                    .source(build_id.as_str(), &path)
+                    .await?
+                    .filter(|s| tenants.sees(&s.owner));
             }
         }
     }

@@ -50,15 +50,35 @@ impl Segment {
     }
 }
 
-pub struct SegmentCache(WeightedLru<Arc<Segment>>);
+/// The byte ranges of a segment's parts.
+pub type PartRanges = Arc<Vec<std::ops::Range<u64>>>;
+
+pub struct SegmentCache(WeightedLru<Arc<Segment>>, WeightedLru<PartRanges>);
 
 impl SegmentCache {
     pub fn new(budget: u64) -> Self {
-        Self(WeightedLru::new(budget))
+        // Part directories: 16 bytes a part, a 64th of the budget (at
+        // least 1 MiB).
+        Self(
+            WeightedLru::new(budget),
+            WeightedLru::new((budget / 64).max(1 << 20)),
+        )
     }
 
     pub fn get(&self, sha256: &str) -> Option<Arc<Segment>> {
         self.0.get_if(sha256, |_| true)
+    }
+
+    /// Where a (version 2) segment's parts are, once a read saw its header:
+    /// a segment listed whole is then served from its cached parts without
+    /// fetching anything.
+    pub fn parts_of(&self, sha256: &str) -> Option<PartRanges> {
+        self.1.get_if(sha256, |_| true)
+    }
+
+    pub fn set_parts_of(&self, sha256: &str, ranges: PartRanges) {
+        let weight = ranges.len() as u64 * 16 + sha256.len() as u64 + 64;
+        self.1.insert(sha256, ranges, weight);
     }
 
     pub fn insert(&self, sha256: &str, data: Arc<Segment>) {

@@ -157,6 +157,14 @@ async fn run_unbounded(
             }
         }
     }
+    // A segment one side lists whole is read whole (every part): the other
+    // side's parts of it would be read, and counted, twice.
+    let whole: BTreeSet<String> = segments
+        .iter()
+        .filter(|s| s.part().is_none())
+        .map(|s| s.sha256.clone())
+        .collect();
+    segments.retain(|s| s.part().is_none() || !whole.contains(&s.sha256));
     let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
     let limit = state.limits.max_bytes;
     if bytes > limit {
@@ -307,10 +315,11 @@ pub async fn read(state: &Engine, sha256: &str) -> Result<Arc<Segment>, QueryErr
 }
 
 /// What a query reads of a segment it lists: its one part, or (a segment
-/// listed whole, as trace lookups list them) each of its parts apart,
-/// never merged: merging a 200-service export's parts costs more than
-/// decoding them. Each part goes through the cache under the key a
-/// one-service query of it uses.
+/// listed whole, as queries without a service and trace lookups list them)
+/// each of its parts apart, never merged: merging a 200-service export's
+/// parts costs more than decoding them. Each part goes through the cache
+/// under the key a one-service query of it uses; once the segment's part
+/// directory is known, only the parts not cached are fetched (ranged).
 pub async fn read_segment(
     state: &Engine,
     segment: &SegmentRef,
@@ -319,6 +328,40 @@ pub async fn read_segment(
         return Ok(vec![read_part(state, segment).await?]);
     }
     let sha256 = &segment.sha256;
+    let count = |result: &'static str, n: usize| {
+        metrics::counter!("symtrace_segment_cache_total", "result" => result).increment(n as u64);
+    };
+    // A one-part (version 1) segment is cached whole.
+    if let Some(hit) = state.segments.get(sha256) {
+        count("hit", 1);
+        return Ok(vec![hit]);
+    }
+    if let Some(ranges) = state.segments.parts_of(sha256) {
+        let cached: Vec<Option<Arc<Segment>>> = ranges
+            .iter()
+            .map(|r| state.segments.get(&format!("{sha256}@{}", r.start)))
+            .collect();
+        let missing = cached.iter().filter(|c| c.is_none()).count();
+        if missing < ranges.len() {
+            // Some are cached: fetch the others alone.
+            count("hit", ranges.len() - missing);
+            let mut parts = Vec::with_capacity(ranges.len());
+            for (part, range) in cached.into_iter().zip(ranges.iter()) {
+                parts.push(match part {
+                    Some(part) => part,
+                    None => {
+                        read_cached(
+                            state,
+                            format!("{sha256}@{}", range.start),
+                            state.profiles.read_part(sha256, range.clone()),
+                        )
+                        .await?
+                    }
+                });
+            }
+            return Ok(parts);
+        }
+    }
     let bytes = state
         .profiles
         .store
@@ -327,19 +370,18 @@ pub async fn read_segment(
         .map_err(internal)?;
     let ranges = symtrace_profiles::segment::part_ranges(&bytes).map_err(internal)?;
     if ranges.len() == 1 && ranges[0].start == 0 {
-        // A one-part (version 1) segment: cached whole.
-        let key = sha256.clone();
-        if let Some(hit) = state.segments.get(&key) {
-            return Ok(vec![hit]);
-        }
+        count("miss", 1);
         let data = tokio::task::spawn_blocking(move || symtrace_profiles::segment::decode(&bytes))
             .await
             .map_err(internal)?
             .map_err(internal)?;
         let data = Arc::new(Segment::new(data));
-        state.segments.insert(&key, data.clone());
+        state.segments.insert(sha256, data.clone());
         return Ok(vec![data]);
     }
+    state
+        .segments
+        .set_parts_of(sha256, Arc::new(ranges.clone()));
     let mut parts = Vec::with_capacity(ranges.len());
     let mut missing = Vec::new();
     for (i, range) in ranges.iter().enumerate() {
@@ -351,16 +393,14 @@ pub async fn read_segment(
             }
         }
     }
-    metrics::counter!("symtrace_segment_cache_total", "result" => "hit")
-        .increment((ranges.len() - missing.len()) as u64);
-    metrics::counter!("symtrace_segment_cache_total", "result" => "miss")
-        .increment(missing.len() as u64);
+    count("hit", ranges.len() - missing.len());
+    count("miss", missing.len());
     let decoded = tokio::task::spawn_blocking(move || {
         missing
             .into_iter()
             .map(|(i, r)| {
                 symtrace_profiles::segment::decode_part(&bytes[r.start as usize..r.end as usize])
-                    .map(|data| (i, r.start, data))
+                    .map(|data| (i, r.start, Arc::new(Segment::new(data))))
             })
             .collect::<Result<Vec<_>, _>>()
     })
@@ -368,7 +408,6 @@ pub async fn read_segment(
     .map_err(internal)?
     .map_err(internal)?;
     for (i, offset, data) in decoded {
-        let data = Arc::new(Segment::new(data));
         state
             .segments
             .insert(&format!("{sha256}@{offset}"), data.clone());

@@ -332,7 +332,31 @@ fn a_one_service_query_reads_only_that_services_parts_before_and_after_compactio
             if backend.name == "postgres+s3" {
                 // One ranged GET per segment (nothing was cached yet).
                 assert_eq!(service_gets, segments, "{when}");
+                // The whole-fleet query again: every part is cached and
+                // the segments' part directories known, nothing is fetched.
+                let gets = object_requests(server, "get");
+                assert_eq!(flamegraph_read(server, tenant, &range).2, 5 * 200 * 20);
+                assert_eq!(object_requests(server, "get") - gets, 0, "{when}");
             }
+            // A diff of one service against the fleet counts each sample
+            // once on each side (one side lists the service's parts, the
+            // other the same segments whole).
+            let diff: Value = client()
+                .get(format!(
+                    "{}/api/v1/diff?baseline_service=svc-17&{range}",
+                    server.url
+                ))
+                .header("X-Scope-OrgID", tenant)
+                .send()
+                .unwrap()
+                .json()
+                .unwrap();
+            assert_eq!(
+                (&diff["baseline"]["samples"], &diff["comparison"]["samples"]),
+                (&Value::from(5 * 20), &Value::from(5 * 200 * 20)),
+                "[{}] {when}",
+                backend.name
+            );
         };
         check(&ingest, 5, "as ingested");
         let compactor = compacted(&ingest, tenant);
