@@ -303,9 +303,9 @@ pub struct Config {
     /// How ingested segments are laid out: `series` (one part per service
     /// and profile type, as compacted segments always are: a one-service
     /// query of recent data reads only its service's parts) or `whole`
-    /// (one part: ~14% more events per core, about half the bytes per
-    /// uncompacted event, but every query of recent data reads whole
-    /// exports; measured in docs/BENCHMARKS.md).
+    /// (one part: measured 15–25% more events per core and about half the
+    /// bytes per uncompacted event, but every query of recent data reads
+    /// whole exports; docs/BENCHMARKS.md).
     #[arg(
         long,
         env = "SYMTRACE_INGEST_LAYOUT",
