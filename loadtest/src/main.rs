@@ -5,6 +5,7 @@ mod debuginfod;
 mod generate;
 mod mixed;
 mod otlp;
+mod pipeline;
 mod query;
 mod report;
 mod target;
@@ -293,6 +294,22 @@ enum Cmd {
     /// first request (cold after a restart), then N more; prints latency
     /// percentiles, exits non-zero on errors.
     Query(query::QueryArgs),
+    /// The ingest pipeline in this process, stage by stage (gunzip + decode,
+    /// normalize, encode) on the calling thread (pin it with taskset).
+    Pipeline {
+        #[arg(long, value_enum, default_value = "medium")]
+        size: Size,
+        #[arg(long, default_value_t = 8)]
+        payloads: usize,
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: Duration,
+        /// How requests become parts.
+        #[arg(long, value_enum, default_value = "series")]
+        layout: pipeline::Layout,
+        /// zstd level of the encoded parts (the server's ingest level: 1).
+        #[arg(long, default_value_t = 1)]
+        zstd_level: i32,
+    },
     /// The physical limit on this core: gunzip + prost decoding of the same
     /// payloads, in a loop on the calling thread (pin it with taskset).
     DecodeBaseline {
@@ -537,6 +554,17 @@ fn main() -> anyhow::Result<()> {
             true
         }
         Cmd::Query(args) => rt()?.block_on(query::query(args))?,
+        Cmd::Pipeline {
+            size,
+            payloads: count,
+            duration,
+            layout,
+            zstd_level,
+        } => {
+            let payloads = otlp::payloads(size.shape(false, None), count.max(1), 0, false);
+            pipeline::run(&payloads, duration, layout, zstd_level);
+            true
+        }
         Cmd::DecodeBaseline {
             size,
             payloads: count,
