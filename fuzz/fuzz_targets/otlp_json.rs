@@ -19,6 +19,8 @@ fuzz_target!(|data: &[u8]| {
         max_stack_depth: 64,
         ..Limits::default()
     };
+    // By series (as ingest stores it), the parts are the split whole.
+    symtrace_profiles::testing::assert_by_series_is_the_split_whole(request.clone(), 1, &limits);
     if let Ok(out) = normalize(request, 1, &limits) {
         let once = segment::decode(&segment::encode(&out.data, 1)).expect("decodes");
         let events = |d: &symtrace_profiles::model::SegmentData| -> (usize, i64) {

@@ -1,7 +1,7 @@
 //! Arbitrary bytes as an OTLP/HTTP or gRPC export, the way the server
 //! takes them: the element bound on the wire, the decoder, normalization;
 //! what normalization accepts must encode into a segment that decodes to
-//! the same data.
+//! the same data, and by series the parts splitting it whole gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -24,6 +24,8 @@ fuzz_target!(|data: &[u8]| {
         max_stack_depth: 64,
         ..Limits::default()
     };
+    // By series (as ingest stores it), the parts are the split whole.
+    symtrace_profiles::testing::assert_by_series_is_the_split_whole(request.clone(), 1, &limits);
     if let Ok(out) = normalize(request, 1, &limits) {
         round_trip(&out.data);
     }

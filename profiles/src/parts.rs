@@ -10,6 +10,8 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::memo::Memo;
+
 use crate::model::{Frame, Line, Mapping, Sample, SegmentBuilder, SegmentData, Series};
 
 /// What a part holds: one service's samples of one profile type.
@@ -53,67 +55,49 @@ pub fn split(mut data: SegmentData) -> Vec<(PartKey, SegmentData)> {
         .collect()
 }
 
-/// An index map per table, from the segment's numbering to the part's
-/// (`u32::MAX`: not in this part yet), reset between parts by the
-/// entries it touched.
-struct Map {
-    to: Vec<u32>,
-    touched: Vec<u32>,
-}
-
-impl Map {
-    /// `zero`: index 0 is the table's zero value (every table but
-    /// frames), already in every part.
-    fn new(len: usize, zero: bool) -> Self {
-        let mut to = vec![u32::MAX; len];
-        if let Some(first) = to.first_mut().filter(|_| zero) {
-            *first = 0;
-        }
-        Self {
-            to,
-            touched: Vec::new(),
-        }
-    }
-
-    /// The part's number of entry `i`, or `None` the first time (the
-    /// caller then pushes the entry, numbered `next`).
-    fn get_or_assign(&mut self, i: u32, next: usize) -> Option<u32> {
-        let slot = &mut self.to[i as usize];
-        if *slot != u32::MAX {
-            return Some(*slot);
-        }
-        *slot = next as u32;
-        self.touched.push(i);
-        None
-    }
-
-    fn reset(&mut self) {
-        for i in self.touched.drain(..) {
-            self.to[i as usize] = u32::MAX;
-        }
-    }
-}
-
+/// An index map per table, from the segment's numbering to the part's,
+/// reset between parts.
 struct Copier<'a> {
     data: &'a SegmentData,
-    strings: Map,
-    mappings: Map,
-    frames: Map,
-    stacks: Map,
-    label_sets: Map,
-    links: Map,
+    strings: Memo<u32>,
+    mappings: Memo<u32>,
+    frames: Memo<u32>,
+    stacks: Memo<u32>,
+    label_sets: Memo<u32>,
+    links: Memo<u32>,
 }
 
 impl<'a> Copier<'a> {
     fn new(data: &'a SegmentData) -> Self {
-        Self {
+        let mut copier = Self {
             data,
-            strings: Map::new(data.strings.len(), true),
-            mappings: Map::new(data.mappings.len(), true),
-            frames: Map::new(data.frames.len(), false),
-            stacks: Map::new(data.stacks.len(), true),
-            label_sets: Map::new(data.label_sets.len(), true),
-            links: Map::new(data.links.len(), true),
+            strings: Memo::new(data.strings.len()),
+            mappings: Memo::new(data.mappings.len()),
+            frames: Memo::new(data.frames.len()),
+            stacks: Memo::new(data.stacks.len()),
+            label_sets: Memo::new(data.label_sets.len()),
+            links: Memo::new(data.links.len()),
+        };
+        copier.reset();
+        copier
+    }
+
+    /// Forgets the last part's numbering; index 0 of every table but
+    /// frames is the zero value, already in every part.
+    fn reset(&mut self) {
+        self.frames.reset();
+        let d = self.data;
+        for (memo, len) in [
+            (&mut self.strings, d.strings.len()),
+            (&mut self.mappings, d.mappings.len()),
+            (&mut self.stacks, d.stacks.len()),
+            (&mut self.label_sets, d.label_sets.len()),
+            (&mut self.links, d.links.len()),
+        ] {
+            memo.reset();
+            if len > 0 {
+                memo.set(0, 0);
+            }
         }
     }
 
@@ -161,16 +145,7 @@ impl<'a> Copier<'a> {
         let built = b.finish();
         out.series = built.series;
         out.samples = built.samples;
-        for map in [
-            &mut self.strings,
-            &mut self.mappings,
-            &mut self.frames,
-            &mut self.stacks,
-            &mut self.label_sets,
-            &mut self.links,
-        ] {
-            map.reset();
-        }
+        self.reset();
         out
     }
 
@@ -220,7 +195,7 @@ impl<'a> Copier<'a> {
             address: f.address,
             lines,
         };
-        let n = self.frames.to[i as usize];
+        let n = self.frames.get(i as usize).expect("assigned");
         out.frames[n as usize] = mapped;
         n
     }
@@ -234,7 +209,7 @@ impl<'a> Copier<'a> {
             .iter()
             .map(|&f| self.frame(out, f))
             .collect();
-        let n = self.stacks.to[i as usize];
+        let n = self.stacks.get(i as usize).expect("assigned");
         out.stacks[n as usize] = frames;
         n
     }
@@ -250,7 +225,7 @@ impl<'a> Copier<'a> {
             .collect();
         // Sorted by key, as the builder keeps them, in the part's numbering.
         set.sort_unstable();
-        let n = self.label_sets.to[i as usize];
+        let n = self.label_sets.get(i as usize).expect("assigned");
         out.label_sets[n as usize] = set;
         n
     }

@@ -21,7 +21,7 @@ use crate::render;
 use crate::resolved::Resolved;
 use crate::segment;
 use crate::selection::Selection;
-use crate::testing;
+use crate::testing::{self, facts};
 use crate::tree::{Expanded, Tree};
 
 const T0: u64 = 1_700_000_000_000_000_000;
@@ -131,75 +131,6 @@ fn build(frames: &[FrameSpec], stacks: &[Vec<u8>], samples: &[SampleSpec]) -> Se
         });
     }
     b.finish()
-}
-
-/// A sample's facts with every index resolved: its series, its stack's
-/// frames (with their mappings and lines), its labels, its link and its
-/// events as sorted (time, value) pairs.
-type Fact = (
-    String,
-    Vec<String>,
-    Vec<(String, String)>,
-    Vec<u8>,
-    Vec<(u64, i64)>,
-);
-
-fn facts(d: &SegmentData) -> Vec<Fact> {
-    let mut out: Vec<Fact> = d
-        .samples
-        .iter()
-        .map(|s| {
-            let series = &d.series[s.series as usize];
-            let labels = |set: u32| -> Vec<(String, String)> {
-                d.label_sets[set as usize]
-                    .iter()
-                    .map(|&(k, v)| (d.str(k).to_owned(), d.str(v).to_owned()))
-                    .collect()
-            };
-            let series_fact = format!(
-                "{} {} {} {}..{} {:?}",
-                d.str(series.service),
-                d.profile_type(series),
-                series.period,
-                series.start_ns,
-                series.end_ns,
-                labels(series.labels)
-            );
-            let frames = d.stacks[s.stack as usize]
-                .iter()
-                .map(|&f| {
-                    let f = &d.frames[f as usize];
-                    let m = &d.mappings[f.mapping as usize];
-                    let lines: Vec<String> = f
-                        .lines
-                        .iter()
-                        .map(|l| format!("{}@{}:{}", d.str(l.function), d.str(l.file), l.line))
-                        .collect();
-                    format!(
-                        "{} {} {:?} {} {:#x}-{:#x}+{} {:#x} {lines:?}",
-                        d.str(f.frame_type),
-                        d.str(m.build_id),
-                        m.build_id_kind,
-                        d.str(m.file),
-                        m.memory_start,
-                        m.memory_limit,
-                        m.file_offset,
-                        f.address
-                    )
-                })
-                .collect();
-            let events = crate::segment::tests::sorted_events(s);
-            (
-                series_fact,
-                frames,
-                labels(s.labels),
-                d.links[s.link as usize].to_vec(),
-                events,
-            )
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 fn frame_spec() -> impl Strategy<Value = FrameSpec> {
@@ -362,7 +293,9 @@ fn export(stacks: &[Vec<u8>], events: &[Event]) -> SegmentData {
         vec![testing::cpu_profile(T0, samples)],
         dictionary(stacks),
     );
-    let out = normalize(request, T0 + 10_000_000_000, &Limits::default()).expect("usable");
+    let now = T0 + 10_000_000_000;
+    testing::assert_by_series_is_the_split_whole(request.clone(), now, &Limits::default());
+    let out = normalize(request, now, &Limits::default()).expect("usable");
     assert_eq!(out.rejected, 0, "{:?}", out.errors);
     // Through the segment format, as a query reads it.
     segment::decode(&segment::encode(&out.data, 1)).expect("decodes")

@@ -42,8 +42,11 @@ fn request(profiles: Vec<Profile>) -> ExportProfilesServiceRequest {
     testing::request(Some("svc"), profiles, dictionary())
 }
 
+/// Normalizes `request`, checking that by series it gives the split whole.
 fn run(request: ExportProfilesServiceRequest) -> Normalized {
-    normalize(request, T0 + 10_000_000_000, &Limits::default()).expect("a usable request")
+    let now = T0 + 10_000_000_000;
+    testing::assert_by_series_is_the_split_whole(request.clone(), now, &Limits::default());
+    normalize(request, now, &Limits::default()).expect("a usable request")
 }
 
 /// `bad` next to a good profile: the good one is kept (2 events), the bad

@@ -51,32 +51,56 @@ pub fn encode(data: &SegmentData, level: i32) -> Vec<u8> {
 /// Encodes with a zstd context (reused across a segment's parts: setting
 /// one up costs more than compressing a small part).
 fn encode_with(data: &SegmentData, zstd: &mut zstd::bulk::Compressor<'_>) -> Vec<u8> {
-    let body = encode_body(data);
-    let mut out = Vec::with_capacity(body.len() / 4 + 16);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    let compressed = zstd.compress(&body).expect("zstd compression of a buffer");
-    out.extend_from_slice(&compressed);
+    let mut out = Vec::new();
+    Encoder::default().append(data, zstd, &mut out);
     out
+}
+
+/// Buffers reused across a segment's parts.
+#[derive(Default)]
+struct Encoder {
+    body: Vec<u8>,
+    compressed: Vec<u8>,
+}
+
+impl Encoder {
+    /// Appends a version-1 segment of `data` to `out`.
+    fn append(
+        &mut self,
+        data: &SegmentData,
+        zstd: &mut zstd::bulk::Compressor<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        self.body.clear();
+        encode_body(data, &mut self.body);
+        self.compressed.clear();
+        self.compressed
+            .reserve(zstd::zstd_safe::compress_bound(self.body.len()));
+        zstd.compress_to_buffer(&self.body, &mut self.compressed)
+            .expect("zstd compression into a buffer of its bound");
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(self.body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.compressed);
+    }
 }
 
 /// Encodes parts (each a segment of its own) into one version-2 segment;
 /// returns it and each part's byte range in it.
 pub fn encode_parts(parts: &[SegmentData], level: i32) -> (Vec<u8>, Vec<std::ops::Range<u64>>) {
     let mut zstd = zstd::bulk::Compressor::new(level).expect("a zstd context");
-    let encoded: Vec<Vec<u8>> = parts.iter().map(|p| encode_with(p, &mut zstd)).collect();
-    let header = 12 + 8 * encoded.len();
-    let mut out = Vec::with_capacity(header + encoded.iter().map(Vec::len).sum::<usize>());
+    let mut encoder = Encoder::default();
+    let header = 12 + 8 * parts.len();
+    let mut out = Vec::with_capacity(header);
     out.extend_from_slice(MAGIC_PARTS);
-    out.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
-    for e in &encoded {
-        out.extend_from_slice(&(e.len() as u64).to_le_bytes());
-    }
-    let mut ranges = Vec::with_capacity(encoded.len());
-    for e in encoded {
-        let start = out.len() as u64;
-        out.extend_from_slice(&e);
-        ranges.push(start..out.len() as u64);
+    out.extend_from_slice(&(parts.len() as u32).to_le_bytes());
+    out.resize(header, 0);
+    let mut ranges = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let start = out.len();
+        encoder.append(part, &mut zstd, &mut out);
+        let len = (out.len() - start) as u64;
+        out[12 + 8 * i..20 + 8 * i].copy_from_slice(&len.to_le_bytes());
+        ranges.push(start as u64..out.len() as u64);
     }
     (out, ranges)
 }
@@ -232,8 +256,9 @@ impl<'a> Dec<'a> {
     }
 }
 
-fn encode_body(d: &SegmentData) -> Vec<u8> {
-    let mut e = Enc::default();
+/// Appends the body of `d` to `out` (the caller's buffer, reused).
+fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
+    let mut e = Enc(std::mem::take(out));
     e.u(d.strings.len() as u64);
     for s in &d.strings {
         e.u(s.len() as u64);
@@ -400,7 +425,7 @@ fn encode_body(d: &SegmentData) -> Vec<u8> {
         }
     }
     e.0.extend_from_slice(&values.0);
-    e.0
+    *out = e.0;
 }
 
 fn decode_body(body: &[u8]) -> R<SegmentData> {

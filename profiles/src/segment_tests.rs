@@ -124,7 +124,7 @@ fn facts(d: &SegmentData) -> Vec<String> {
                 .iter()
                 .map(|&(k, v)| (d.str(k), d.str(v)))
                 .collect();
-            let events = sorted_events(s);
+            let events = crate::testing::sorted_events(s);
             format!(
                 "{} {stack:?} {labels:?} {:?} {events:?}",
                 d.str(d.series[s.series as usize].service),
@@ -156,7 +156,8 @@ fn damage_is_an_error() {
     let bytes = encode(&sample_data(), 3);
     assert!(matches!(decode(b"not a segment"), Err(SegmentError::Magic)));
     assert!(decode(&bytes[..bytes.len() - 3]).is_err());
-    let mut body = encode_body(&sample_data());
+    let mut body = Vec::new();
+    encode_body(&sample_data(), &mut body);
     for cut in 0..body.len() {
         assert!(decode_body(&body[..cut]).is_err(), "cut at {cut}");
     }
@@ -190,22 +191,4 @@ fn a_body_length_claim_is_not_allocated_on_trust() {
         Err(SegmentError::Corrupt("body length")) => {}
         other => panic!("{other:?}"),
     }
-}
-
-/// A sample's events as (timestamp, value) pairs, sorted: a timestamp
-/// alone counts 1, a value alone has timestamp 0.
-pub(crate) fn sorted_events(s: &crate::model::Sample) -> Vec<(u64, i64)> {
-    let mut events: Vec<(u64, i64)> = if s.values.is_empty() {
-        s.timestamps.iter().map(|&t| (t, 1)).collect()
-    } else if s.timestamps.is_empty() {
-        s.values.iter().map(|&v| (0, v)).collect()
-    } else {
-        s.timestamps
-            .iter()
-            .copied()
-            .zip(s.values.iter().copied())
-            .collect()
-    };
-    events.sort_unstable();
-    events
 }

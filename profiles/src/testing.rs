@@ -247,3 +247,139 @@ pub mod v19 {
         }
     }
 }
+
+// ---- checks over normalized data -------------------------------------
+
+/// A sample's facts with every index resolved: its series, its stack's
+/// frames (with their mappings and lines), its labels, its link and its
+/// events as sorted (time, value) pairs.
+pub type Fact = (
+    String,
+    Vec<String>,
+    Vec<(String, String)>,
+    Vec<u8>,
+    Vec<(u64, i64)>,
+);
+
+/// A segment's samples as their facts, sorted (independent of how its
+/// tables are numbered).
+pub fn facts(d: &crate::model::SegmentData) -> Vec<Fact> {
+    let mut out: Vec<Fact> = d
+        .samples
+        .iter()
+        .map(|s| {
+            let series = &d.series[s.series as usize];
+            let labels = |set: u32| -> Vec<(String, String)> {
+                d.label_sets[set as usize]
+                    .iter()
+                    .map(|&(k, v)| (d.str(k).to_owned(), d.str(v).to_owned()))
+                    .collect()
+            };
+            let series_fact = format!(
+                "{} {} {} {}..{} {:?}",
+                d.str(series.service),
+                d.profile_type(series),
+                series.period,
+                series.start_ns,
+                series.end_ns,
+                labels(series.labels)
+            );
+            let frames = d.stacks[s.stack as usize]
+                .iter()
+                .map(|&f| {
+                    let f = &d.frames[f as usize];
+                    let m = &d.mappings[f.mapping as usize];
+                    let lines: Vec<String> = f
+                        .lines
+                        .iter()
+                        .map(|l| format!("{}@{}:{}", d.str(l.function), d.str(l.file), l.line))
+                        .collect();
+                    format!(
+                        "{} {} {:?} {} {:#x}-{:#x}+{} {:#x} {lines:?}",
+                        d.str(f.frame_type),
+                        d.str(m.build_id),
+                        m.build_id_kind,
+                        d.str(m.file),
+                        m.memory_start,
+                        m.memory_limit,
+                        m.file_offset,
+                        f.address
+                    )
+                })
+                .collect();
+            let events = sorted_events(s);
+            (
+                series_fact,
+                frames,
+                labels(s.labels),
+                d.links[s.link as usize].to_vec(),
+                events,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A sample's events as (timestamp, value) pairs, sorted: a timestamp
+/// alone counts 1, a value alone has timestamp 0.
+pub fn sorted_events(s: &crate::model::Sample) -> Vec<(u64, i64)> {
+    let mut events: Vec<(u64, i64)> = if s.values.is_empty() {
+        s.timestamps.iter().map(|&t| (t, 1)).collect()
+    } else if s.timestamps.is_empty() {
+        s.values.iter().map(|&v| (0, v)).collect()
+    } else {
+        s.timestamps
+            .iter()
+            .copied()
+            .zip(s.values.iter().copied())
+            .collect()
+    };
+    events.sort_unstable();
+    events
+}
+
+/// Normalizes `request` whole and by series, and checks that the parts
+/// are what splitting the whole gives: the same keys in the same order,
+/// each with the same facts, and the same counts and messages.
+pub fn assert_by_series_is_the_split_whole(
+    request: ExportProfilesServiceRequest,
+    now_ns: u64,
+    limits: &crate::normalize::Limits,
+) {
+    use crate::normalize::{normalize, normalize_by_series};
+    let whole = normalize(request.clone(), now_ns, limits);
+    let parts = normalize_by_series(request, now_ns, limits);
+    let (whole, parts) = match (whole, parts) {
+        (Ok(w), Ok(p)) => (w, p),
+        (Err(w), Err(p)) => return assert_eq!(w.0, p.0),
+        (w, p) => panic!(
+            "whole: {:?}, by series: {:?}",
+            w.map(|_| ()).map_err(|e| e.0),
+            p.map(|_| ()).map_err(|e| e.0)
+        ),
+    };
+    assert_eq!(
+        (
+            whole.accepted,
+            whole.rejected,
+            &whole.errors,
+            whole.truncated_stacks
+        ),
+        (
+            parts.accepted,
+            parts.rejected,
+            &parts.errors,
+            parts.truncated_stacks
+        )
+    );
+    let split = crate::parts::split(whole.data);
+    let keys = |p: &[(crate::parts::PartKey, crate::model::SegmentData)]| {
+        p.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&parts.data), keys(&split));
+    for ((key, a), (_, b)) in parts.data.iter().zip(&split) {
+        assert_eq!(facts(a), facts(b), "part {key:?}");
+        assert_eq!(a.series.len(), b.series.len(), "part {key:?}: series");
+    }
+}

@@ -4,9 +4,21 @@ use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::common::{any_value, AnyValue, ArrayValue};
 use symtrace_proto::profiles::{KeyValueAndUnit, Sample};
 
+use super::check::SHORT_LIST;
 use super::*;
 use crate::model::SegmentBuilder;
 use crate::testing::{self, cpu_profile, named_frames};
+
+/// [`super::normalize`], checking on the way that by series it gives the
+/// split whole.
+fn normalize(
+    request: ExportProfilesServiceRequest,
+    now_ns: u64,
+    limits: &Limits,
+) -> Result<Normalized, RequestError> {
+    testing::assert_by_series_is_the_split_whole(request.clone(), now_ns, limits);
+    super::normalize(request, now_ns, limits)
+}
 
 /// Named frames `f0` (leaf) … `f{depth-1}`, one stack of all of them, in a
 /// 1 µs profile at `time_ns`.
@@ -177,4 +189,49 @@ fn value_only_samples_keep_their_profile_range_through_merges() {
     let mut again = SegmentBuilder::default();
     again.merge(&merged);
     assert_eq!(again.finish(), merged);
+}
+
+#[test]
+fn by_series_each_part_holds_one_service_and_type_and_only_what_it_uses() {
+    // Three resources, two of them the same service, the dictionary's
+    // stack shared by all (and cut to the depth limit once).
+    let limits = Limits {
+        max_stack_depth: 3,
+        ..Limits::default()
+    };
+    let mut r = request(6, vec![valued(vec![3])], 1);
+    let mut resource = r.resource_profiles[0].clone();
+    let with_service = |res: &mut symtrace_proto::profiles::ResourceProfiles, name: &str| {
+        res.resource = Some(symtrace_proto::resource::Resource {
+            attributes: vec![symtrace_proto::common::KeyValue {
+                key: "service.name".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(name.into())),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    };
+    with_service(&mut r.resource_profiles[0], "b");
+    with_service(&mut resource, "a");
+    r.resource_profiles.push(resource);
+    let again = r.resource_profiles[0].clone();
+    r.resource_profiles.push(again);
+    testing::assert_by_series_is_the_split_whole(r.clone(), 0, &limits);
+    let out = normalize_by_series(r, 0, &limits).unwrap();
+    assert_eq!((out.accepted, out.truncated_stacks), (3, 1));
+    let keys: Vec<&str> = out.data.iter().map(|(k, _)| k.0.as_str()).collect();
+    assert_eq!(keys, ["a", "b"]);
+    let (_, b) = &out.data[1];
+    assert_eq!(b.points(), 2, "both of b's profiles");
+    assert_eq!(b.samples.len(), 1, "merged: the same identity");
+    assert_eq!(b.samples[0].values, [3, 3]);
+    // Only what the part uses: 3 kept frames and the marker, no mapping.
+    assert_eq!(b.frames.len(), 4);
+    assert_eq!(b.mappings.len(), 1);
+    for (key, part) in &out.data {
+        assert!(part.series.iter().all(|s| part.str(s.service) == key.0));
+        assert_eq!(part.profile_type(&part.series[0]), key.1);
+    }
 }

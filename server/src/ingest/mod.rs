@@ -13,7 +13,7 @@ use symtrace_proto::collector::{
     ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
 
-use crate::profiles::store::{ProfileStore, ProfileStoreError};
+use crate::profiles::store::{Content, ProfileStore, ProfileStoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -73,17 +73,23 @@ pub async fn export(
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     let limits = *limits;
-    let normalized =
-        tokio::task::spawn_blocking(move || normalize::normalize(request, now, &limits))
-            .await
-            .map_err(|e| IngestError::Invalid(format!("normalizing the request failed: {e}")))?
-            .map_err(|e| IngestError::Invalid(e.0))?;
+    let by_series = profiles.ingest_parts;
+    let normalized = tokio::task::spawn_blocking(move || {
+        if by_series {
+            normalize::normalize_by_series(request, now, &limits).map(|n| n.map(Content::Parts))
+        } else {
+            normalize::normalize(request, now, &limits).map(|n| n.map(Content::Whole))
+        }
+    })
+    .await
+    .map_err(|e| IngestError::Invalid(format!("normalizing the request failed: {e}")))?
+    .map_err(|e| IngestError::Invalid(e.0))?;
     metrics::counter!("symtrace_profiles_rejected_total").increment(normalized.rejected as u64);
     if normalized.truncated_stacks > 0 {
         metrics::counter!("symtrace_ingest_truncated_stacks_total")
             .increment(normalized.truncated_stacks as u64);
     }
-    if normalized.accepted > 0 && !normalized.data.samples.is_empty() {
+    if normalized.accepted > 0 && !normalized.data.is_empty() {
         let written = profiles.write(tenant, normalized.data, 0).await?;
         metrics::counter!("symtrace_profile_points_total").increment(written.points);
         metrics::counter!("symtrace_profile_segment_bytes_total").increment(written.size);

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::model::SegmentBuilder;
-use super::store::{ProfileStore, ProfileStoreError};
+use super::store::{Content, ProfileStore, ProfileStoreError};
 use crate::config::Config;
 use crate::store::model::{now_ms, SegmentRef};
 
@@ -244,7 +244,7 @@ async fn compact_job(
     let merged = tokio::task::spawn_blocking(move || builder.finish())
         .await
         .map_err(|e| ProfileStoreError::Internal(format!("merging segments: {e}")))?;
-    let row = profiles.put(tenant, merged, 1).await?;
+    let row = profiles.put(tenant, Content::Whole(merged), 1).await?;
     crate::store::crash_point("compaction-before-swap");
     if meta.swap_segments(tenant, &inputs, &[row]).await? {
         report.inputs += inputs.len();

@@ -33,7 +33,7 @@ async fn profile_store(dir: &std::path::Path) -> ProfileStore {
 }
 
 /// One export: `n` events of frame `f0`, at `time_ns` + i µs.
-fn export(time_ns: u64, n: usize) -> SegmentData {
+fn export(time_ns: u64, n: usize) -> Content {
     let samples = vec![Sample {
         stack_index: 1,
         timestamps_unix_nano: (0..n as u64).map(|i| time_ns + i * 1_000).collect(),
@@ -44,9 +44,10 @@ fn export(time_ns: u64, n: usize) -> SegmentData {
         vec![testing::cpu_profile(time_ns, samples)],
         testing::named_frames(1),
     );
-    normalize(request, time_ns + 10 * HOUR_NS as u64, &Limits::default())
+    let data: SegmentData = normalize(request, time_ns + 10 * HOUR_NS as u64, &Limits::default())
         .unwrap()
-        .data
+        .data;
+    Content::Whole(data)
 }
 
 fn settings() -> Settings {

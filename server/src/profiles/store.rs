@@ -9,9 +9,10 @@ use super::model::SegmentData;
 use super::segment;
 use crate::store::model::{now_ms, NewSegment, SeriesRow};
 use crate::store::SymbolStore;
+use symtrace_profiles::parts::PartKey;
 
 /// zstd level of segments written at ingest (fast) and by the compactor.
-pub const INGEST_LEVEL: i32 = 3;
+pub const INGEST_LEVEL: i32 = 1;
 pub const COMPACT_LEVEL: i32 = 12;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +38,24 @@ pub struct ProfileStore {
     /// Level-0 segments by series too, as compacted ones always are
     /// (the default; `--ingest-layout whole` turns it off).
     pub ingest_parts: bool,
+}
+
+/// What a segment is written from: its data whole (split by series unless
+/// it is an ingested segment under `--ingest-layout whole`), or already
+/// laid out by series ([`symtrace_profiles::normalize::normalize_by_series`]).
+pub enum Content {
+    Whole(SegmentData),
+    Parts(Vec<(PartKey, SegmentData)>),
+}
+
+impl Content {
+    /// Whether it holds no sample.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Content::Whole(data) => data.samples.is_empty(),
+            Content::Parts(parts) => parts.iter().all(|(_, p)| p.samples.is_empty()),
+        }
+    }
 }
 
 /// What a write stored.
@@ -68,7 +87,7 @@ impl ProfileStore {
     pub async fn write(
         &self,
         tenant: &str,
-        data: SegmentData,
+        data: Content,
         level: i32,
     ) -> Result<Written, ProfileStoreError> {
         let row = self.put(tenant, data, level).await?;
@@ -87,7 +106,7 @@ impl ProfileStore {
     pub async fn put(
         &self,
         tenant: &str,
-        data: SegmentData,
+        data: Content,
         level: i32,
     ) -> Result<NewSegment, ProfileStoreError> {
         let max = self.max_label_values;
@@ -99,16 +118,20 @@ impl ProfileStore {
             } else {
                 COMPACT_LEVEL
             };
-            let mut row = index_row(&data, &tenant, level, max);
-            if level == 0 && !by_series {
-                return (segment::encode(&data, zstd_level), row);
-            }
             // One part per (service, profile type): a query of one service
             // reads only its parts.
-            let parts = symtrace_profiles::parts::split(data);
+            let parts = match data {
+                Content::Whole(data) if level == 0 && !by_series => {
+                    let row = index_row(&[&data], &tenant, level, max);
+                    return (segment::encode(&data, zstd_level), row);
+                }
+                Content::Whole(data) => symtrace_profiles::parts::split(data),
+                Content::Parts(parts) => parts,
+            };
             let (keys, datas): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+            let mut row = index_row(&datas.iter().collect::<Vec<_>>(), &tenant, level, max);
             let (bytes, ranges) = segment::encode_parts(&datas, zstd_level);
-            let by_key: std::collections::HashMap<(String, String), std::ops::Range<u64>> =
+            let by_key: HashMap<PartKey, std::ops::Range<u64>> =
                 keys.into_iter().zip(ranges).collect();
             for series in &mut row.series {
                 series.part = by_key
@@ -169,49 +192,61 @@ impl ProfileStore {
     }
 }
 
-/// The index rows describing a segment (sha256 and size filled in later).
-fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usize) -> NewSegment {
+/// The index rows describing a segment of these parts (one for a segment
+/// laid out whole); sha256 and size are filled in later.
+fn index_row(
+    parts: &[&SegmentData],
+    tenant: &str,
+    level: i32,
+    max_label_values: usize,
+) -> NewSegment {
     let mut series: BTreeMap<(String, String), SeriesRow> = BTreeMap::new();
-    let mut keys = Vec::with_capacity(data.series.len());
-    for s in &data.series {
-        let key = (data.str(s.service).to_owned(), data.profile_type(s));
-        let row = series.entry(key.clone()).or_insert_with(|| SeriesRow {
-            service: key.0.clone(),
-            profile_type: key.1.clone(),
-            start_ns: s.start_ns as i64,
-            end_ns: s.end_ns as i64,
-            points: 0,
-            total: 0,
-            labels: String::new(),
-            part: None,
-        });
-        row.start_ns = row.start_ns.min(s.start_ns as i64);
-        row.end_ns = row.end_ns.max(s.end_ns as i64);
-        keys.push(key);
-    }
     // Label values per (service, name), from series and sample labels.
-    let mut labels: HashMap<(u32, u32), BTreeSet<u32>> = HashMap::new();
-    for s in &data.series {
-        for &(k, v) in &data.label_sets[s.labels as usize] {
-            labels.entry((s.service, k)).or_default().insert(v);
-        }
-    }
-    let mut used_sets: HashSet<(u32, u32)> = HashSet::new();
+    let mut labels: HashMap<(&str, &str), BTreeSet<&str>> = HashMap::new();
     let mut trace_ids = BTreeSet::new();
-    for sample in &data.samples {
-        let row = series
-            .get_mut(&keys[sample.series as usize])
-            .expect("series row");
-        row.points += sample.points() as i64;
-        row.total = row.total.saturating_add(sample.total());
-        let service = data.series[sample.series as usize].service;
-        if used_sets.insert((service, sample.labels)) {
-            for &(k, v) in &data.label_sets[sample.labels as usize] {
-                labels.entry((service, k)).or_default().insert(v);
-            }
+    for data in parts {
+        let mut keys = Vec::with_capacity(data.series.len());
+        for s in &data.series {
+            let key = (data.str(s.service).to_owned(), data.profile_type(s));
+            let row = series.entry(key.clone()).or_insert_with(|| SeriesRow {
+                service: key.0.clone(),
+                profile_type: key.1.clone(),
+                start_ns: s.start_ns as i64,
+                end_ns: s.end_ns as i64,
+                points: 0,
+                total: 0,
+                labels: String::new(),
+                part: None,
+            });
+            row.start_ns = row.start_ns.min(s.start_ns as i64);
+            row.end_ns = row.end_ns.max(s.end_ns as i64);
+            keys.push(key);
         }
-        if sample.link != 0 {
-            trace_ids.insert(&data.links[sample.link as usize][..16]);
+        let mut add = |service: u32, set: u32| {
+            for &(k, v) in &data.label_sets[set as usize] {
+                labels
+                    .entry((data.str(service), data.str(k)))
+                    .or_default()
+                    .insert(data.str(v));
+            }
+        };
+        for s in &data.series {
+            add(s.service, s.labels);
+        }
+        let mut used_sets: HashSet<(u32, u32)> = HashSet::new();
+        for sample in &data.samples {
+            let row = series
+                .get_mut(&keys[sample.series as usize])
+                .expect("series row");
+            row.points += sample.points() as i64;
+            row.total = row.total.saturating_add(sample.total());
+            let service = data.series[sample.series as usize].service;
+            if used_sets.insert((service, sample.labels)) {
+                add(service, sample.labels);
+            }
+            if sample.link != 0 {
+                trace_ids.insert(&data.links[sample.link as usize][..16]);
+            }
         }
     }
     // Label values per (service, type): from (service, name) sets.
@@ -220,15 +255,12 @@ fn index_row(data: &SegmentData, tenant: &str, level: i32, max_label_values: usi
         let values = if values.len() > max_label_values {
             serde_json::Value::Null
         } else {
-            values
-                .into_iter()
-                .map(|v| serde_json::Value::from(data.str(v)))
-                .collect()
+            values.into_iter().map(serde_json::Value::from).collect()
         };
         by_service
-            .entry(data.str(service))
+            .entry(service)
             .or_default()
-            .insert(data.str(name).to_owned(), values);
+            .insert(name.to_owned(), values);
     }
     let mut series: Vec<SeriesRow> = series.into_values().collect();
     for row in &mut series {

@@ -1,0 +1,290 @@
+//! One part of a request being built: the samples of its checked profiles,
+//! and the dictionary entries they use mapped into the part's own tables
+//! (through memos reset between parts, so a request of many parts costs
+//! what its parts use, not parts × its dictionary).
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use symtrace_proto::profiles::{Profile, ProfilesDictionary};
+
+use super::check::Dict;
+use super::TRUNCATED_FRAME_TYPE;
+use crate::memo::Memo;
+use crate::model::{Frame, Line, Link, Mapping, Sample, SegmentBuilder, SegmentData, Series};
+
+/// What a checked profile is stored as, found before any part is built.
+pub(super) struct Accepted {
+    pub(super) resource: usize,
+    pub(super) scope: usize,
+    pub(super) profile: usize,
+    /// Resource, scope and profile attributes as text.
+    pub(super) labels: Vec<(String, String)>,
+    pub(super) service: String,
+}
+
+pub(super) struct Part {
+    b: SegmentBuilder,
+    /// Dictionary index → the part's index.
+    locations: Memo<u32>,
+    stacks: Memo<u32>,
+    mappings: Memo<u32>,
+    /// `profile.frame.type` attributes → strings.
+    frame_types: Memo<u32>,
+    attributes: Memo<(u32, u32)>,
+    /// Sample attribute lists → label sets.
+    label_sets: FxHashMap<Vec<i32>, u32>,
+    max_stack_depth: usize,
+    /// Dictionary stacks cut to `max_stack_depth` (counted once however
+    /// many parts use them).
+    pub(super) truncated: FxHashSet<usize>,
+}
+
+impl Part {
+    pub(super) fn new(dict: &ProfilesDictionary, max_stack_depth: usize) -> Self {
+        Self {
+            b: SegmentBuilder::default(),
+            locations: Memo::new(dict.location_table.len()),
+            stacks: Memo::new(dict.stack_table.len()),
+            mappings: Memo::new(dict.mapping_table.len()),
+            frame_types: Memo::new(dict.attribute_table.len()),
+            attributes: Memo::new(dict.attribute_table.len()),
+            label_sets: FxHashMap::default(),
+            max_stack_depth,
+            truncated: FxHashSet::default(),
+        }
+    }
+
+    /// The part built; the next starts empty.
+    pub(super) fn finish(&mut self) -> SegmentData {
+        for memo in [
+            &mut self.locations,
+            &mut self.stacks,
+            &mut self.mappings,
+            &mut self.frame_types,
+        ] {
+            memo.reset();
+        }
+        self.attributes.reset();
+        self.label_sets.clear();
+        std::mem::take(&mut self.b).finish()
+    }
+
+    fn attribute(&mut self, d: &mut Dict, i: i32) -> (u32, u32) {
+        let i = i as usize;
+        if let Some(pair) = self.attributes.get(i) {
+            return pair;
+        }
+        let key = d.str(d.dict.attribute_table[i].key_strindex);
+        let key = self.b.string(key);
+        let value = self.b.string(d.attribute_value(i));
+        self.attributes.set(i, (key, value));
+        (key, value)
+    }
+
+    fn mapping(&mut self, d: &mut Dict, i: usize) -> u32 {
+        if let Some(m) = self.mappings.get(i) {
+            return m;
+        }
+        let file = d.str(d.dict.mapping_table[i].filename_strindex);
+        let file = self.b.string(file);
+        let (build_id, kind) = d.build_id(i);
+        let build_id = self.b.string(build_id);
+        let m = &d.dict.mapping_table[i];
+        let n = self.b.mapping(Mapping {
+            build_id,
+            build_id_kind: kind,
+            file,
+            memory_start: m.memory_start,
+            memory_limit: m.memory_limit,
+            file_offset: m.file_offset,
+        });
+        self.mappings.set(i, n);
+        n
+    }
+
+    fn location(&mut self, d: &mut Dict, i: usize) -> u32 {
+        if let Some(f) = self.locations.get(i) {
+            return f;
+        }
+        let info = d.location(i);
+        let mapping = match info.mapping {
+            0 => 0,
+            m => self.mapping(d, m as usize),
+        };
+        let frame_type = match info.frame_type as usize {
+            a if a == u32::MAX as usize => 0,
+            a => match self.frame_types.get(a) {
+                Some(s) => s,
+                None => {
+                    let s = self.b.string(d.attribute_value(a));
+                    self.frame_types.set(a, s);
+                    s
+                }
+            },
+        };
+        let lines = if info.has_lines {
+            let dict = d.dict;
+            dict.location_table[i]
+                .lines
+                .iter()
+                .map(|line| {
+                    let f = &dict.function_table[line.function_index as usize];
+                    Line {
+                        function: self.b.string(d.str(f.name_strindex)),
+                        system_name: self.b.string(d.str(f.system_name_strindex)),
+                        file: self.b.string(d.str(f.filename_strindex)),
+                        line: line.line,
+                        column: line.column,
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let frame = self.b.frame(Frame {
+            frame_type,
+            mapping,
+            address: info.address,
+            lines,
+        });
+        self.locations.set(i, frame);
+        frame
+    }
+
+    fn stack(&mut self, d: &mut Dict, i: usize) -> u32 {
+        if i == 0 {
+            return 0;
+        }
+        if let Some(s) = self.stacks.get(i) {
+            return s;
+        }
+        let locations = &d.dict.stack_table[i].location_indices;
+        let keep = locations.len().min(self.max_stack_depth);
+        let mut frames: Vec<u32> = Vec::with_capacity(keep + 1);
+        for &l in &locations[..keep] {
+            frames.push(self.location(d, l as usize));
+        }
+        if locations.len() > keep {
+            // Leaf first: the cut frames were the root-most ones.
+            self.truncated.insert(i);
+            frames.push(self.truncated_frame(locations.len() - keep));
+        }
+        let stack = self.b.stack(frames);
+        self.stacks.set(i, stack);
+        stack
+    }
+
+    /// The synthetic root frame standing for `cut` root-most frames.
+    fn truncated_frame(&mut self, cut: usize) -> u32 {
+        let frame_type = self.b.string(TRUNCATED_FRAME_TYPE);
+        let name = self.b.string(&format!(
+            "[truncated: {cut} root-most frames beyond the {} kept]",
+            self.max_stack_depth
+        ));
+        self.b.frame(Frame {
+            frame_type,
+            mapping: 0,
+            address: 0,
+            lines: vec![Line {
+                function: name,
+                ..Line::default()
+            }],
+        })
+    }
+
+    /// Adds a checked profile; its samples' timestamps and values move.
+    pub(super) fn add_profile(
+        &mut self,
+        d: &mut Dict,
+        profile: &mut Profile,
+        accepted: &Accepted,
+        now_ns: u64,
+    ) {
+        let dict = d.dict;
+        let sample_type = profile.sample_type.unwrap_or_default();
+        let period_type = profile.period_type.unwrap_or_default();
+        let labels = accepted
+            .labels
+            .iter()
+            .map(|(k, v)| (self.b.string(k), self.b.string(v)))
+            .collect();
+        let labels = self.b.label_set(labels);
+        let (mut start, mut end) = if profile.time_unix_nano != 0 {
+            let start = profile.time_unix_nano;
+            (start, start.saturating_add(profile.duration_nano))
+        } else {
+            (u64::MAX, 0)
+        };
+        for sample in &profile.samples {
+            for &t in &sample.timestamps_unix_nano {
+                start = start.min(t);
+                end = end.max(t.saturating_add(1));
+            }
+        }
+        if start == u64::MAX {
+            (start, end) = (now_ns, now_ns);
+        }
+        let info = Series {
+            service: self.b.string(&accepted.service),
+            sample_type: self.b.string(d.str(sample_type.type_strindex)),
+            sample_unit: self.b.string(d.str(sample_type.unit_strindex)),
+            period_type: self.b.string(d.str(period_type.type_strindex)),
+            period_unit: self.b.string(d.str(period_type.unit_strindex)),
+            period: profile.period,
+            labels,
+            start_ns: start,
+            end_ns: end,
+        };
+        // Timestamped samples say when each event happened; value-only ones
+        // only that they fell in this profile's range, which their series
+        // keeps exactly (see SegmentBuilder::series_exact).
+        let (mut timed, mut untimed) = (None, None);
+        if profile.samples.is_empty() {
+            self.b.series(info.clone());
+        }
+        for sample in profile.samples.iter_mut() {
+            let series = if sample.timestamps_unix_nano.is_empty() {
+                *untimed.get_or_insert_with(|| self.b.series_exact(info.clone()))
+            } else {
+                *timed.get_or_insert_with(|| self.b.series(info.clone()))
+            };
+            let stack = self.stack(d, sample.stack_index as usize);
+            let labels = match self.label_sets.get(&sample.attribute_indices[..]) {
+                Some(&labels) => labels,
+                None => {
+                    let mut pairs = Vec::with_capacity(sample.attribute_indices.len());
+                    for &a in &sample.attribute_indices {
+                        let pair = self.attribute(d, a);
+                        if pair.1 != 0 {
+                            pairs.push(pair);
+                        }
+                    }
+                    let labels = self.b.label_set(pairs);
+                    self.label_sets
+                        .insert(sample.attribute_indices.clone(), labels);
+                    labels
+                }
+            };
+            let link = match dict.link_table.get(sample.link_index as usize) {
+                Some(l)
+                    if sample.link_index > 0
+                        && !l.trace_id.iter().chain(&l.span_id).all(|&b| b == 0) =>
+                {
+                    let mut link: Link = [0; 24];
+                    link[..l.trace_id.len()].copy_from_slice(&l.trace_id);
+                    link[16..16 + l.span_id.len()].copy_from_slice(&l.span_id);
+                    self.b.link(link)
+                }
+                _ => 0,
+            };
+            self.b.add_sample(Sample {
+                series,
+                stack,
+                labels,
+                link,
+                timestamps: std::mem::take(&mut sample.timestamps_unix_nano),
+                values: std::mem::take(&mut sample.values),
+            });
+        }
+    }
+}
