@@ -157,7 +157,7 @@ impl Exports {
             shape.services.div_ceil(shape.processes)
         );
         let payloads = otlp::payloads(
-            self.size.shape(self.periodic, self.services),
+            shape,
             self.payloads.max(1),
             self.ago,
             matches!(self.protocol, Protocol::Grpc),

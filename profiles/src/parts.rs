@@ -176,8 +176,8 @@ impl<'a> Copier<'a> {
         if let Some(n) = self.frames.get_or_assign(i, out.frames.len()) {
             return n;
         }
-        // Reserved before its strings are copied: they do not number frames.
-        out.frames.push(Frame::default());
+        // Numbered `out.frames.len()`: copying its strings and mapping adds
+        // no frame, so it is pushed last.
         let f = &self.data.frames[i as usize];
         let lines = f
             .lines
@@ -195,39 +195,35 @@ impl<'a> Copier<'a> {
             address: f.address,
             lines,
         };
-        let n = self.frames.get(i as usize).expect("assigned");
-        out.frames[n as usize] = mapped;
-        n
+        out.frames.push(mapped);
+        (out.frames.len() - 1) as u32
     }
 
     fn stack(&mut self, out: &mut SegmentData, i: u32) -> u32 {
         if let Some(n) = self.stacks.get_or_assign(i, out.stacks.len()) {
             return n;
         }
-        out.stacks.push(Vec::new());
+        // Copying its frames adds no stack: pushed last, numbered as assigned.
         let frames = self.data.stacks[i as usize]
             .iter()
             .map(|&f| self.frame(out, f))
             .collect();
-        let n = self.stacks.get(i as usize).expect("assigned");
-        out.stacks[n as usize] = frames;
-        n
+        out.stacks.push(frames);
+        (out.stacks.len() - 1) as u32
     }
 
     fn label_set(&mut self, out: &mut SegmentData, i: u32) -> u32 {
         if let Some(n) = self.label_sets.get_or_assign(i, out.label_sets.len()) {
             return n;
         }
-        out.label_sets.push(Vec::new());
         let mut set: Vec<(u32, u32)> = self.data.label_sets[i as usize]
             .iter()
             .map(|&(k, v)| (self.string(out, k), self.string(out, v)))
             .collect();
         // Sorted by key, as the builder keeps them, in the part's numbering.
         set.sort_unstable();
-        let n = self.label_sets.get(i as usize).expect("assigned");
-        out.label_sets[n as usize] = set;
-        n
+        out.label_sets.push(set);
+        (out.label_sets.len() - 1) as u32
     }
 
     fn link(&mut self, out: &mut SegmentData, i: u32) -> u32 {

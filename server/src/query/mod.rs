@@ -30,7 +30,7 @@ use symtrace_profiles::selection::Selection;
 use crate::federation::Forwarding;
 use crate::profiles::store::ProfileStore;
 use crate::store::meta::MetadataStore;
-use crate::store::model::{SegmentRef, SeriesQuery};
+use crate::store::model::{part_key, SegmentRef, SeriesQuery};
 use crate::symbolize::SymbolizeService;
 
 pub use cache::{Segment, SegmentCache};
@@ -336,11 +336,14 @@ pub async fn read_segment(
         count("hit", 1);
         return Ok(vec![hit]);
     }
-    if let Some(ranges) = state.segments.parts_of(sha256) {
-        let cached: Vec<Option<Arc<Segment>>> = ranges
+    let cached_parts = |ranges: &[std::ops::Range<u64>]| -> Vec<Option<Arc<Segment>>> {
+        ranges
             .iter()
-            .map(|r| state.segments.get(&format!("{sha256}@{}", r.start)))
-            .collect();
+            .map(|r| state.segments.get(&part_key(sha256, r.start)))
+            .collect()
+    };
+    if let Some(ranges) = state.segments.parts_of(sha256) {
+        let cached = cached_parts(&ranges);
         let missing = cached.iter().filter(|c| c.is_none()).count();
         if missing < ranges.len() {
             // Some are cached: fetch the others alone.
@@ -352,7 +355,7 @@ pub async fn read_segment(
                     None => {
                         read_cached(
                             state,
-                            format!("{sha256}@{}", range.start),
+                            part_key(sha256, range.start),
                             state.profiles.read_part(sha256, range.clone()),
                         )
                         .await?
@@ -382,17 +385,14 @@ pub async fn read_segment(
     state
         .segments
         .set_parts_of(sha256, Arc::new(ranges.clone()));
-    let mut parts = Vec::with_capacity(ranges.len());
-    let mut missing = Vec::new();
-    for (i, range) in ranges.iter().enumerate() {
-        match state.segments.get(&format!("{sha256}@{}", range.start)) {
-            Some(hit) => parts.push(Some(hit)),
-            None => {
-                parts.push(None);
-                missing.push((i, range.clone()));
-            }
-        }
-    }
+    let mut parts = cached_parts(&ranges);
+    let missing: Vec<(usize, std::ops::Range<u64>)> = parts
+        .iter()
+        .zip(&ranges)
+        .enumerate()
+        .filter(|(_, (part, _))| part.is_none())
+        .map(|(i, (_, range))| (i, range.clone()))
+        .collect();
     count("hit", ranges.len() - missing.len());
     count("miss", missing.len());
     let decoded = tokio::task::spawn_blocking(move || {
@@ -410,7 +410,7 @@ pub async fn read_segment(
     for (i, offset, data) in decoded {
         state
             .segments
-            .insert(&format!("{sha256}@{offset}"), data.clone());
+            .insert(&part_key(sha256, offset), data.clone());
         parts[i] = Some(data);
     }
     Ok(parts.into_iter().flatten().collect())

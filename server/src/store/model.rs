@@ -211,10 +211,15 @@ impl SegmentRef {
     /// A cache key: the segment, and the part's offset if it is one.
     pub fn key(&self) -> String {
         match self.part_offset {
-            Some(o) => format!("{}@{o}", self.sha256),
+            Some(o) => part_key(&self.sha256, o),
             None => self.sha256.clone(),
         }
     }
+}
+
+/// The cache key of the part of segment `sha256` at byte `offset`.
+pub fn part_key(sha256: &str, offset: impl std::fmt::Display) -> String {
+    format!("{sha256}@{offset}")
 }
 
 /// A stored series row, as the label and service lists read it.
