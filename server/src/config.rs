@@ -303,7 +303,7 @@ pub struct Config {
     /// How ingested segments are laid out: `series` (one part per service
     /// and profile type, as compacted segments always are: a one-service
     /// query of recent data reads only its service's parts) or `whole`
-    /// (one part: measured 15–25% more events per core and about half the
+    /// (one part: measured ~15% more events per core and about half the
     /// bytes per uncompacted event, but every query of recent data reads
     /// whole exports; docs/BENCHMARKS.md).
     #[arg(
