@@ -297,12 +297,8 @@ enum Cmd {
     /// The ingest pipeline in this process, stage by stage (gunzip + decode,
     /// normalize, encode) on the calling thread (pin it with taskset).
     Pipeline {
-        #[arg(long, value_enum, default_value = "medium")]
-        size: Size,
-        #[arg(long, default_value_t = 8)]
-        payloads: usize,
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        duration: Duration,
+        #[command(flatten)]
+        run: InProcess,
         /// How requests become parts.
         #[arg(long, value_enum, default_value = "series")]
         layout: pipeline::Layout,
@@ -313,15 +309,22 @@ enum Cmd {
     /// The physical limit on this core: gunzip + prost decoding of the same
     /// payloads, in a loop on the calling thread (pin it with taskset).
     DecodeBaseline {
-        #[arg(long, value_enum, default_value = "medium")]
-        size: Size,
-        #[arg(long, default_value_t = 8)]
-        payloads: usize,
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        duration: Duration,
+        #[command(flatten)]
+        run: InProcess,
         #[arg(long)]
         periodic: bool,
     },
+}
+
+/// The payloads and duration of an in-process measurement.
+#[derive(clap::Args)]
+struct InProcess {
+    #[arg(long, value_enum, default_value = "medium")]
+    size: Size,
+    #[arg(long, default_value_t = 8)]
+    payloads: usize,
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -555,24 +558,19 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Query(args) => rt()?.block_on(query::query(args))?,
         Cmd::Pipeline {
-            size,
-            payloads: count,
-            duration,
+            run,
             layout,
             zstd_level,
         } => {
-            let payloads = otlp::payloads(size.shape(false, None), count.max(1), 0, false);
-            pipeline::run(&payloads, duration, layout, zstd_level);
+            let payloads =
+                otlp::payloads(run.size.shape(false, None), run.payloads.max(1), 0, false);
+            pipeline::run(&payloads, run.duration, layout, zstd_level);
             true
         }
-        Cmd::DecodeBaseline {
-            size,
-            payloads: count,
-            duration,
-            periodic,
-        } => {
-            let payloads = otlp::payloads(size.shape(periodic, None), count.max(1), 0, false);
-            decode_baseline(&payloads, duration);
+        Cmd::DecodeBaseline { run, periodic } => {
+            let shape = run.size.shape(periodic, None);
+            let payloads = otlp::payloads(shape, run.payloads.max(1), 0, false);
+            decode_baseline(&payloads, run.duration);
             true
         }
     };
