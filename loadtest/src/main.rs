@@ -144,8 +144,13 @@ struct Exports {
 }
 
 impl Exports {
+    /// The payloads' shape, as the flags say.
+    fn shape(&self) -> Shape {
+        self.size.shape(self.periodic, self.services)
+    }
+
     fn exporter(&self, common: &Common, run: u64) -> anyhow::Result<Arc<Exporter>> {
-        let shape = self.size.shape(self.periodic, self.services);
+        let shape = self.shape();
         let slots = shape.processes * self.payloads.max(1);
         anyhow::ensure!(
             shape.services <= slots,
@@ -469,10 +474,7 @@ async fn mixed_scenario(
     let targets = common.targets();
     let exporter = exports.exporter(&common, run)?;
     let debuginfod = symbols.prepare(&common, &targets, run).await?;
-    let services = exports
-        .size
-        .shape(exports.periodic, exports.services)
-        .services;
+    let services = exports.shape().services;
     let queries = Arc::new(mixed::Queries::new(
         &common.tenant,
         exporter.clone(),
