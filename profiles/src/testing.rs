@@ -269,11 +269,15 @@ pub fn facts(d: &crate::model::SegmentData) -> Vec<Fact> {
         .iter()
         .map(|s| {
             let series = &d.series[s.series as usize];
+            // Sorted by text: a set is sorted by key index, which depends
+            // on the table's numbering.
             let labels = |set: u32| -> Vec<(String, String)> {
-                d.label_sets[set as usize]
+                let mut labels: Vec<(String, String)> = d.label_sets[set as usize]
                     .iter()
                     .map(|&(k, v)| (d.str(k).to_owned(), d.str(v).to_owned()))
-                    .collect()
+                    .collect();
+                labels.sort();
+                labels
             };
             let series_fact = format!(
                 "{} {} {} {}..{} {:?}",

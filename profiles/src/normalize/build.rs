@@ -3,6 +3,8 @@
 //! (through memos reset between parts, so a request of many parts costs
 //! what its parts use, not parts × its dictionary).
 
+use std::rc::Rc;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use symtrace_proto::profiles::{Profile, ProfilesDictionary};
@@ -17,9 +19,9 @@ pub(super) struct Accepted {
     pub(super) resource: usize,
     pub(super) scope: usize,
     pub(super) profile: usize,
-    /// Resource, scope and profile attributes as text.
-    pub(super) labels: Vec<(String, String)>,
-    pub(super) service: String,
+    /// Its attributes that are labels besides its resource's (indices).
+    pub(super) extras: Vec<u32>,
+    pub(super) service: Rc<str>,
 }
 
 pub(super) struct Part {
@@ -31,8 +33,14 @@ pub(super) struct Part {
     /// `profile.frame.type` attributes → strings.
     frame_types: Memo<u32>,
     attributes: Memo<(u32, u32)>,
+    /// Dictionary strings → the part's.
+    strings: Memo<u32>,
     /// Sample attribute lists → label sets.
     label_sets: FxHashMap<Vec<i32>, u32>,
+    /// (resource, profile attributes) → the label set of their series.
+    profile_labels: FxHashMap<(usize, Vec<u32>), u32>,
+    /// Service names (by address: they are shared) → strings.
+    services: FxHashMap<usize, u32>,
     max_stack_depth: usize,
     /// Dictionary stacks cut to `max_stack_depth` (counted once however
     /// many parts use them).
@@ -48,7 +56,10 @@ impl Part {
             mappings: Memo::new(dict.mapping_table.len()),
             frame_types: Memo::new(dict.attribute_table.len()),
             attributes: Memo::new(dict.attribute_table.len()),
+            strings: Memo::new(dict.string_table.len()),
             label_sets: FxHashMap::default(),
+            profile_labels: FxHashMap::default(),
+            services: FxHashMap::default(),
             max_stack_depth,
             truncated: FxHashSet::default(),
         }
@@ -65,8 +76,27 @@ impl Part {
             memo.reset();
         }
         self.attributes.reset();
-        self.label_sets.clear();
+        self.strings.reset();
+        // Fresh maps, not cleared ones: clearing costs their capacity, which
+        // one large part would impose on every later part.
+        self.label_sets = FxHashMap::default();
+        self.profile_labels = FxHashMap::default();
+        self.services = FxHashMap::default();
         std::mem::take(&mut self.b).finish()
+    }
+
+    /// The part's number of dictionary string `i` (checked).
+    fn string(&mut self, d: &Dict, i: i32) -> u32 {
+        let slot = i.max(0) as usize;
+        if slot >= d.dict.string_table.len() {
+            return 0;
+        }
+        if let Some(s) = self.strings.get(slot) {
+            return s;
+        }
+        let s = self.b.string(d.str(i));
+        self.strings.set(slot, s);
+        s
     }
 
     fn attribute(&mut self, d: &mut Dict, i: i32) -> (u32, u32) {
@@ -74,8 +104,7 @@ impl Part {
         if let Some(pair) = self.attributes.get(i) {
             return pair;
         }
-        let key = d.str(d.dict.attribute_table[i].key_strindex);
-        let key = self.b.string(key);
+        let key = self.string(d, d.dict.attribute_table[i].key_strindex);
         let value = self.b.string(d.attribute_value(i));
         self.attributes.set(i, (key, value));
         (key, value)
@@ -85,8 +114,7 @@ impl Part {
         if let Some(m) = self.mappings.get(i) {
             return m;
         }
-        let file = d.str(d.dict.mapping_table[i].filename_strindex);
-        let file = self.b.string(file);
+        let file = self.string(d, d.dict.mapping_table[i].filename_strindex);
         let (build_id, kind) = d.build_id(i);
         let build_id = self.b.string(build_id);
         let m = &d.dict.mapping_table[i];
@@ -130,9 +158,9 @@ impl Part {
                 .map(|line| {
                     let f = &dict.function_table[line.function_index as usize];
                     Line {
-                        function: self.b.string(d.str(f.name_strindex)),
-                        system_name: self.b.string(d.str(f.system_name_strindex)),
-                        file: self.b.string(d.str(f.filename_strindex)),
+                        function: self.string(d, f.name_strindex),
+                        system_name: self.string(d, f.system_name_strindex),
+                        file: self.string(d, f.filename_strindex),
                         line: line.line,
                         column: line.column,
                     }
@@ -197,18 +225,41 @@ impl Part {
         &mut self,
         d: &mut Dict,
         profile: &mut Profile,
+        resource: &[(String, String)],
         accepted: &Accepted,
         now_ns: u64,
     ) {
         let dict = d.dict;
         let sample_type = profile.sample_type.unwrap_or_default();
         let period_type = profile.period_type.unwrap_or_default();
-        let labels = accepted
-            .labels
-            .iter()
-            .map(|(k, v)| (self.b.string(k), self.b.string(v)))
-            .collect();
-        let labels = self.b.label_set(labels);
+        let labels = match self
+            .profile_labels
+            .get(&(accepted.resource, accepted.extras.clone()))
+        {
+            Some(&labels) => labels,
+            None => {
+                let mut pairs: Vec<(u32, u32)> = resource
+                    .iter()
+                    .map(|(k, v)| (self.b.string(k), self.b.string(v)))
+                    .collect();
+                for &a in &accepted.extras {
+                    pairs.push(self.attribute(d, a as i32));
+                }
+                let labels = self.b.label_set(pairs);
+                self.profile_labels
+                    .insert((accepted.resource, accepted.extras.clone()), labels);
+                labels
+            }
+        };
+        let service = Rc::as_ptr(&accepted.service) as *const u8 as usize;
+        let service = match self.services.get(&service) {
+            Some(&s) => s,
+            None => {
+                let s = self.b.string(&accepted.service);
+                self.services.insert(service, s);
+                s
+            }
+        };
         let (mut start, mut end) = if profile.time_unix_nano != 0 {
             let start = profile.time_unix_nano;
             (start, start.saturating_add(profile.duration_nano))
@@ -225,11 +276,11 @@ impl Part {
             (start, end) = (now_ns, now_ns);
         }
         let info = Series {
-            service: self.b.string(&accepted.service),
-            sample_type: self.b.string(d.str(sample_type.type_strindex)),
-            sample_unit: self.b.string(d.str(sample_type.unit_strindex)),
-            period_type: self.b.string(d.str(period_type.type_strindex)),
-            period_unit: self.b.string(d.str(period_type.unit_strindex)),
+            service,
+            sample_type: self.string(d, sample_type.type_strindex),
+            sample_unit: self.string(d, sample_type.unit_strindex),
+            period_type: self.string(d, period_type.type_strindex),
+            period_unit: self.string(d, period_type.unit_strindex),
             period: profile.period,
             labels,
             start_ns: start,

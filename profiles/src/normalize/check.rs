@@ -365,6 +365,12 @@ impl<'a> Dict<'a> {
         self.attribute_values[i].as_deref().unwrap_or_default()
     }
 
+    /// The value of attribute `i` as [`Self::attribute_value`] rendered it
+    /// (empty before).
+    pub(super) fn rendered(&self, i: usize) -> &str {
+        self.attribute_values[i].as_deref().unwrap_or_default()
+    }
+
     /// The value of the first attribute of `indices` (checked) keyed `key`.
     pub(super) fn value_of(&mut self, indices: &[i32], key: &str) -> Option<&str> {
         let i = indices

@@ -14,6 +14,10 @@ mod check;
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 use symtrace_proto::profiles::ProfilesDictionary;
 
+use std::rc::Rc;
+
+use rustc_hash::FxHashMap;
+
 use crate::model::SegmentData;
 use crate::parts::PartKey;
 use build::{Accepted, Part};
@@ -131,7 +135,13 @@ fn normalize_with(
         }
     };
     // Pass 1: every profile checked, the accepted ones keyed by their part.
-    let mut accepted: Vec<(PartKey, Accepted)> = Vec::new();
+    // Label text is kept once per resource and profile attributes by index,
+    // so what a profile costs here is bounded by its elements, not by its
+    // labels' bytes; service names and profile types are shared.
+    let mut resources: Vec<Vec<(String, String)>> = Vec::new();
+    let mut services: FxHashMap<(Source, u8), Rc<str>> = FxHashMap::default();
+    let mut types: FxHashMap<[i32; 4], Rc<str>> = FxHashMap::default();
+    let mut accepted: Vec<(SharedKey, Accepted)> = Vec::new();
     for (r, resource_profiles) in request.resource_profiles.iter().enumerate() {
         let attributes = resource_profiles
             .resource
@@ -147,6 +157,7 @@ fn normalize_with(
                     .map(|s| s.profiles.len())
                     .sum();
                 reject(&mut out, count, format!("resource {r}: {e}"));
+                resources.push(Vec::new());
                 continue;
             }
         };
@@ -160,29 +171,45 @@ fn normalize_with(
                     );
                     continue;
                 }
-                let mut labels = resource.clone();
+                // Profile attributes not already given by the resource.
+                let mut extras: Vec<u32> = Vec::new();
                 for &a in &profile.attribute_indices {
                     let key = d.str(dict.attribute_table[a as usize].key_strindex);
-                    let value = d.attribute_value(a as usize);
-                    if !value.is_empty() && !labels.iter().any(|(k, _)| k == key) {
-                        labels.push((key.to_owned(), value.to_owned()));
+                    let taken = resource.iter().any(|(k, _)| k == key)
+                        || extras
+                            .iter()
+                            .any(|&e| d.str(dict.attribute_table[e as usize].key_strindex) == key);
+                    if !taken && !d.attribute_value(a as usize).is_empty() {
+                        extras.push(a as u32);
                     }
                 }
-                let service = service_name(&labels);
-                let key = if by_series {
+                let (source, rule) = service_source(&d, r, &resource, &extras);
+                let service = services
+                    .entry((source, rule))
+                    .or_insert_with(|| service_text(&d, &resource, source, rule).into())
+                    .clone();
+                let ty = if by_series {
                     let (st, pt) = (
                         profile.sample_type.unwrap_or_default(),
                         profile.period_type.unwrap_or_default(),
                     );
-                    let ty = [st.type_strindex, st.unit_strindex]
-                        .into_iter()
-                        .chain([pt.type_strindex, pt.unit_strindex])
-                        .map(|i| d.str(i))
-                        .collect::<Vec<_>>()
-                        .join(":");
+                    let indices = [
+                        st.type_strindex,
+                        st.unit_strindex,
+                        pt.type_strindex,
+                        pt.unit_strindex,
+                    ];
+                    types
+                        .entry(indices)
+                        .or_insert_with(|| indices.map(|i| d.str(i)).join(":").into())
+                        .clone()
+                } else {
+                    Rc::from("")
+                };
+                let key = if by_series {
                     (service.clone(), ty)
                 } else {
-                    PartKey::default()
+                    (Rc::from(""), ty)
                 };
                 accepted.push((
                     key,
@@ -190,12 +217,13 @@ fn normalize_with(
                         resource: r,
                         scope: s,
                         profile: p,
-                        labels,
+                        extras,
                         service,
                     },
                 ));
             }
         }
+        resources.push(resource);
     }
     out.accepted = accepted.len();
     // Pass 2: each part from its profiles, in key order (stable: a part's
@@ -208,10 +236,11 @@ fn normalize_with(
         while let Some(a) = next {
             let profile = &mut request.resource_profiles[a.resource].scope_profiles[a.scope]
                 .profiles[a.profile];
-            part.add_profile(&mut d, profile, &a, now_ns);
+            part.add_profile(&mut d, profile, &resources[a.resource], &a, now_ns);
             next = rest.next_if(|(k, _)| *k == key).map(|(_, a)| a);
         }
-        out.data.push((key, part.finish()));
+        out.data
+            .push(((key.0.to_string(), key.1.to_string()), part.finish()));
     }
     out.truncated_stacks = part.truncated.len();
     Ok(out)
@@ -245,28 +274,68 @@ fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
     }
 }
 
-/// `service.name`, else the executable's name, else `unknown_service`
-/// (the OpenTelemetry default).
-fn service_name(labels: &[(String, String)]) -> String {
-    let get = |key: &str| {
-        labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(name) = get("service.name") {
-        return name.to_owned();
-    }
-    if let Some(name) = get("process.executable.name") {
-        return name.to_owned();
-    }
-    if let Some(path) = get("process.executable.path") {
-        if let Some(name) = path.rsplit('/').next().filter(|n| !n.is_empty()) {
-            return name.to_owned();
+/// A part key whose texts are shared by the profiles of the part.
+type SharedKey = (Rc<str>, Rc<str>);
+
+/// Where a profile's service name comes from: a resource label (resource,
+/// label), a profile attribute, or nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Source {
+    Resource(usize, usize),
+    Attribute(u32),
+    None,
+}
+
+/// The keys a service name is taken from, in order (the OpenTelemetry
+/// rule): `service.name`, else the executable's name, else the last
+/// component of its path, else `unknown_service`.
+const SERVICE_KEYS: [&str; 3] = [
+    "service.name",
+    "process.executable.name",
+    "process.executable.path",
+];
+
+/// The label a profile's service name comes from, and which rule
+/// ([`SERVICE_KEYS`]' index; 3 = `unknown_service`) made it.
+fn service_source(
+    d: &Dict,
+    r: usize,
+    resource: &[(String, String)],
+    extras: &[u32],
+) -> (Source, u8) {
+    for (rule, key) in SERVICE_KEYS.iter().enumerate() {
+        let found = match resource.iter().position(|(k, _)| k == key) {
+            Some(i) => Some(Source::Resource(r, i)),
+            None => extras
+                .iter()
+                .find(|&&a| d.str(d.dict.attribute_table[a as usize].key_strindex) == *key)
+                .map(|&a| Source::Attribute(a)),
+        };
+        let Some(found) = found else { continue };
+        // Labels have non-empty values; a path may end in `/`.
+        if rule < 2 || !service_text(d, resource, found, rule as u8).is_empty() {
+            return (found, rule as u8);
         }
     }
-    "unknown_service".to_owned()
+    (Source::None, 3)
+}
+
+/// The service name `source` and `rule` give.
+fn service_text<'d>(
+    d: &'d Dict,
+    resource: &'d [(String, String)],
+    source: Source,
+    rule: u8,
+) -> &'d str {
+    let text = match source {
+        Source::Resource(_, i) => resource[i].1.as_str(),
+        Source::Attribute(a) => d.rendered(a as usize),
+        Source::None => return "unknown_service",
+    };
+    match rule {
+        2 => text.rsplit('/').next().unwrap_or_default(),
+        _ => text,
+    }
 }
 
 #[cfg(test)]

@@ -235,3 +235,34 @@ fn by_series_each_part_holds_one_service_and_type_and_only_what_it_uses() {
         assert_eq!(part.profile_type(&part.series[0]), key.1);
     }
 }
+
+#[test]
+fn a_long_resource_label_is_kept_once_however_many_profiles_share_it() {
+    // 5,000 profiles under one resource with a 4 MB attribute: a copy of
+    // the label per profile would need 20 GB.
+    let blob = "a".repeat(4 << 20);
+    let profiles = (0..5_000u64)
+        .map(|i| {
+            let mut p = cpu_profile(1_000 + i, vec![valued(vec![1])]);
+            p.duration_nano = 1_000;
+            p
+        })
+        .collect();
+    let mut r = testing::request(Some("svc"), profiles, named_frames(2));
+    let resource = r.resource_profiles[0].resource.as_mut().unwrap();
+    resource.attributes.push(symtrace_proto::common::KeyValue {
+        key: "blob".into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(blob.clone())),
+        }),
+        ..Default::default()
+    });
+    let out = normalize_by_series(r.clone(), 0, &Limits::default()).unwrap();
+    assert_eq!(out.accepted, 5_000);
+    assert_eq!(out.data.len(), 1);
+    let (_, part) = &out.data[0];
+    assert_eq!(part.points(), 5_000);
+    assert_eq!(part.strings.iter().filter(|s| **s == blob).count(), 1);
+    let whole = super::normalize(r, 0, &Limits::default()).unwrap();
+    assert_eq!(whole.data.points(), 5_000);
+}
