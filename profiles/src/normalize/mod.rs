@@ -142,6 +142,7 @@ fn normalize_with(
     let mut services: FxHashMap<(Source, u8), Rc<str>> = FxHashMap::default();
     let mut types: FxHashMap<[i32; 4], Rc<str>> = FxHashMap::default();
     let mut accepted: Vec<(SharedKey, Accepted)> = Vec::new();
+    let empty: Rc<str> = Rc::from("");
     for (r, resource_profiles) in request.resource_profiles.iter().enumerate() {
         let attributes = resource_profiles
             .resource
@@ -204,12 +205,12 @@ fn normalize_with(
                         .or_insert_with(|| indices.map(|i| d.str(i)).join(":").into())
                         .clone()
                 } else {
-                    Rc::from("")
+                    empty.clone()
                 };
                 let key = if by_series {
                     (service.clone(), ty)
                 } else {
-                    (Rc::from(""), ty)
+                    (empty.clone(), ty)
                 };
                 accepted.push((
                     key,
@@ -228,7 +229,7 @@ fn normalize_with(
     out.accepted = accepted.len();
     // Pass 2: each part from its profiles, in key order (stable: a part's
     // profiles in request order).
-    accepted.sort_by(|a, b| a.0.cmp(&b.0));
+    accepted.sort_by(|a, b| cmp_shared(&a.0, &b.0));
     let mut part = Part::new(&dict, limits.max_stack_depth.max(1));
     let mut rest = accepted.into_iter().peekable();
     while let Some((key, first)) = rest.next() {
@@ -237,7 +238,9 @@ fn normalize_with(
             let profile = &mut request.resource_profiles[a.resource].scope_profiles[a.scope]
                 .profiles[a.profile];
             part.add_profile(&mut d, profile, &resources[a.resource], &a, now_ns);
-            next = rest.next_if(|(k, _)| *k == key).map(|(_, a)| a);
+            next = rest
+                .next_if(|(k, _)| cmp_shared(k, &key).is_eq())
+                .map(|(_, a)| a);
         }
         out.data
             .push(((key.0.to_string(), key.1.to_string()), part.finish()));
@@ -276,6 +279,20 @@ fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
 
 /// A part key whose texts are shared by the profiles of the part.
 type SharedKey = (Rc<str>, Rc<str>);
+
+/// Orders part keys by text; the same shared text is equal without
+/// comparing its bytes (a long service name under many profiles would
+/// otherwise be compared once per profile).
+fn cmp_shared(a: &SharedKey, b: &SharedKey) -> std::cmp::Ordering {
+    let text = |x: &Rc<str>, y: &Rc<str>| {
+        if Rc::ptr_eq(x, y) {
+            std::cmp::Ordering::Equal
+        } else {
+            x.cmp(y)
+        }
+    };
+    text(&a.0, &b.0).then_with(|| text(&a.1, &b.1))
+}
 
 /// Where a profile's service name comes from: a resource label (resource,
 /// label), a profile attribute, or nowhere.
