@@ -30,9 +30,8 @@ pub(super) struct Part {
     locations: Memo<u32>,
     stacks: Memo<u32>,
     mappings: Memo<u32>,
-    /// `profile.frame.type` attributes → strings.
-    frame_types: Memo<u32>,
-    attributes: Memo<(u32, u32)>,
+    /// Attributes → the part's string of their rendered value.
+    values: Memo<u32>,
     /// Dictionary strings → the part's.
     strings: Memo<u32>,
     /// Sample attribute lists → label sets.
@@ -54,8 +53,7 @@ impl Part {
             locations: Memo::new(dict.location_table.len()),
             stacks: Memo::new(dict.stack_table.len()),
             mappings: Memo::new(dict.mapping_table.len()),
-            frame_types: Memo::new(dict.attribute_table.len()),
-            attributes: Memo::new(dict.attribute_table.len()),
+            values: Memo::new(dict.attribute_table.len()),
             strings: Memo::new(dict.string_table.len()),
             label_sets: FxHashMap::default(),
             profile_labels: FxHashMap::default(),
@@ -71,12 +69,11 @@ impl Part {
             &mut self.locations,
             &mut self.stacks,
             &mut self.mappings,
-            &mut self.frame_types,
+            &mut self.values,
+            &mut self.strings,
         ] {
             memo.reset();
         }
-        self.attributes.reset();
-        self.strings.reset();
         // Fresh maps, not cleared ones: clearing costs their capacity, which
         // one large part would impose on every later part.
         self.label_sets = FxHashMap::default();
@@ -99,15 +96,20 @@ impl Part {
         s
     }
 
-    fn attribute(&mut self, d: &mut Dict, i: i32) -> (u32, u32) {
-        let i = i as usize;
-        if let Some(pair) = self.attributes.get(i) {
-            return pair;
+    /// The part's string of attribute `i`'s rendered value.
+    fn value(&mut self, d: &mut Dict, i: usize) -> u32 {
+        if let Some(v) = self.values.get(i) {
+            return v;
         }
-        let key = self.string(d, d.dict.attribute_table[i].key_strindex);
-        let value = self.b.string(d.attribute_value(i));
-        self.attributes.set(i, (key, value));
-        (key, value)
+        let v = self.b.string(d.attribute_value(i));
+        self.values.set(i, v);
+        v
+    }
+
+    /// Attribute `i` as the part's (key, value) strings.
+    fn attribute(&mut self, d: &mut Dict, i: i32) -> (u32, u32) {
+        let key = self.string(d, d.dict.attribute_table[i as usize].key_strindex);
+        (key, self.value(d, i as usize))
     }
 
     fn mapping(&mut self, d: &mut Dict, i: usize) -> u32 {
@@ -139,16 +141,9 @@ impl Part {
             0 => 0,
             m => self.mapping(d, m as usize),
         };
-        let frame_type = match info.frame_type as usize {
-            a if a == u32::MAX as usize => 0,
-            a => match self.frame_types.get(a) {
-                Some(s) => s,
-                None => {
-                    let s = self.b.string(d.attribute_value(a));
-                    self.frame_types.set(a, s);
-                    s
-                }
-            },
+        let frame_type = match info.frame_type {
+            u32::MAX => 0,
+            a => self.value(d, a as usize),
         };
         let lines = if info.has_lines {
             let dict = d.dict;

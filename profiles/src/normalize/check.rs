@@ -372,7 +372,7 @@ impl<'a> Dict<'a> {
     }
 
     /// The value of the first attribute of `indices` (checked) keyed `key`.
-    pub(super) fn value_of(&mut self, indices: &[i32], key: &str) -> Option<&str> {
+    fn value_of(&mut self, indices: &[i32], key: &str) -> Option<&str> {
         let i = indices
             .iter()
             .map(|&i| i as usize)
