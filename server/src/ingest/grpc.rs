@@ -1,7 +1,8 @@
 //! gRPC `opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`.
 //!
 //! Served by hand rather than through the generated server so that the
-//! request is decoded by [`super::decode_protobuf`]: a malformed or v1.9
+//! request's bytes go to [`super::export`], which decodes them where it
+//! normalizes and stores them (one blocking thread), and so that a malformed or v1.9
 //! payload becomes INVALID_ARGUMENT with a message naming the problem
 //! (the generated codec reports INTERNAL), and an oversized one becomes
 //! RESOURCE_EXHAUSTED as OTLP specifies. gzip is accepted and answered.
@@ -12,7 +13,7 @@ use std::task::{Context, Poll};
 
 use axum::http::StatusCode;
 use bytes::Buf;
-use symtrace_proto::collector::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
+use symtrace_proto::collector::ExportProfilesServiceResponse;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::{BoxFuture, CompressionEncoding, EnabledCompressionEncodings, StdError};
 use tonic::server::{NamedService, UnaryService};
@@ -71,9 +72,7 @@ where
             let mut gzip = EnabledCompressionEncodings::default();
             gzip.enable(CompressionEncoding::Gzip);
             let limit = state.config.max_export_bytes;
-            let codec = ExportCodec {
-                max_elements: state.ingest_limits.max_elements,
-            };
+            let codec = ExportCodec;
             let mut grpc = tonic::server::Grpc::new(codec)
                 .apply_compression_config(gzip, gzip)
                 .apply_max_message_size_config(Some(limit), None);
@@ -91,11 +90,11 @@ where
 
 struct Export(SharedState);
 
-impl UnaryService<ExportProfilesServiceRequest> for Export {
+impl UnaryService<bytes::Bytes> for Export {
     type Response = ExportProfilesServiceResponse;
     type Future = BoxFuture<tonic::Response<Self::Response>, Status>;
 
-    fn call(&mut self, request: tonic::Request<ExportProfilesServiceRequest>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<bytes::Bytes>) -> Self::Future {
         let state = self.0.clone();
         Box::pin(async move {
             let headers = request.metadata().clone().into_headers();
@@ -108,14 +107,14 @@ impl UnaryService<ExportProfilesServiceRequest> for Export {
                     StatusCode::BAD_REQUEST => Status::invalid_argument(e.message),
                     _ => Status::permission_denied(e.message),
                 })?;
-            match super::export(
-                &state.profiles,
-                &state.ingest_limits,
-                &tenant,
-                request.into_inner(),
-            )
-            .await
-            {
+            let body = super::Body {
+                bytes: request.into_inner(),
+                encoding: super::Encoding::Protobuf,
+                gzip: false,
+            };
+            let limits = &state.ingest_limits;
+            let max_bytes = state.config.max_export_bytes;
+            match super::export(&state.profiles, limits, max_bytes, &tenant, body).await {
                 Ok(response) => Ok(tonic::Response::new(response)),
                 Err(IngestError::Invalid(message)) => Err(Status::invalid_argument(message)),
                 Err(IngestError::TooLarge(message)) => Err(Status::resource_exhausted(message)),
@@ -128,16 +127,14 @@ impl UnaryService<ExportProfilesServiceRequest> for Export {
     }
 }
 
-/// Decodes requests with [`super::decode_protobuf`], encodes responses with
-/// prost.
+/// Passes requests on as bytes (see [`super::export`]), encodes responses
+/// with prost.
 #[derive(Clone, Copy)]
-struct ExportCodec {
-    max_elements: usize,
-}
+struct ExportCodec;
 
 impl Codec for ExportCodec {
     type Encode = ExportProfilesServiceResponse;
-    type Decode = ExportProfilesServiceRequest;
+    type Decode = bytes::Bytes;
     type Encoder = ResponseEncoder;
     type Decoder = RequestDecoder;
 
@@ -146,9 +143,7 @@ impl Codec for ExportCodec {
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        RequestDecoder {
-            max_elements: self.max_elements,
-        }
+        RequestDecoder
     }
 }
 
@@ -163,20 +158,13 @@ impl Encoder for ResponseEncoder {
     }
 }
 
-struct RequestDecoder {
-    max_elements: usize,
-}
+struct RequestDecoder;
 
 impl Decoder for RequestDecoder {
-    type Item = ExportProfilesServiceRequest;
+    type Item = bytes::Bytes;
     type Error = Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        match super::decode_protobuf(&bytes, self.max_elements) {
-            Ok(request) => Ok(Some(request)),
-            Err(e @ IngestError::TooLarge(_)) => Err(Status::resource_exhausted(e.to_string())),
-            Err(e) => Err(Status::invalid_argument(e.to_string())),
-        }
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }

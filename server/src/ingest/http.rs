@@ -2,9 +2,7 @@
 //! not. Answers in the request's content type; errors are a
 //! `google.rpc.Status` in that content type, as OTLP/HTTP specifies.
 
-use std::io::Read;
-
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -184,20 +182,9 @@ async fn export(
         .unwrap_or("identity")
         .trim()
         .to_ascii_lowercase();
-    let body: Bytes = match encoding.as_str() {
-        "identity" | "" => raw,
-        "gzip" => match gunzip(&raw, limit) {
-            Ok(Some(b)) => b.into(),
-            Ok(None) => return too_large("the decompressed request"),
-            Err(e) => {
-                return failure(
-                    format,
-                    StatusCode::BAD_REQUEST,
-                    tonic::Code::InvalidArgument,
-                    format!("the gzip body is damaged: {e}"),
-                )
-            }
-        },
+    let gzip = match encoding.as_str() {
+        "identity" | "" => false,
+        "gzip" => true,
         other => {
             return failure(
                 format,
@@ -207,31 +194,16 @@ async fn export(
             )
         }
     };
-    let max = state.ingest_limits.max_elements;
-    let request = match format {
-        Format::Protobuf => super::decode_protobuf(&body, max),
-        Format::Json => super::decode_json(&body, max),
+    let body = super::Body {
+        bytes: raw,
+        encoding: match format {
+            Format::Protobuf => super::Encoding::Protobuf,
+            Format::Json => super::Encoding::Json,
+        },
+        gzip,
     };
-    let request = match request {
-        Ok(r) => r,
-        Err(e @ IngestError::TooLarge(_)) => {
-            return failure(
-                format,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                tonic::Code::ResourceExhausted,
-                e.to_string(),
-            )
-        }
-        Err(e) => {
-            return failure(
-                format,
-                StatusCode::BAD_REQUEST,
-                tonic::Code::InvalidArgument,
-                e.to_string(),
-            )
-        }
-    };
-    match super::export(&state.profiles, &state.ingest_limits, &tenant, request).await {
+    let limits = &state.ingest_limits;
+    match super::export(&state.profiles, limits, limit, &tenant, body).await {
         Ok(response) => {
             let body = match format {
                 Format::Protobuf => prost::Message::encode_to_vec(&response),
@@ -270,12 +242,4 @@ async fn export(
             response
         }
     }
-}
-
-/// Inflates at most `limit` bytes; `None` when the content is larger.
-pub fn gunzip(data: &[u8], limit: usize) -> std::io::Result<Option<Vec<u8>>> {
-    let mut out = Vec::with_capacity(data.len().saturating_mul(3).min(limit));
-    let mut decoder = flate2::read::MultiGzDecoder::new(data).take(limit as u64 + 1);
-    decoder.read_to_end(&mut out)?;
-    Ok((out.len() <= limit).then_some(out))
 }

@@ -57,47 +57,140 @@ impl From<decode::DecodeError> for IngestError {
     }
 }
 
-/// Validates, normalizes and durably stores one request. The answer says
-/// how many profiles were rejected and why.
+/// How a request's body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/x-protobuf` (and every gRPC message).
+    Protobuf,
+    /// OTLP/JSON.
+    Json,
+}
+
+/// A request's body as it arrived.
+pub struct Body {
+    pub bytes: bytes::Bytes,
+    pub encoding: Encoding,
+    /// gzip-compressed (OTLP/HTTP's `Content-Encoding`; tonic undoes gRPC's).
+    pub gzip: bool,
+}
+
+/// Decodes, validates, normalizes and durably stores one request. Every
+/// step that costs CPU runs on one blocking thread, which also frees the
+/// request there: decoding on an async worker stalled other connections,
+/// and handing the decoded request and its parts between threads cost
+/// ingest a third of its CPU in cross-thread frees and cold caches
+/// (docs/BENCHMARKS.md). The answer says how many profiles were rejected
+/// and why.
 pub async fn export(
     profiles: &Arc<ProfileStore>,
     limits: &normalize::Limits,
+    max_bytes: usize,
     tenant: &str,
-    request: ExportProfilesServiceRequest,
+    body: Body,
 ) -> Result<ExportProfilesServiceResponse, IngestError> {
-    if request.resource_profiles.is_empty() {
-        return Ok(ExportProfilesServiceResponse::default());
-    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     let limits = *limits;
-    let by_series = profiles.ingest_parts;
-    let normalized = tokio::task::spawn_blocking(move || {
-        if by_series {
-            normalize::normalize_by_series(request, now, &limits).map(|n| n.map(Content::Parts))
-        } else {
-            normalize::normalize(request, now, &limits).map(|n| n.map(Content::Whole))
-        }
-    })
-    .await
-    .map_err(|e| IngestError::Invalid(format!("normalizing the request failed: {e}")))?
-    .map_err(|e| IngestError::Invalid(e.0))?;
-    metrics::counter!("symtrace_profiles_rejected_total").increment(normalized.rejected as u64);
-    if normalized.truncated_stacks > 0 {
+    let store = profiles.clone();
+    let owner = tenant.to_owned();
+    let prepared =
+        tokio::task::spawn_blocking(move || prepare(&store, &owner, body, &limits, max_bytes, now))
+            .await
+            .map_err(|e| IngestError::Invalid(format!("decoding the request failed: {e}")))??;
+    let Some(prepared) = prepared else {
+        return Ok(ExportProfilesServiceResponse::default());
+    };
+    metrics::counter!("symtrace_profiles_rejected_total").increment(prepared.rejected as u64);
+    if prepared.truncated_stacks > 0 {
         metrics::counter!("symtrace_ingest_truncated_stacks_total")
-            .increment(normalized.truncated_stacks as u64);
+            .increment(prepared.truncated_stacks as u64);
     }
-    if normalized.accepted > 0 && !normalized.data.is_empty() {
-        let written = profiles.write(tenant, normalized.data, 0).await?;
+    if let Some((spooled, row)) = prepared.segment {
+        let written = profiles.commit_spooled(spooled, row).await?;
         metrics::counter!("symtrace_profile_points_total").increment(written.points);
         metrics::counter!("symtrace_profile_segment_bytes_total").increment(written.size);
         tracing::debug!(tenant, sha256 = %written.sha256, points = written.points, size = written.size, new = written.new, "stored segment");
     }
-    let partial_success = (normalized.rejected > 0).then(|| ExportProfilesPartialSuccess {
-        rejected_profiles: normalized.rejected as i64,
-        error_message: normalized.errors.join("; "),
+    let partial_success = (prepared.rejected > 0).then(|| ExportProfilesPartialSuccess {
+        rejected_profiles: prepared.rejected as i64,
+        error_message: prepared.errors.join("; "),
     });
     Ok(ExportProfilesServiceResponse { partial_success })
+}
+
+/// A request made ready to commit: its segment spooled, its outcome.
+struct Prepared {
+    segment: Option<(
+        crate::store::spool::Spooled,
+        crate::store::model::NewSegment,
+    )>,
+    rejected: usize,
+    errors: Vec<String>,
+    truncated_stacks: usize,
+}
+
+/// The blocking part of [`export`]; `None` for a request without profiles.
+fn prepare(
+    profiles: &ProfileStore,
+    tenant: &str,
+    body: Body,
+    limits: &normalize::Limits,
+    max_bytes: usize,
+    now: u64,
+) -> Result<Option<Prepared>, IngestError> {
+    let inflated;
+    let bytes: &[u8] = if body.gzip {
+        inflated = match gunzip(&body.bytes, max_bytes) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                return Err(IngestError::TooLarge(format!(
+                    "the decompressed request is larger than the limit of {max_bytes} bytes \
+                     (SYMTRACE_MAX_EXPORT_BYTES)"
+                )))
+            }
+            Err(e) => {
+                return Err(IngestError::Invalid(format!(
+                    "the gzip body is damaged: {e}"
+                )))
+            }
+        };
+        &inflated
+    } else {
+        &body.bytes
+    };
+    let request = match body.encoding {
+        Encoding::Protobuf => decode_protobuf(bytes, limits.max_elements)?,
+        Encoding::Json => decode_json(bytes, limits.max_elements)?,
+    };
+    if request.resource_profiles.is_empty() {
+        return Ok(None);
+    }
+    let normalized = if profiles.ingest_parts {
+        normalize::normalize_by_series(request, now, limits).map(|n| n.map(Content::Parts))
+    } else {
+        normalize::normalize(request, now, limits).map(|n| n.map(Content::Whole))
+    }
+    .map_err(|e| IngestError::Invalid(e.0))?;
+    let segment = if normalized.accepted > 0 && !normalized.data.is_empty() {
+        Some(profiles.encode_and_spool(tenant, normalized.data, 0)?)
+    } else {
+        None
+    };
+    Ok(Some(Prepared {
+        segment,
+        rejected: normalized.rejected,
+        errors: normalized.errors,
+        truncated_stacks: normalized.truncated_stacks,
+    }))
+}
+
+/// Inflates at most `limit` bytes; `None` when the content is larger.
+pub fn gunzip(data: &[u8], limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(data.len().saturating_mul(3).min(limit));
+    let mut decoder = flate2::read::MultiGzDecoder::new(data).take(limit as u64 + 1);
+    decoder.read_to_end(&mut out)?;
+    Ok((out.len() <= limit).then_some(out))
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::model::SegmentData;
 use super::segment;
 use crate::store::model::{now_ms, NewSegment, SeriesRow};
+use crate::store::spool::Spooled;
 use crate::store::SymbolStore;
 use symtrace_profiles::parts::PartKey;
 
@@ -83,7 +84,9 @@ impl ProfileStore {
         self
     }
 
-    /// Encodes `data` (on the blocking pool) and stores it as one segment.
+    /// Encodes `data` (on the blocking pool) and stores it as one segment
+    /// (ingest does the same through [`Self::encode_and_spool`]).
+    #[cfg(test)]
     pub async fn write(
         &self,
         tenant: &str,
@@ -109,43 +112,61 @@ impl ProfileStore {
         data: Content,
         level: i32,
     ) -> Result<NewSegment, ProfileStoreError> {
-        let max = self.max_label_values;
-        let by_series = self.ingest_parts;
+        let encoder = self.encoder(level);
         let tenant = tenant.to_owned();
-        let (bytes, mut row) = tokio::task::spawn_blocking(move || {
-            let zstd_level = if level == 0 {
-                INGEST_LEVEL
-            } else {
-                COMPACT_LEVEL
-            };
-            // One part per (service, profile type): a query of one service
-            // reads only its parts.
-            let parts = match data {
-                Content::Whole(data) if level == 0 && !by_series => {
-                    let row = index_row(&[&data], &tenant, level, max);
-                    return (segment::encode(&data, zstd_level), row);
-                }
-                Content::Whole(data) => symtrace_profiles::parts::split(data),
-                Content::Parts(parts) => parts,
-            };
-            let (keys, datas): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
-            let mut row = index_row(&datas.iter().collect::<Vec<_>>(), &tenant, level, max);
-            let (bytes, ranges) = segment::encode_parts(&datas, zstd_level);
-            let by_key: HashMap<PartKey, std::ops::Range<u64>> =
-                keys.into_iter().zip(ranges).collect();
-            for series in &mut row.series {
-                series.part = by_key
-                    .get(&(series.service.clone(), series.profile_type.clone()))
-                    .cloned();
-            }
-            (bytes, row)
-        })
-        .await
-        .map_err(|e| ProfileStoreError::Internal(format!("encoding a segment: {e}")))?;
+        let (bytes, mut row) = tokio::task::spawn_blocking(move || encoder.encode(&tenant, data))
+            .await
+            .map_err(|e| ProfileStoreError::Internal(format!("encoding a segment: {e}")))?;
         row.size = bytes.len() as i64;
         let spooled = self.store.store_derived(bytes).await?;
         row.sha256 = spooled.sha256.clone();
         Ok(row)
+    }
+
+    /// How segments of `level` are encoded (a value for a blocking thread).
+    pub fn encoder(&self, level: i32) -> SegmentEncoder {
+        SegmentEncoder {
+            level,
+            max_label_values: self.max_label_values,
+            by_series: self.ingest_parts,
+        }
+    }
+
+    /// Encodes `data` and spools it durably, on the calling (blocking)
+    /// thread: ingest does this where it decoded and normalized the
+    /// request, so the request's memory is used and freed on one thread.
+    /// [`Self::commit_spooled`] then stores and commits it.
+    pub fn encode_and_spool(
+        &self,
+        tenant: &str,
+        data: Content,
+        level: i32,
+    ) -> Result<(Spooled, NewSegment), ProfileStoreError> {
+        let (bytes, mut row) = self.encoder(level).encode(tenant, data);
+        row.size = bytes.len() as i64;
+        let spooled = self.store.spool_derived(&bytes)?;
+        drop(bytes);
+        row.sha256 = spooled.sha256.clone();
+        Ok((spooled, row))
+    }
+
+    /// Stores a segment spooled by [`Self::encode_and_spool`] and commits
+    /// its index rows.
+    pub async fn commit_spooled(
+        &self,
+        spooled: Spooled,
+        row: NewSegment,
+    ) -> Result<Written, ProfileStoreError> {
+        self.store.store_spooled(&spooled).await?;
+        drop(spooled);
+        crate::store::crash_point("segment-before-commit");
+        let new = self.store.meta.commit_segment(&row).await?;
+        Ok(Written {
+            sha256: row.sha256,
+            size: row.size as u64,
+            points: row.points as u64,
+            new,
+        })
     }
 
     /// Reads and decodes one part of a segment (a ranged read).
@@ -189,6 +210,46 @@ impl ProfileStore {
                 sha256: sha,
                 source,
             })
+    }
+}
+
+/// Encodes segments of one level (CPU only: run it on a blocking thread).
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentEncoder {
+    level: i32,
+    max_label_values: usize,
+    by_series: bool,
+}
+
+impl SegmentEncoder {
+    /// The segment's bytes and its index row (sha256 and size not yet set).
+    pub fn encode(&self, tenant: &str, data: Content) -> (Vec<u8>, NewSegment) {
+        let (level, max) = (self.level, self.max_label_values);
+        let zstd_level = if level == 0 {
+            INGEST_LEVEL
+        } else {
+            COMPACT_LEVEL
+        };
+        // One part per (service, profile type): a query of one service
+        // reads only its parts.
+        let parts = match data {
+            Content::Whole(data) if level == 0 && !self.by_series => {
+                let row = index_row(&[&data], tenant, level, max);
+                return (segment::encode(&data, zstd_level), row);
+            }
+            Content::Whole(data) => symtrace_profiles::parts::split(data),
+            Content::Parts(parts) => parts,
+        };
+        let (keys, datas): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        let mut row = index_row(&datas.iter().collect::<Vec<_>>(), tenant, level, max);
+        let (bytes, ranges) = segment::encode_parts(&datas, zstd_level);
+        let by_key: HashMap<PartKey, std::ops::Range<u64>> = keys.into_iter().zip(ranges).collect();
+        for series in &mut row.series {
+            series.part = by_key
+                .get(&(series.service.clone(), series.profile_type.clone()))
+                .cloned();
+        }
+        (bytes, row)
     }
 }
 
