@@ -312,7 +312,8 @@ fn a_broken_dictionary_refuses_the_request() {
         .err()
         .expect("refused");
     assert!(
-        err.0.contains("string_table[0] must be the zero value"),
+        err.to_string()
+            .contains("string_table[0] must be the zero value"),
         "{err}"
     );
 }

@@ -294,6 +294,34 @@ pub struct Config {
     )]
     pub max_export_elements: usize,
 
+    /// Longest label value kept, in bytes (resource, profile and sample
+    /// attributes as text); a longer one is cut at a character boundary
+    /// and ends in `…[truncated]` (counted in
+    /// symtrace_ingest_truncated_labels_total).
+    #[arg(
+        long,
+        env = "SYMTRACE_MAX_LABEL_VALUE_BYTES",
+        default_value_t = 16 << 10
+    )]
+    pub max_label_value_bytes: usize,
+
+    /// Most series (service × profile type) one OTLP export may hold: each
+    /// is a part of its segment and a row of the index (413 /
+    /// RESOURCE_EXHAUSTED beyond).
+    #[arg(long, env = "SYMTRACE_MAX_EXPORT_SERIES", default_value_t = 10_000)]
+    pub max_export_series: usize,
+
+    /// Most bytes of text (labels, names, paths) the series of one OTLP
+    /// export may hold together, each series counting the text it uses (a
+    /// label shared by many series is stored with each; 413 /
+    /// RESOURCE_EXHAUSTED beyond).
+    #[arg(
+        long,
+        env = "SYMTRACE_MAX_EXPORT_TEXT_BYTES",
+        default_value_t = 256 << 20
+    )]
+    pub max_export_text_bytes: usize,
+
     /// Most distinct values of one label name per segment and service that
     /// the label index records; beyond it the name is indexed as having
     /// many values (the samples keep every value).

@@ -125,6 +125,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ingest_limits: ingest::normalize::Limits {
             max_stack_depth: config.max_stack_depth,
             max_elements: config.max_export_elements,
+            max_label_value_bytes: config.max_label_value_bytes,
+            max_series: config.max_export_series,
+            max_text_bytes: config.max_export_text_bytes,
         },
         store,
         auth,

@@ -47,6 +47,10 @@ pub(super) struct Dict<'a> {
     attribute_values: Vec<Option<Box<str>>>,
     /// Mappings' build-IDs as stored (gnu ones lower-cased).
     build_ids: Vec<Option<(Box<str>, BuildIdKind)>>,
+    /// Bytes of a rendered value kept.
+    max_value_bytes: usize,
+    /// Values cut to `max_value_bytes`.
+    truncated: Cell<usize>,
 }
 
 /// What a part needs of a location, in 24 bytes, taken when the location
@@ -65,9 +69,11 @@ pub(super) struct LocationInfo {
 }
 
 impl<'a> Dict<'a> {
-    pub(super) fn new(dict: &'a ProfilesDictionary) -> Self {
+    pub(super) fn new(dict: &'a ProfilesDictionary, max_value_bytes: usize) -> Self {
         Self {
             dict,
+            max_value_bytes,
+            truncated: Cell::new(0),
             valid_attributes: vec![Cell::new(false); dict.attribute_table.len()],
             valid_stacks: vec![Cell::new(false); dict.stack_table.len()],
             locations: vec![Cell::new(None); dict.location_table.len()],
@@ -86,8 +92,24 @@ impl<'a> Dict<'a> {
         self.string(i, "").unwrap_or_default()
     }
 
+    /// A value as label text, cut to the longest value kept.
     pub(super) fn render(&self, value: Option<&AnyValue>) -> Result<String, String> {
-        self.render_at(value, 0)
+        let mut text = self.render_at(value, 0)?;
+        if text.len() > self.max_value_bytes {
+            let mut end = self.max_value_bytes;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push_str(super::TRUNCATED_LABEL_SUFFIX);
+            self.truncated.set(self.truncated.get() + 1);
+        }
+        Ok(text)
+    }
+
+    /// Values cut so far.
+    pub(super) fn truncated_labels(&self) -> usize {
+        self.truncated.get()
     }
 
     /// Renders a value nested `depth` deep ([`Self::check_value`] bounded

@@ -16,7 +16,7 @@ use symtrace_proto::profiles::ProfilesDictionary;
 
 use std::rc::Rc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::SegmentData;
 use crate::parts::PartKey;
@@ -37,6 +37,8 @@ pub struct Normalized<D = SegmentData> {
     /// Stacks deeper than [`Limits::max_stack_depth`], cut to their leaf-most
     /// frames.
     pub truncated_stacks: usize,
+    /// Label values longer than [`Limits::max_label_value_bytes`], cut.
+    pub truncated_labels: usize,
 }
 
 impl<D> Normalized<D> {
@@ -48,6 +50,7 @@ impl<D> Normalized<D> {
             rejected: self.rejected,
             errors: self.errors,
             truncated_stacks: self.truncated_stacks,
+            truncated_labels: self.truncated_labels,
         }
     }
 }
@@ -61,6 +64,17 @@ pub struct Limits {
     /// Elements (entries of repeated fields at every level) one request may
     /// hold; checked on the bytes before decoding.
     pub max_elements: usize,
+    /// Bytes of one label value (a resource, profile or sample attribute as
+    /// text) kept; a longer value is cut at a character boundary and ends
+    /// in [`TRUNCATED_LABEL_SUFFIX`].
+    pub max_label_value_bytes: usize,
+    /// Series (service × profile type) one request may hold: each is a part
+    /// of the segment and a row of the index.
+    pub max_series: usize,
+    /// Bytes of text (labels, names, paths) the request's parts may hold
+    /// together: each part keeps its own copy of the text it uses, so a
+    /// label shared by many series is stored once per series.
+    pub max_text_bytes: usize,
 }
 
 impl Default for Limits {
@@ -68,6 +82,9 @@ impl Default for Limits {
         Self {
             max_stack_depth: DEFAULT_MAX_STACK_DEPTH,
             max_elements: DEFAULT_MAX_ELEMENTS,
+            max_label_value_bytes: DEFAULT_MAX_LABEL_VALUE_BYTES,
+            max_series: DEFAULT_MAX_SERIES,
+            max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
         }
     }
 }
@@ -76,14 +93,30 @@ impl Default for Limits {
 pub const DEFAULT_MAX_STACK_DEPTH: usize = 1024;
 /// Elements one request may hold by default (`SYMTRACE_MAX_EXPORT_ELEMENTS`).
 pub const DEFAULT_MAX_ELEMENTS: usize = 4_000_000;
+/// Bytes of a label value kept by default (`SYMTRACE_MAX_LABEL_VALUE_BYTES`).
+pub const DEFAULT_MAX_LABEL_VALUE_BYTES: usize = 16 << 10;
+/// Series one request may hold by default (`SYMTRACE_MAX_EXPORT_SERIES`).
+pub const DEFAULT_MAX_SERIES: usize = 10_000;
+/// Bytes of text a request's parts may hold by default
+/// (`SYMTRACE_MAX_EXPORT_TEXT_BYTES`).
+pub const DEFAULT_MAX_TEXT_BYTES: usize = 256 << 20;
+/// What a label value cut to [`Limits::max_label_value_bytes`] ends in.
+pub const TRUNCATED_LABEL_SUFFIX: &str = "…[truncated]";
 
 /// `profile.frame.type` of the synthetic root frame of a truncated stack.
 pub const TRUNCATED_FRAME_TYPE: &str = "truncated";
 
-/// The request as a whole is unusable (its dictionary breaks the rules).
+/// The request as a whole is refused.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct RequestError(pub String);
+#[non_exhaustive]
+pub enum RequestError {
+    /// It is unusable (its dictionary breaks the rules).
+    #[error("{0}")]
+    Invalid(String),
+    /// It would be stored as more than a limit allows (series, text).
+    #[error("{0}")]
+    TooLarge(String),
+}
 
 /// Rejection messages kept per request; the count is always exact.
 const MAX_MESSAGES: usize = 5;
@@ -120,13 +153,14 @@ fn normalize_with(
 ) -> Result<Normalized<Vec<(PartKey, SegmentData)>>, RequestError> {
     let dict = request.dictionary.take().unwrap_or_default();
     check_zero_values(&dict)?;
-    let mut d = Dict::new(&dict);
+    let mut d = Dict::new(&dict, limits.max_label_value_bytes);
     let mut out = Normalized {
         data: Vec::new(),
         accepted: 0,
         rejected: 0,
         errors: Vec::new(),
         truncated_stacks: 0,
+        truncated_labels: 0,
     };
     let reject = |out: &mut Normalized<_>, count: usize, message: String| {
         out.rejected += count;
@@ -142,6 +176,7 @@ fn normalize_with(
     let mut services: FxHashMap<(Source, u8), Rc<str>> = FxHashMap::default();
     let mut types: FxHashMap<[i32; 4], Rc<str>> = FxHashMap::default();
     let mut accepted: Vec<(SharedKey, Accepted)> = Vec::new();
+    let mut series: FxHashSet<(usize, usize)> = FxHashSet::default();
     let empty: Rc<str> = Rc::from("");
     for (r, resource_profiles) in request.resource_profiles.iter().enumerate() {
         let attributes = resource_profiles
@@ -189,28 +224,32 @@ fn normalize_with(
                     .entry((source, rule))
                     .or_insert_with(|| service_text(&d, &resource, source, rule).into())
                     .clone();
-                let ty = if by_series {
-                    let (st, pt) = (
-                        profile.sample_type.unwrap_or_default(),
-                        profile.period_type.unwrap_or_default(),
-                    );
-                    let indices = [
-                        st.type_strindex,
-                        st.unit_strindex,
-                        pt.type_strindex,
-                        pt.unit_strindex,
-                    ];
-                    types
-                        .entry(indices)
-                        .or_insert_with(|| indices.map(|i| d.str(i)).join(":").into())
-                        .clone()
-                } else {
-                    empty.clone()
-                };
+                let (st, pt) = (
+                    profile.sample_type.unwrap_or_default(),
+                    profile.period_type.unwrap_or_default(),
+                );
+                let indices = [
+                    st.type_strindex,
+                    st.unit_strindex,
+                    pt.type_strindex,
+                    pt.unit_strindex,
+                ];
+                let ty = types
+                    .entry(indices)
+                    .or_insert_with(|| indices.map(|i| d.str(i)).join(":").into())
+                    .clone();
+                // Series are counted in either layout: each is a row of the
+                // index.
+                if series.len() <= limits.max_series {
+                    series.insert((
+                        Rc::as_ptr(&service) as *const u8 as usize,
+                        Rc::as_ptr(&ty) as *const u8 as usize,
+                    ));
+                }
                 let key = if by_series {
                     (service.clone(), ty)
                 } else {
-                    (empty.clone(), ty)
+                    (empty.clone(), empty.clone())
                 };
                 accepted.push((
                     key,
@@ -226,11 +265,19 @@ fn normalize_with(
         }
         resources.push(resource);
     }
+    if series.len() > limits.max_series {
+        return Err(RequestError::TooLarge(format!(
+            "the request holds more than {} series (service × profile type; \
+             SYMTRACE_MAX_EXPORT_SERIES): send smaller exports",
+            limits.max_series
+        )));
+    }
     out.accepted = accepted.len();
     // Pass 2: each part from its profiles, in key order (stable: a part's
     // profiles in request order).
     accepted.sort_by(|a, b| cmp_shared(&a.0, &b.0));
     let mut part = Part::new(&dict, limits.max_stack_depth.max(1));
+    let mut text = 0usize;
     let mut rest = accepted.into_iter().peekable();
     while let Some((key, first)) = rest.next() {
         let mut next = Some(first);
@@ -242,10 +289,21 @@ fn normalize_with(
                 .next_if(|(k, _)| cmp_shared(k, &key).is_eq())
                 .map(|(_, a)| a);
         }
+        let data = part.finish();
+        text += data.strings.iter().map(String::len).sum::<usize>();
+        if text > limits.max_text_bytes {
+            return Err(RequestError::TooLarge(format!(
+                "the request's series would hold more than {} bytes of labels and names \
+                 (each series keeps its own copy of the text it uses; \
+                 SYMTRACE_MAX_EXPORT_TEXT_BYTES): send smaller exports or shorter labels",
+                limits.max_text_bytes
+            )));
+        }
         out.data
-            .push(((key.0.to_string(), key.1.to_string()), part.finish()));
+            .push(((key.0.to_string(), key.1.to_string()), data));
     }
     out.truncated_stacks = part.truncated.len();
+    out.truncated_labels = d.truncated_labels();
     Ok(out)
 }
 
@@ -269,7 +327,7 @@ fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
         ("link_table", link_nonzero),
     ];
     match tables.iter().find(|(_, bad)| *bad) {
-        Some((table, _)) => Err(RequestError(format!(
+        Some((table, _)) => Err(RequestError::Invalid(format!(
             "dictionary.{table}[0] must be the zero value (index 0 means unset); \
              this sender does not follow OTLP profiles v1.10+"
         ))),

@@ -257,12 +257,118 @@ fn a_long_resource_label_is_kept_once_however_many_profiles_share_it() {
         }),
         ..Default::default()
     });
-    let out = normalize_by_series(r.clone(), 0, &Limits::default()).unwrap();
+    let limits = Limits {
+        max_label_value_bytes: 8 << 20,
+        ..Limits::default()
+    };
+    let out = normalize_by_series(r.clone(), 0, &limits).unwrap();
     assert_eq!(out.accepted, 5_000);
     assert_eq!(out.data.len(), 1);
     let (_, part) = &out.data[0];
     assert_eq!(part.points(), 5_000);
     assert_eq!(part.strings.iter().filter(|s| **s == blob).count(), 1);
-    let whole = super::normalize(r, 0, &Limits::default()).unwrap();
+    let whole = super::normalize(r, 0, &limits).unwrap();
     assert_eq!(whole.data.points(), 5_000);
+}
+
+#[test]
+fn label_values_beyond_the_limit_are_cut_at_a_character_boundary_and_counted() {
+    let limits = Limits {
+        max_label_value_bytes: 10,
+        ..Limits::default()
+    };
+    // 9 ASCII bytes, then a 3-byte character across the limit.
+    let long = format!("{}€€€", "x".repeat(9));
+    let mut r = testing::request(
+        Some("svc"),
+        vec![cpu_profile(1_000, vec![valued(vec![1])])],
+        named_frames(1),
+    );
+    r.resource_profiles[0]
+        .resource
+        .as_mut()
+        .unwrap()
+        .attributes
+        .push(symtrace_proto::common::KeyValue {
+            key: "long".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(long)),
+            }),
+            ..Default::default()
+        });
+    let short = "x".repeat(10);
+    let mut kept = r.clone();
+    kept.resource_profiles[0]
+        .resource
+        .as_mut()
+        .unwrap()
+        .attributes[1]
+        .value = Some(AnyValue {
+        value: Some(any_value::Value::StringValue(short.clone())),
+    });
+    let out = normalize(r, 0, &limits).unwrap();
+    assert_eq!((out.accepted, out.truncated_labels), (1, 1));
+    let cut = format!("{}{TRUNCATED_LABEL_SUFFIX}", "x".repeat(9));
+    assert!(out.data.strings.contains(&cut), "{:?}", out.data.strings);
+    // At the limit: kept whole, not counted.
+    let out = normalize(kept, 0, &limits).unwrap();
+    assert_eq!(out.truncated_labels, 0);
+    assert!(out.data.strings.contains(&short));
+}
+
+#[test]
+fn a_label_shared_by_many_series_is_bounded_by_the_text_limit() {
+    // 300 series sharing a 1 MB label would be 300 MB of parts.
+    let r = testing::many_types_request("svc", 1, 1 << 20, 300, 1_000);
+    let limits = Limits {
+        max_label_value_bytes: 2 << 20,
+        max_text_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    let err = normalize_by_series(r.clone(), 0, &limits)
+        .err()
+        .expect("refused");
+    assert!(matches!(err, RequestError::TooLarge(_)), "{err}");
+    assert!(
+        err.to_string().contains("SYMTRACE_MAX_EXPORT_TEXT_BYTES"),
+        "{err}"
+    );
+    // With the default label value limit the same request fits (each part
+    // keeps 16 KiB of it).
+    let out = normalize_by_series(
+        r,
+        0,
+        &Limits {
+            max_text_bytes: 64 << 20,
+            ..Limits::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((out.accepted, out.data.len()), (300, 300));
+    let text: usize = out
+        .data
+        .iter()
+        .flat_map(|(_, p)| &p.strings)
+        .map(String::len)
+        .sum();
+    assert!(text < 300 * (17 << 10), "{text}");
+}
+
+#[test]
+fn requests_of_more_series_than_the_limit_are_refused_in_either_layout() {
+    let limits = Limits {
+        max_series: 20,
+        ..Limits::default()
+    };
+    let fits = testing::many_types_request("svc", 1, 1, 20, 1_000);
+    assert_eq!(normalize(fits, 0, &limits).unwrap().accepted, 20);
+    let over = testing::many_types_request("svc", 1, 1, 21, 1_000);
+    for err in [
+        super::normalize(over.clone(), 0, &limits).err(),
+        normalize_by_series(over, 0, &limits).err(),
+    ] {
+        let err = err.expect("refused");
+        assert!(matches!(err, RequestError::TooLarge(_)), "{err}");
+        assert!(err.to_string().contains("more than 20 series"), "{err}");
+    }
 }

@@ -107,6 +107,10 @@ pub async fn export(
         metrics::counter!("symtrace_ingest_truncated_stacks_total")
             .increment(prepared.truncated_stacks as u64);
     }
+    if prepared.truncated_labels > 0 {
+        metrics::counter!("symtrace_ingest_truncated_labels_total")
+            .increment(prepared.truncated_labels as u64);
+    }
     if let Some((spooled, row)) = prepared.segment {
         let written = profiles.commit_spooled(spooled, row).await?;
         metrics::counter!("symtrace_profile_points_total").increment(written.points);
@@ -129,6 +133,7 @@ struct Prepared {
     rejected: usize,
     errors: Vec<String>,
     truncated_stacks: usize,
+    truncated_labels: usize,
 }
 
 /// The blocking part of [`export`]; `None` for a request without profiles.
@@ -172,7 +177,10 @@ fn prepare(
     } else {
         normalize::normalize(request, now, limits).map(|n| n.map(Content::Whole))
     }
-    .map_err(|e| IngestError::Invalid(e.0))?;
+    .map_err(|e| match e {
+        normalize::RequestError::TooLarge(m) => IngestError::TooLarge(m),
+        e => IngestError::Invalid(e.to_string()),
+    })?;
     let segment = if normalized.accepted > 0 && !normalized.data.is_empty() {
         Some(profiles.encode_and_spool(tenant, normalized.data, 0)?)
     } else {
@@ -183,6 +191,7 @@ fn prepare(
         rejected: normalized.rejected,
         errors: normalized.errors,
         truncated_stacks: normalized.truncated_stacks,
+        truncated_labels: normalized.truncated_labels,
     }))
 }
 

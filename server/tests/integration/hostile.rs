@@ -78,7 +78,7 @@ pub fn linked_request(
     )
 }
 
-fn get(server: &Server, tenant: &str, path: &str) -> (u16, String) {
+pub fn get(server: &Server, tenant: &str, path: &str) -> (u16, String) {
     let resp = client()
         .get(format!("{}{path}", server.url))
         .header("X-Scope-OrgID", tenant)

@@ -5,6 +5,7 @@
 
 use symtrace_testkit as support;
 
+mod amplification;
 mod bad_input;
 mod conformance;
 mod crash;
