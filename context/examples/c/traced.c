@@ -6,9 +6,13 @@
  *   clang -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
  *     -I context/include context/examples/c/traced.c target/debug/libsymtrace_context.a \
  *     -lpthread -ldl -lm -Wl,--export-dynamic-symbol=otel_thread_ctx_v1 -o traced
- *   ./traced my-service 0.8 0.4
+ *   ./traced my-service 0.8 0.4 [WARMUP_CPU_SECONDS]
  *
- * Prints each span's trace ID, span ID and the thread CPU seconds it used. */
+ * Prints each span's trace ID, span ID and the thread CPU seconds it used.
+ * The optional warm-up burns CPU outside any span first, as a service's
+ * start-up does: the agent learns where a process keeps its thread
+ * contexts at its first sample, so a span entered in the very first
+ * milliseconds of a process's life is not seen on every sample. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,12 +83,19 @@ static void print_hex(const uint8_t *b, size_t n)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s SERVICE_NAME ALPHA_CPU_SECONDS BETA_CPU_SECONDS\n", argv[0]);
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr,
+			"usage: %s SERVICE_NAME ALPHA_CPU_SECONDS BETA_CPU_SECONDS [WARMUP_CPU_SECONDS]\n",
+			argv[0]);
 		return 2;
 	}
 	if (symtrace_ctx_publish_process(argv[1]) != 0)
 		fprintf(stderr, "warning: process context not published\n");
+	if (argc == 5) {
+		double warmup = atof(argv[4]), start = thread_cpu_seconds();
+		while (thread_cpu_seconds() - start < warmup)
+			spin();
+	}
 	struct job jobs[2] = {
 		{"alpha", c_alpha_work, atof(argv[2]), 0, {0}, {0}},
 		{"beta", c_beta_work, atof(argv[3]), 0, {0}, {0}},

@@ -95,7 +95,7 @@ async fn samples_of(
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?,
     };
-    let bytes: u64 = segments.iter().map(|s| s.size as u64).sum();
+    let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
     let max_bytes = state.engine.limits.max_bytes;
     if bytes > max_bytes {
         return Err(crate::query::QueryError::TooLarge {
@@ -106,8 +106,14 @@ async fn samples_of(
     }
     let mut out = Vec::new();
     let mut truncated = false;
-    'segments: for segment in &segments {
-        let segment = crate::query::read(&state.engine, &segment.sha256).await?;
+    // Each reference's own parts (a one-service or trace listing names
+    // parts; reading their segment whole would give its samples once per
+    // part).
+    let mut parts = Vec::new();
+    for segment in &segments {
+        parts.extend(crate::query::read_segment(&state.engine, segment).await?);
+    }
+    'segments: for segment in &parts {
         let data = &segment.data;
         for sample in &data.samples {
             let series = &data.series[sample.series as usize];

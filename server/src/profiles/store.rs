@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::model::SegmentData;
 use super::segment;
-use crate::store::model::{now_ms, NewSegment, SeriesRow};
+use crate::store::model::{now_ms, NewSegment, SeriesRow, TraceRef};
 use crate::store::spool::Spooled;
 use crate::store::SymbolStore;
 use symtrace_profiles::parts::PartKey;
@@ -234,15 +234,16 @@ impl SegmentEncoder {
         // reads only its parts.
         let parts = match data {
             Content::Whole(data) if level == 0 && !self.by_series => {
-                let row = index_row(&[&data], tenant, level, max);
+                let row = index_row(&[&data], None, tenant, level, max);
                 return (segment::encode(&data, zstd_level), row);
             }
             Content::Whole(data) => symtrace_profiles::parts::split(data),
             Content::Parts(parts) => parts,
         };
         let (keys, datas): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
-        let mut row = index_row(&datas.iter().collect::<Vec<_>>(), tenant, level, max);
         let (bytes, ranges) = segment::encode_parts(&datas, zstd_level);
+        let parts: Vec<&SegmentData> = datas.iter().collect();
+        let mut row = index_row(&parts, Some(&ranges), tenant, level, max);
         let by_key: HashMap<PartKey, std::ops::Range<u64>> = keys.into_iter().zip(ranges).collect();
         for series in &mut row.series {
             series.part = by_key
@@ -254,9 +255,10 @@ impl SegmentEncoder {
 }
 
 /// The index rows describing a segment of these parts (one for a segment
-/// laid out whole); sha256 and size are filled in later.
+/// laid out whole, `ranges` None); sha256 and size are filled in later.
 fn index_row(
     parts: &[&SegmentData],
+    ranges: Option<&[std::ops::Range<u64>]>,
     tenant: &str,
     level: i32,
     max_label_values: usize,
@@ -264,8 +266,11 @@ fn index_row(
     let mut series: BTreeMap<(String, String), SeriesRow> = BTreeMap::new();
     // Label values per (service, name), from series and sample labels.
     let mut labels: HashMap<(&str, &str), BTreeSet<&str>> = HashMap::new();
-    let mut trace_ids = BTreeSet::new();
-    for data in parts {
+    let mut traces = BTreeSet::new();
+    for (ordinal, data) in parts.iter().enumerate() {
+        let part = ranges
+            .and_then(|r| r.get(ordinal))
+            .map(|r| (r.start, r.end - r.start));
         let mut keys = Vec::with_capacity(data.series.len());
         for s in &data.series {
             let key = (data.str(s.service).to_owned(), data.profile_type(s));
@@ -306,7 +311,9 @@ fn index_row(
                 add(service, sample.labels);
             }
             if sample.link != 0 {
-                trace_ids.insert(&data.links[sample.link as usize][..16]);
+                let link = &data.links[sample.link as usize];
+                let trace_id: [u8; 16] = link[..16].try_into().expect("16 bytes");
+                traces.insert(TraceRef { trace_id, part });
             }
         }
     }
@@ -340,9 +347,6 @@ fn index_row(
         level,
         created_at: now_ms(),
         series,
-        trace_ids: trace_ids
-            .into_iter()
-            .map(|t| t.try_into().expect("16 bytes"))
-            .collect(),
+        traces: traces.into_iter().collect(),
     }
 }

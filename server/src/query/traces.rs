@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 use symtrace_profiles::trace::TraceSpans;
 
 use super::{internal, read_segment, Engine, QueryError};
+use crate::store::model::SegmentRef;
 
 pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<Value, QueryError> {
     let segments = state
@@ -12,7 +13,7 @@ pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<V
         .trace_segments(tenant, &trace_id)
         .await
         .map_err(internal)?;
-    let bytes: u64 = segments.iter().map(|s| s.size as u64).sum();
+    let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
     let limit = state.limits.max_bytes;
     if bytes > limit {
         return Err(QueryError::TooLarge { bytes, limit });
@@ -60,6 +61,7 @@ pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<V
         "trace_id": trace_hex,
         "tenant": tenant,
         "segments_read": segments.len(),
+        "bytes_read": bytes,
         "cpu_ns": total_cpu,
         "spans": spans,
         "flamegraph": format!("/api/v1/flamegraph?trace_id={trace_hex}"),

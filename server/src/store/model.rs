@@ -156,8 +156,28 @@ pub struct NewSegment {
     pub level: i32,
     pub created_at: i64,
     pub series: Vec<SeriesRow>,
-    /// Linked trace IDs, sorted.
-    pub trace_ids: Vec<[u8; 16]>,
+    /// Linked traces, sorted, each once per part holding it.
+    pub traces: Vec<TraceRef>,
+}
+
+/// A trace linked from a segment's samples, and the part holding them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TraceRef {
+    pub trace_id: [u8; 16],
+    /// The part's (offset, length) in the segment; None: the segment is
+    /// one part, read whole.
+    pub part: Option<(u64, u64)>,
+}
+
+impl SegmentRef {
+    /// The part of this segment at (offset, length).
+    pub fn with_part(&self, (offset, size): (u64, u64)) -> Self {
+        Self {
+            part_offset: i64::try_from(offset).ok(),
+            part_size: i64::try_from(size).ok(),
+            ..self.clone()
+        }
+    }
 }
 
 /// One (service, profile type) of a segment.

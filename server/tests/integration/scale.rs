@@ -1,7 +1,8 @@
 //! What a query costs and who compacts (issue #21): a trace lookup among
 //! thousands of uncompacted segments reads only the segments that hold the
-//! trace; two replicas compact two tenants' windows at the same time, each
-//! window once.
+//! trace, and of a fleet's export only the part of the service the trace
+//! ran in; two replicas compact two tenants' windows at the same time,
+//! each window once.
 
 use std::time::{Duration, Instant};
 
@@ -248,13 +249,32 @@ fn two_replicas_compact_two_tenants_windows_at_once_and_each_window_once() {
 }
 
 /// One export of `services` services, each with `n` events over 8 named
-/// frames, from `time_ns`.
-fn fleet_export(services: usize, n: u64, time_ns: u64) -> ExportProfilesServiceRequest {
-    let mut req = testing::request(None, Vec::new(), named_frames(8));
+/// frames, from `time_ns`; `svc-17`'s linked to `trace` when given.
+fn fleet_export(
+    services: usize,
+    n: u64,
+    time_ns: u64,
+    trace: Option<[u8; 16]>,
+) -> ExportProfilesServiceRequest {
+    let mut dictionary = named_frames(8);
+    if let Some(trace) = trace {
+        dictionary.link_table = vec![
+            Link {
+                trace_id: vec![0; 16],
+                span_id: vec![0; 8],
+            },
+            Link {
+                trace_id: trace.to_vec(),
+                span_id: vec![1; 8],
+            },
+        ];
+    }
+    let mut req = testing::request(None, Vec::new(), dictionary);
     req.resource_profiles.clear();
     for s in 0..services {
         let sample = Sample {
             stack_index: 1,
+            link_index: i32::from(trace.is_some() && s == 17),
             timestamps_unix_nano: (0..n).map(|i| time_ns + s as u64 * 1_000 + i).collect(),
             ..Default::default()
         };
@@ -295,15 +315,43 @@ fn a_one_service_query_reads_only_that_services_parts_before_and_after_compactio
         // Five exports of a 200-service fleet, five minutes ago (closed
         // one-minute windows for the compactor below).
         let base = (now_ns() - 300_000_000_000) / 60_000_000_000 * 60_000_000_000 + 1_000;
+        // The third export links svc-17's samples to a trace.
+        let trace = trace_id(17);
         for e in 0..5u64 {
+            let linked = (e == 2).then_some(trace);
             export(
                 &ingest,
                 tenant,
-                &fleet_export(200, 20, base + e * 1_000_000),
+                &fleet_export(200, 20, base + e * 1_000_000, linked),
             );
         }
         let range = format!("from={}&to={}", base - 1, base + 60_000_000_000);
         let check = |server: &Server, segments: u64, when: &str| {
+            // The trace view first (nothing cached yet): it reads the one
+            // part of the one segment that holds the trace.
+            let gets = object_requests(server, "get");
+            let (status, body) = json_of(
+                client()
+                    .get(format!(
+                        "{}/api/v1/traces/{}",
+                        server.url,
+                        hex::encode(trace)
+                    ))
+                    .header("X-Scope-OrgID", tenant.as_str())
+                    .send()
+                    .unwrap(),
+            );
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(
+                body["segments_read"], 1,
+                "[{}] {when}: {body}",
+                backend.name
+            );
+            assert_eq!(body["spans"][0]["samples"], 20, "{body}");
+            let trace_bytes = body["bytes_read"].as_u64().unwrap();
+            if backend.name == "postgres+s3" {
+                assert_eq!(object_requests(server, "get") - gets, 1, "{when}");
+            }
             // The one-service query first: the whole-fleet one caches every
             // part under the key the one-service query would read.
             let gets = object_requests(server, "get");
@@ -327,6 +375,12 @@ fn a_one_service_query_reads_only_that_services_parts_before_and_after_compactio
             assert!(
                 bytes * 100 <= all_bytes,
                 "[{}] {when}: one service read {bytes} of {all_bytes} bytes",
+                backend.name
+            );
+            // The trace's one part is a 200th of one of `segments` parts.
+            assert!(
+                trace_bytes * 100 * segments <= all_bytes,
+                "[{}] {when}: the trace view read {trace_bytes} of {all_bytes} bytes",
                 backend.name
             );
             if backend.name == "postgres+s3" {
@@ -370,7 +424,11 @@ fn whole_layout_reads_whole_exports_and_compacted_parts() {
     let tenant = &unique("fleet-whole");
     let base = (now_ns() - 300_000_000_000) / 60_000_000_000 * 60_000_000_000 + 1_000;
     for e in 0..3u64 {
-        export(&ingest, tenant, &fleet_export(50, 20, base + e * 1_000_000));
+        export(
+            &ingest,
+            tenant,
+            &fleet_export(50, 20, base + e * 1_000_000, None),
+        );
     }
     let range = format!("from={}&to={}", base - 1, base + 60_000_000_000);
     let one = format!("service=svc-7&{range}");

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use super::{trace_index, MetaResult, Pool, SqlMetadata};
-use crate::store::model::{NewSegment, SegmentRef, SeriesInfo, SeriesQuery};
+use crate::store::model::{NewSegment, SegmentRef, SeriesInfo, SeriesQuery, TraceRef};
 
 /// Rows per multi-row INSERT (at most 11 binds each; below both databases'
 /// parameter limits).
@@ -79,8 +79,9 @@ macro_rules! insert_segment {
         let s = $s;
         let id: Option<i64> = sqlx::query_scalar(
             "INSERT INTO profile_segments \
-             (tenant, sha256, size, start_ns, end_ns, points, level, created_at, trace_ids) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING id",
+             (tenant, sha256, size, start_ns, end_ns, points, level, created_at, trace_ids, \
+             trace_parts) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING id",
         )
         .bind(&s.tenant)
         .bind(&s.sha256)
@@ -90,7 +91,8 @@ macro_rules! insert_segment {
         .bind(s.points)
         .bind(s.level)
         .bind(s.created_at)
-        .bind((s.level == 0).then(|| s.trace_ids.concat()))
+        .bind((s.level == 0).then(|| trace_ids(&s.traces)))
+        .bind((s.level == 0).then(|| trace_parts(&s.traces)).flatten())
         .fetch_optional(&mut *$tx)
         .await?;
         if let Some(id) = id {
@@ -115,15 +117,16 @@ macro_rules! insert_segment {
                 q.build().execute(&mut *$tx).await?;
             }
             let rows = if s.level == 0 {
-                &[][..]
+                Vec::new()
             } else {
-                &s.trace_ids[..]
+                trace_rows(&s.traces)
             };
             for chunk in rows.chunks(ROWS_PER_INSERT) {
-                let mut q =
-                    sqlx::QueryBuilder::new("INSERT INTO profile_traces (trace_id, segment_id) ");
-                q.push_values(chunk, |mut b, trace_id| {
-                    b.push_bind(&trace_id[..]).push_bind(id);
+                let mut q = sqlx::QueryBuilder::new(
+                    "INSERT INTO profile_traces (trace_id, segment_id, parts) ",
+                );
+                q.push_values(chunk, |mut b, (trace_id, parts)| {
+                    b.push_bind(&trace_id[..]).push_bind(id).push_bind(parts);
                 });
                 q.build().execute(&mut *$tx).await?;
             }
@@ -224,16 +227,25 @@ impl ProfileMetadata for SqlMetadata {
     }
 
     async fn trace_segments(&self, tenant: &str, trace_id: &[u8]) -> MetaResult<Vec<SegmentRef>> {
-        // Compacted segments through the profile_traces index.
+        // Compacted segments through the profile_traces index, with the
+        // parts that hold the trace.
         let sql = format!(
-            "SELECT {SEGMENT_COLUMNS} FROM profile_segments g JOIN profile_traces t \
+            "SELECT {SEGMENT_COLUMNS}, t.parts FROM profile_segments g JOIN profile_traces t \
              ON t.segment_id = g.id WHERE t.trace_id = $1 AND g.tenant = $2"
         );
-        let mut found: Vec<SegmentRef> = on_pool!(self, p => sqlx::query_as::<_, SegmentRef>(&sql)
+        let compacted: Vec<TraceRow> = on_pool!(self, p => sqlx::query_as::<_, TraceRow>(&sql)
             .bind(trace_id)
             .bind(tenant)
             .fetch_all(p)
             .await)?;
+        let mut found: Vec<SegmentRef> = Vec::new();
+        for row in compacted {
+            let hit = match row.parts.as_deref().and_then(trace_index::decode_ranges) {
+                Some(parts) if !parts.is_empty() => trace_index::Hit::Parts(parts),
+                _ => trace_index::Hit::Whole,
+            };
+            found.extend(hit.refs(&row.segment));
+        }
         // Uncompacted ones (the last window or two) through the in-memory
         // index of their trace lists, each list read once.
         let live_sql = "SELECT id, sha256 FROM profile_segments WHERE tenant = $1 AND level = 0";
@@ -243,22 +255,25 @@ impl ProfileMetadata for SqlMetadata {
             .await)?;
         let missing = self.traces.missing(tenant, &live);
         for chunk in missing.chunks(ROWS_PER_INSERT) {
-            for (id, segment, list) in self.level0_rows(chunk).await? {
-                self.traces.insert(tenant, id, segment, list.as_deref());
+            for (id, segment, ids, parts) in self.level0_rows(chunk).await? {
+                self.traces
+                    .insert(tenant, id, segment, ids.as_deref(), parts.as_deref());
             }
         }
         let (hits, unknown) = self.traces.lookup(tenant, &live, trace_id);
         found.extend(hits);
         // Rows the index could not keep (it started over): checked here.
         for chunk in unknown.chunks(ROWS_PER_INSERT) {
-            for (_, segment, list) in self.level0_rows(chunk).await? {
-                if trace_index::list_holds(list.as_deref(), trace_id) {
-                    found.push(segment);
+            for (_, segment, ids, parts) in self.level0_rows(chunk).await? {
+                if let Some(hit) = trace_index::find_in(ids.as_deref(), parts.as_deref(), trace_id)
+                {
+                    found.extend(hit.refs(&segment));
                 }
             }
         }
-        found.sort_by(|a, b| (a.start_ns, &a.sha256).cmp(&(b.start_ns, &b.sha256)));
-        found.dedup_by(|a, b| a.sha256 == b.sha256);
+        let key = |s: &SegmentRef| (s.start_ns, s.sha256.clone(), s.part_offset);
+        found.sort_by_key(key);
+        found.dedup_by(|a, b| a.sha256 == b.sha256 && a.part_offset == b.part_offset);
         Ok(found)
     }
 
@@ -379,14 +394,56 @@ impl ProfileMetadata for SqlMetadata {
     }
 }
 
-/// A level-0 segment's row: its ID, its reference and its sorted trace-ID
-/// list.
-type Level0Row = (i64, SegmentRef, Option<Vec<u8>>);
+/// A level-0 segment's row: its ID, its reference, its sorted trace-ID
+/// list and their parts.
+type Level0Row = (i64, SegmentRef, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// A compacted segment holding a trace, and the parts that do.
+#[derive(sqlx::FromRow)]
+struct TraceRow {
+    #[sqlx(flatten)]
+    segment: SegmentRef,
+    parts: Option<Vec<u8>>,
+}
+
+/// A level-0 row's trace list: the IDs, sorted, once per part.
+fn trace_ids(traces: &[TraceRef]) -> Vec<u8> {
+    traces.iter().flat_map(|t| t.trace_id).collect()
+}
+
+/// A level-0 row's parts of its trace list (None unless every entry has
+/// one: a segment of one part is read whole).
+fn trace_parts(traces: &[TraceRef]) -> Option<Vec<u8>> {
+    let parts: Option<Vec<(u64, u64)>> = traces.iter().map(|t| t.part).collect();
+    parts.map(trace_index::encode_ranges)
+}
+
+/// A compacted segment's profile_traces rows: each trace once, with its
+/// parts (None unless every one of its entries has one).
+fn trace_rows(traces: &[TraceRef]) -> Vec<([u8; 16], Option<Vec<u8>>)> {
+    traces
+        .chunk_by(|a, b| a.trace_id == b.trace_id)
+        .map(|same| {
+            let parts: Option<Vec<(u64, u64)>> = same.iter().map(|t| t.part).collect();
+            (same[0].trace_id, parts.map(trace_index::encode_ranges))
+        })
+        .collect()
+}
 
 impl SqlMetadata {
     /// The rows of these level-0 segment IDs (those still there).
     async fn level0_rows(&self, ids: &[i64]) -> MetaResult<Vec<Level0Row>> {
-        type Row = (i64, String, i64, i64, i64, i64, i32, Option<Vec<u8>>);
+        type Row = (
+            i64,
+            String,
+            i64,
+            i64,
+            i64,
+            i64,
+            i32,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+        );
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -394,7 +451,7 @@ impl SqlMetadata {
         // client's reaches this text.
         let list: Vec<String> = ids.iter().map(i64::to_string).collect();
         let sql = format!(
-            "SELECT id, sha256, size, start_ns, end_ns, points, level, trace_ids \
+            "SELECT id, sha256, size, start_ns, end_ns, points, level, trace_ids, trace_parts \
              FROM profile_segments WHERE level = 0 AND id IN ({})",
             list.join(", ")
         );
@@ -403,7 +460,7 @@ impl SqlMetadata {
         Ok(rows
             .into_iter()
             .map(
-                |(id, sha256, size, start_ns, end_ns, points, level, list)| {
+                |(id, sha256, size, start_ns, end_ns, points, level, ids, parts)| {
                     let segment = SegmentRef {
                         sha256,
                         size,
@@ -414,7 +471,7 @@ impl SqlMetadata {
                         part_offset: None,
                         part_size: None,
                     };
-                    (id, segment, list)
+                    (id, segment, ids, parts)
                 },
             )
             .collect())

@@ -1,10 +1,15 @@
-//! Which uncompacted segments hold a trace, answered in memory. Ingest
-//! stores each level-0 segment's linked trace IDs in its row, sorted (one
-//! column write, no row per trace: a row per trace and export was most of
-//! the ingest cost when measured). A replica reads each segment's list
-//! once, keeps it here as sorted 64-bit prefixes, and answers a lookup by
-//! binary search — never by searching blobs or columns in the database.
-//! Compacted segments are found through the `profile_traces` table.
+//! Which uncompacted segments — and which of their parts — hold a trace,
+//! answered in memory. Ingest stores each level-0 segment's linked trace
+//! IDs in its row, sorted (one column write, no row per trace: a row per
+//! trace and export was most of the ingest cost when measured), an ID once
+//! per part holding it, and beside them each entry's part as a byte range
+//! (`trace_parts`). A replica reads each segment's lists once, keeps them
+//! here as sorted 64-bit prefixes with a part number each, and answers a
+//! lookup by binary search — never by searching blobs or columns in the
+//! database — with the parts to read: a trace of three services in a
+//! 200-service export reads three parts, not the export.
+//! Compacted segments are found through the `profile_traces` table, whose
+//! `parts` column holds the same ranges.
 //!
 //! The lists of segments compacted or expired away are dropped on the next
 //! lookup of their tenant (the caller passes the tenant's live level-0
@@ -15,20 +20,24 @@ use std::sync::Mutex;
 
 use crate::store::model::SegmentRef;
 
-/// Bytes of trace-ID prefixes kept over all tenants (8 per trace).
+/// Bytes of trace-ID prefixes and part numbers kept over all tenants (16
+/// per trace and part).
 pub const DEFAULT_BUDGET: usize = 256 << 20;
 
-/// One level-0 segment: its reference and its traces' prefixes, sorted.
+/// An entry's part number meaning "the whole segment".
+const WHOLE: u32 = u32::MAX;
+
+/// One level-0 segment: its reference and its traces.
 struct Entry {
     sha256: String,
     segment: SegmentRef,
-    prefixes: Box<[u64]>,
+    list: TraceList,
 }
 
 /// The first 8 bytes of a trace ID as a number. Trace IDs are random (W3C
 /// Trace Context), so two distinct IDs share a prefix with probability
 /// 2^-64: in practice the check is exact, and a collision would only cost
-/// reading one segment that holds no sample of the trace.
+/// reading one part that holds no sample of the trace.
 fn prefix(trace_id: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = trace_id.len().min(8);
@@ -36,16 +45,125 @@ fn prefix(trace_id: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
-/// A segment's sorted 16-byte trace IDs as sorted prefixes; None when the
-/// column is not a whole number of IDs (a damaged row: read the segment).
-pub fn prefixes(list: &[u8]) -> Option<Box<[u64]>> {
-    if list.len() % 16 != 0 {
+/// Byte ranges as stored: (offset, length), each two u64 little-endian.
+pub fn encode_ranges(ranges: impl IntoIterator<Item = (u64, u64)>) -> Vec<u8> {
+    ranges
+        .into_iter()
+        .flat_map(|(offset, len)| offset.to_le_bytes().into_iter().chain(len.to_le_bytes()))
+        .collect()
+}
+
+/// Stored byte ranges; None when the bytes are not whole ranges.
+pub fn decode_ranges(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+    if bytes.len() % 16 != 0 {
         return None;
     }
-    let mut out: Vec<u64> = list.chunks_exact(16).map(prefix).collect();
-    out.sort_unstable();
-    out.dedup();
-    Some(out.into_boxed_slice())
+    Some(
+        bytes
+            .chunks_exact(16)
+            .map(|c| {
+                let n = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                (n(&c[..8]), n(&c[8..]))
+            })
+            .collect(),
+    )
+}
+
+/// Where a segment holds a trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hit {
+    /// Read it whole (one part, or parts not recorded).
+    Whole,
+    /// Read these parts (offset, length).
+    Parts(Vec<(u64, u64)>),
+}
+
+impl Hit {
+    /// The references to read for this hit of `segment`.
+    pub fn refs(self, segment: &SegmentRef) -> Vec<SegmentRef> {
+        match self {
+            Hit::Whole => vec![segment.clone()],
+            Hit::Parts(parts) => parts.into_iter().map(|p| segment.with_part(p)).collect(),
+        }
+    }
+}
+
+/// A segment's traces: sorted (prefix, part number) entries and the parts.
+#[derive(Debug, Default)]
+pub struct TraceList {
+    entries: Box<[(u64, u32)]>,
+    parts: Box<[(u64, u64)]>,
+}
+
+impl TraceList {
+    /// A row's lists: `ids` 16 bytes each, `parts` one range per ID (None,
+    /// or not one per ID: the whole segment for each). None when `ids` is
+    /// damaged (not whole IDs): the segment may hold any trace.
+    pub fn parse(ids: &[u8], parts: Option<&[u8]>) -> Option<Self> {
+        if ids.len() % 16 != 0 {
+            return None;
+        }
+        let n = ids.len() / 16;
+        let ranges = parts.and_then(decode_ranges).filter(|r| r.len() == n);
+        let mut table: Vec<(u64, u64)> = Vec::new();
+        let mut numbers: HashMap<(u64, u64), u32> = HashMap::new();
+        let mut entries: Vec<(u64, u32)> = Vec::with_capacity(n);
+        for (i, id) in ids.chunks_exact(16).enumerate() {
+            let part = match &ranges {
+                Some(r) => *numbers.entry(r[i]).or_insert_with(|| {
+                    table.push(r[i]);
+                    table.len() as u32 - 1
+                }),
+                None => WHOLE,
+            };
+            entries.push((prefix(id), part));
+        }
+        entries.sort_unstable();
+        entries.dedup();
+        Some(Self {
+            entries: entries.into_boxed_slice(),
+            parts: table.into_boxed_slice(),
+        })
+    }
+
+    /// "May hold any trace, anywhere" (a damaged list).
+    fn any() -> Self {
+        Self {
+            entries: Box::new([(u64::MAX, WHOLE)]),
+            parts: Box::default(),
+        }
+    }
+
+    fn is_any(&self) -> bool {
+        self.entries.len() == 1 && self.entries[0] == (u64::MAX, WHOLE)
+    }
+
+    /// Where the segment holds `trace_id`, if it does.
+    pub fn find(&self, trace_id: &[u8]) -> Option<Hit> {
+        if self.is_any() {
+            return Some(Hit::Whole);
+        }
+        let want = prefix(trace_id);
+        let start = self.entries.partition_point(|&(p, _)| p < want);
+        let found = &self.entries[start..];
+        let found = &found[..found.partition_point(|&(p, _)| p == want)];
+        if found.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::with_capacity(found.len());
+        for &(_, part) in found {
+            match self.parts.get(part as usize) {
+                Some(&range) => parts.push(range),
+                None => return Some(Hit::Whole),
+            }
+        }
+        Some(Hit::Parts(parts))
+    }
+
+    /// Bytes held.
+    fn bytes(&self) -> usize {
+        self.entries.len() * 16 + self.parts.len() * 16
+    }
 }
 
 /// Trace IDs of level-0 segments, per tenant and segment row ID.
@@ -88,7 +206,7 @@ impl TraceIndex {
         known.retain(|id, e| {
             let keep = live_ids.get(id) == Some(&e.sha256.as_str());
             if !keep {
-                *bytes -= e.prefixes.len() * 8;
+                *bytes -= e.list.bytes();
             }
             keep
         });
@@ -98,16 +216,22 @@ impl TraceIndex {
             .collect()
     }
 
-    /// Adds a segment's list (from its row); a list that does not parse is
-    /// kept as "may hold any trace".
-    pub fn insert(&self, tenant: &str, id: i64, segment: SegmentRef, list: Option<&[u8]>) {
-        let prefixes = match list {
-            Some(list) => prefixes(list),
-            None => Some(Box::default()),
+    /// Adds a segment's lists (from its row: trace IDs and their parts); a
+    /// list that does not parse is kept as "may hold any trace".
+    pub fn insert(
+        &self,
+        tenant: &str,
+        id: i64,
+        segment: SegmentRef,
+        ids: Option<&[u8]>,
+        parts: Option<&[u8]>,
+    ) {
+        let list = match ids {
+            Some(ids) => TraceList::parse(ids, parts).unwrap_or_else(TraceList::any),
+            None => TraceList::default(),
         };
-        let prefixes = prefixes.unwrap_or_else(|| Box::new([u64::MAX]));
         let mut inner = self.inner.lock().expect("trace index");
-        let size = prefixes.len() * 8;
+        let size = list.bytes();
         if inner.bytes + size > self.budget {
             tracing::info!(
                 budget = self.budget,
@@ -119,7 +243,7 @@ impl TraceIndex {
         let entry = Entry {
             sha256: segment.sha256.clone(),
             segment,
-            prefixes,
+            list,
         };
         if let Some(old) = inner
             .tenants
@@ -127,20 +251,20 @@ impl TraceIndex {
             .or_default()
             .insert(id, entry)
         {
-            inner.bytes -= old.prefixes.len() * 8;
+            inner.bytes -= old.list.bytes();
         }
     }
 
-    /// The indexed segments of `tenant` among `live` that may hold
-    /// `trace_id`, and the live ones not indexed (the index started over
-    /// meanwhile: the caller fetches and checks those itself).
+    /// What to read of `tenant`'s indexed segments among `live` for
+    /// `trace_id` (a part, or a whole segment, each), and the live ones not
+    /// indexed (the index started over meanwhile: the caller fetches and
+    /// checks those itself).
     pub fn lookup(
         &self,
         tenant: &str,
         live: &[(i64, String)],
         trace_id: &[u8],
     ) -> (Vec<SegmentRef>, Vec<i64>) {
-        let want = prefix(trace_id);
         let inner = self.inner.lock().expect("trace index");
         let known = inner.tenants.get(tenant);
         let mut hits = Vec::new();
@@ -151,10 +275,8 @@ impl TraceIndex {
                 .filter(|e| &e.sha256 == sha256)
             {
                 Some(e) => {
-                    // A damaged list (u64::MAX alone) may hold anything.
-                    let damaged = e.prefixes.len() == 1 && e.prefixes[0] == u64::MAX;
-                    if damaged || e.prefixes.binary_search(&want).is_ok() {
-                        hits.push(e.segment.clone());
+                    if let Some(hit) = e.list.find(trace_id) {
+                        hits.extend(hit.refs(&e.segment));
                     }
                 }
                 None => unknown.push(*id),
@@ -170,17 +292,12 @@ impl TraceIndex {
     }
 }
 
-/// Whether a row's list holds `trace_id` (for rows the index could not
+/// Where a row's lists hold `trace_id` (for rows the index could not
 /// keep).
-pub fn list_holds(list: Option<&[u8]>, trace_id: &[u8]) -> bool {
-    match list {
-        None => false,
-        Some(list) if list.len() % 16 != 0 => true,
-        Some(list) => list
-            .chunks_exact(16)
-            .collect::<Vec<_>>()
-            .binary_search(&trace_id)
-            .is_ok(),
+pub fn find_in(ids: Option<&[u8]>, parts: Option<&[u8]>, trace_id: &[u8]) -> Option<Hit> {
+    match TraceList::parse(ids?, parts) {
+        Some(list) => list.find(trace_id),
+        None => Some(Hit::Whole),
     }
 }
 
@@ -217,9 +334,9 @@ mod tests {
             (3, "s3".to_owned()),
         ];
         assert_eq!(index.missing("t", &live), vec![1, 2, 3]);
-        index.insert("t", 1, segment("s1"), Some(&list(&[a, b])));
-        index.insert("t", 2, segment("s2"), Some(&list(&[c])));
-        index.insert("t", 3, segment("s3"), None);
+        index.insert("t", 1, segment("s1"), Some(&list(&[a, b])), None);
+        index.insert("t", 2, segment("s2"), Some(&list(&[c])), None);
+        index.insert("t", 3, segment("s3"), None, None);
         assert!(index.missing("t", &live).is_empty());
         let shas = |r: (Vec<SegmentRef>, Vec<i64>)| -> Vec<String> {
             assert!(r.1.is_empty());
@@ -232,9 +349,9 @@ mod tests {
         assert_eq!(index.lookup("u", &live, &a).1, vec![1, 2, 3]);
         // s1 compacted away: forgotten, its bytes given back.
         let live2 = vec![(2, "s2".to_owned()), (3, "s3".to_owned())];
-        assert_eq!(index.bytes(), 3 * 8);
+        assert_eq!(index.bytes(), 3 * 16);
         assert!(index.missing("t", &live2).is_empty());
-        assert_eq!(index.bytes(), 8);
+        assert_eq!(index.bytes(), 16);
         assert!(shas(index.lookup("t", &live2, &a)).is_empty());
         // A reused row ID with another segment is not taken for the old one.
         let live3 = vec![(2, "other".to_owned())];
@@ -242,17 +359,65 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_list_may_hold_any_trace_and_the_budget_starts_over() {
-        let index = TraceIndex::new(16);
+    fn lookups_name_the_parts_that_hold_a_trace() {
+        let index = TraceIndex::new(1 << 20);
+        let (a, b) = ([1u8; 16], [2u8; 16]);
+        // a in parts (100, 10) and (300, 5); b in (100, 10).
+        let ids = [a, a, b].concat();
+        let parts = encode_ranges([(100, 10), (300, 5), (100, 10)]);
+        index.insert("t", 1, segment("s1"), Some(&ids), Some(&parts));
         let live = vec![(1, "s1".to_owned())];
-        index.insert("t", 1, segment("s1"), Some(&[0u8; 15]));
+        let ranges = |t: &[u8; 16]| -> Vec<Option<std::ops::Range<u64>>> {
+            let mut r: Vec<_> = index
+                .lookup("t", &live, t)
+                .0
+                .iter()
+                .map(SegmentRef::part)
+                .collect();
+            r.sort_by_key(|r| r.as_ref().map(|r| r.start));
+            r
+        };
+        assert_eq!(ranges(&a), [Some(100..110), Some(300..305)]);
+        assert_eq!(ranges(&b), [Some(100..110)]);
+        assert!(ranges(&[7; 16]).is_empty());
+        // Parts that are not one range per ID: the whole segment.
+        assert_eq!(
+            find_in(Some(&ids), Some(&parts[..16]), &a),
+            Some(Hit::Whole)
+        );
+        assert_eq!(find_in(Some(&ids), Some(&[1, 2, 3]), &b), Some(Hit::Whole));
+        assert_eq!(
+            find_in(Some(&ids), Some(&parts), &b),
+            Some(Hit::Parts(vec![(100, 10)]))
+        );
+        assert_eq!(decode_ranges(&parts).unwrap()[1], (300, 5));
+    }
+
+    #[test]
+    fn a_damaged_list_may_hold_any_trace_and_the_budget_starts_over() {
+        let index = TraceIndex::new(32);
+        let live = vec![(1, "s1".to_owned())];
+        index.insert("t", 1, segment("s1"), Some(&[0u8; 15]), None);
         assert_eq!(index.lookup("t", &live, &[7; 16]).0.len(), 1);
-        index.insert("t", 2, segment("s2"), Some(&list(&[[1; 16], [2; 16]])));
-        index.insert("t", 3, segment("s3"), Some(&list(&[[3; 16], [4; 16]])));
-        assert!(index.bytes() <= 16, "over the budget: started over");
-        assert!(list_holds(Some(&list(&[[1; 16], [5; 16]])), &[5; 16]));
-        assert!(!list_holds(Some(&list(&[[1; 16]])), &[5; 16]));
-        assert!(!list_holds(None, &[5; 16]));
-        assert!(list_holds(Some(&[0; 3]), &[5; 16]));
+        index.insert(
+            "t",
+            2,
+            segment("s2"),
+            Some(&list(&[[1; 16], [2; 16]])),
+            None,
+        );
+        index.insert(
+            "t",
+            3,
+            segment("s3"),
+            Some(&list(&[[3; 16], [4; 16]])),
+            None,
+        );
+        assert!(index.bytes() <= 32, "over the budget: started over");
+        let holds = |ids: Option<&[u8]>, t: &[u8; 16]| find_in(ids, None, t).is_some();
+        assert!(holds(Some(&list(&[[1; 16], [5; 16]])), &[5; 16]));
+        assert!(!holds(Some(&list(&[[1; 16]])), &[5; 16]));
+        assert!(!holds(None, &[5; 16]));
+        assert!(holds(Some(&[0; 3]), &[5; 16]));
     }
 }
