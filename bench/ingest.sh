@@ -4,7 +4,8 @@
 #  2. end-to-end ingest through symtrace-server pinned to that core
 #     (4 connections: throughput; 1 connection: latency without queueing);
 #  3. storage cost per event as ingested and after compaction, on distinct
-#     exports, with random-nanosecond and with 19 Hz periodic timestamps.
+#     exports, with random-nanosecond and with 19 Hz periodic timestamps,
+#     and where the compacted bytes go, column by column.
 #
 #   bench/ingest.sh [medium|large] [seconds]
 #
@@ -69,4 +70,8 @@ for ts in random periodic; do
   echo "  as ingested:"; stats "$DATA/$ts"
   compact "$DATA/$ts"
   echo "  compacted (1 h window):"; stats "$DATA/$ts"
+  echo "  where the compacted bytes go (each group of columns compressed alone):"
+  for sha in $(sqlite3 "$DATA/$ts/symtrace.db" "SELECT sha256 FROM profile_segments WHERE level = 1"); do
+    "$BIN/symtrace-loadtest" segment-columns "$DATA/$ts/objects/blobs/${sha:0:2}/$sha" | sed 's/^/    /'
+  done
 done

@@ -311,6 +311,17 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         zstd_level: i32,
     },
+    /// Where a stored segment's bytes go: each group of its columns
+    /// (strings, stacks, links, timestamps, …) compressed alone, in bytes
+    /// per event, summed over its parts.
+    SegmentColumns {
+        /// Segment objects (from the server's blob store).
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+        /// zstd level (the compactor's: 12).
+        #[arg(long, default_value_t = 12)]
+        zstd_level: i32,
+    },
     /// The physical limit on this core: gunzip + prost decoding of the same
     /// payloads, in a loop on the calling thread (pin it with taskset).
     DecodeBaseline {
@@ -569,6 +580,10 @@ fn main() -> anyhow::Result<()> {
             pipeline::run(&payloads, run.duration, layout, zstd_level);
             true
         }
+        Cmd::SegmentColumns { files, zstd_level } => {
+            segment_columns(&files, zstd_level)?;
+            true
+        }
         Cmd::DecodeBaseline { run, periodic } => {
             let shape = run.size.shape(periodic, None);
             let payloads = otlp::payloads(shape, run.payloads.max(1), 0, false);
@@ -579,6 +594,44 @@ fn main() -> anyhow::Result<()> {
     if !ok {
         std::process::exit(1);
     }
+    Ok(())
+}
+
+fn segment_columns(files: &[std::path::PathBuf], level: i32) -> anyhow::Result<()> {
+    use symtrace_profiles::segment;
+    let mut groups: Vec<(&'static str, usize, usize)> = Vec::new();
+    let (mut events, mut stored) = (0u64, 0usize);
+    for file in files {
+        let bytes = std::fs::read(file)?;
+        stored += bytes.len();
+        for part in segment::decode_parts(&bytes)? {
+            events += part.points();
+            for (i, c) in segment::column_sizes(&part, level).into_iter().enumerate() {
+                if groups.len() <= i {
+                    groups.push((c.name, 0, 0));
+                }
+                groups[i].1 += c.raw;
+                groups[i].2 += c.compressed;
+            }
+        }
+    }
+    let per = |b: usize| b as f64 / events.max(1) as f64;
+    println!(
+        "{events} events, {stored} bytes stored ({:.2} B/event)",
+        per(stored)
+    );
+    println!(
+        "{:<40} {:>12} {:>12} {:>9}",
+        "columns", "raw B", "zstd B", "B/event"
+    );
+    for (name, raw, compressed) in &groups {
+        println!(
+            "{name:<40} {raw:>12} {compressed:>12} {:>9.3}",
+            per(*compressed)
+        );
+    }
+    let total: usize = groups.iter().map(|g| g.2).sum();
+    println!("{:<40} {:>12} {total:>12} {:>9.3}", "sum", "", per(total));
     Ok(())
 }
 

@@ -72,7 +72,7 @@ impl Encoder {
         out: &mut Vec<u8>,
     ) {
         self.body.clear();
-        encode_body(data, &mut self.body);
+        encode_body(data, &mut self.body, &mut Vec::new());
         self.compressed.clear();
         self.compressed
             .reserve(zstd::zstd_safe::compress_bound(self.body.len()));
@@ -103,6 +103,39 @@ pub fn encode_parts(parts: &[SegmentData], level: i32) -> (Vec<u8>, Vec<std::ops
         ranges.push(start as u64..out.len() as u64);
     }
     (out, ranges)
+}
+
+/// What one group of a segment's columns costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSize {
+    /// The group (`strings`, `stacks`, `timestamps`, …).
+    pub name: &'static str,
+    /// Its encoded bytes, before compression.
+    pub raw: usize,
+    /// Its bytes compressed alone at the segment's zstd level (the groups
+    /// together compress a little better than the sum of their parts).
+    pub compressed: usize,
+}
+
+/// Where a segment's bytes go: each group of columns of `data` encoded as
+/// [`encode`] does and compressed alone at `level`.
+pub fn column_sizes(data: &SegmentData, level: i32) -> Vec<ColumnSize> {
+    let mut body = Vec::new();
+    let mut marks = Vec::new();
+    encode_body(data, &mut body, &mut marks);
+    let ends = marks.iter().skip(1).map(|&(_, at)| at).chain([body.len()]);
+    marks
+        .iter()
+        .zip(ends)
+        .map(|(&(name, start), end)| {
+            let section = &body[start..end];
+            ColumnSize {
+                name,
+                raw: section.len(),
+                compressed: zstd::bulk::compress(section, level).map_or(section.len(), |c| c.len()),
+            }
+        })
+        .collect()
 }
 
 /// The byte ranges of a segment's parts (one covering it all for a
@@ -256,9 +289,12 @@ impl<'a> Dec<'a> {
     }
 }
 
-/// Appends the body of `d` to `out` (the caller's buffer, reused).
-fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
+/// Appends the body of `d` to `out` (the caller's buffer, reused), and
+/// where each group of columns starts in it to `marks`.
+fn encode_body(d: &SegmentData, out: &mut Vec<u8>, marks: &mut Vec<(&'static str, usize)>) {
     let mut e = Enc(std::mem::take(out));
+    let mut mark = |name: &'static str, e: &Enc| marks.push((name, e.0.len()));
+    mark("strings", &e);
     e.u(d.strings.len() as u64);
     for s in &d.strings {
         e.u(s.len() as u64);
@@ -267,6 +303,7 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
         e.0.extend_from_slice(s.as_bytes());
     }
 
+    mark("mappings", &e);
     e.u(d.mappings.len() as u64);
     for m in &d.mappings {
         e.u(m.build_id.into());
@@ -283,6 +320,7 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
         e.u(m.file_offset);
     }
 
+    mark("frames", &e);
     e.u(d.frames.len() as u64);
     for f in &d.frames {
         e.u(f.frame_type.into());
@@ -319,6 +357,7 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
     for (pos, &old) in order.iter().enumerate() {
         position[old as usize] = pos as u32;
     }
+    mark("stacks", &e);
     e.u(d.stacks.len() as u64);
     let mut previous: &[u32] = &[];
     for &old in &order {
@@ -337,6 +376,7 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
         previous = stack;
     }
 
+    mark("label sets", &e);
     e.u(d.label_sets.len() as u64);
     for set in &d.label_sets {
         e.u(set.len() as u64);
@@ -346,11 +386,13 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
         }
     }
 
+    mark("links", &e);
     e.u(d.links.len() as u64);
     for l in &d.links {
         e.0.extend_from_slice(l);
     }
 
+    mark("series", &e);
     e.u(d.series.len() as u64);
     for s in &d.series {
         for v in [
@@ -374,6 +416,7 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
         .map(|s| (s, position[s.stack as usize]))
         .collect();
     samples.sort_by_key(|(s, stack)| (s.series, *stack, s.labels, s.link));
+    mark("samples: series, stack, labels, link", &e);
     e.u(samples.len() as u64);
     for (s, _) in &samples {
         e.u(s.series.into());
@@ -390,10 +433,12 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
     for (s, _) in &samples {
         e.u(s.link.into());
     }
+    mark("samples: event counts", &e);
     for (s, _) in &samples {
         e.u(s.timestamps.len() as u64);
         e.u(s.values.len() as u64);
     }
+    mark("timestamps", &e);
     // Each sample's events sorted once; timestamps go to `e`, values to a
     // column of their own that follows.
     let mut values = Enc::default();
@@ -424,6 +469,7 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>) {
             }
         }
     }
+    mark("values", &e);
     e.0.extend_from_slice(&values.0);
     *out = e.0;
 }

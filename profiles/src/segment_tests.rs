@@ -157,7 +157,7 @@ fn damage_is_an_error() {
     assert!(matches!(decode(b"not a segment"), Err(SegmentError::Magic)));
     assert!(decode(&bytes[..bytes.len() - 3]).is_err());
     let mut body = Vec::new();
-    encode_body(&sample_data(), &mut body);
+    encode_body(&sample_data(), &mut body, &mut Vec::new());
     for cut in 0..body.len() {
         assert!(decode_body(&body[..cut]).is_err(), "cut at {cut}");
     }
@@ -191,4 +191,22 @@ fn a_body_length_claim_is_not_allocated_on_trust() {
         Err(SegmentError::Corrupt("body length")) => {}
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn column_sizes_account_for_every_byte_of_the_body() {
+    let data = sample_data();
+    let sizes = column_sizes(&data, 3);
+    let names: Vec<&str> = sizes.iter().map(|c| c.name).collect();
+    assert_eq!(names[0], "strings");
+    assert_eq!(names.last(), Some(&"values"));
+    assert!(names.contains(&"timestamps"), "{names:?}");
+    let mut body = Vec::new();
+    encode_body(&data, &mut body, &mut Vec::new());
+    assert_eq!(sizes.iter().map(|c| c.raw).sum::<usize>(), body.len());
+    let timestamps = sizes.iter().find(|c| c.name == "timestamps").unwrap();
+    assert!(
+        timestamps.raw > 0 && timestamps.compressed > 0,
+        "{timestamps:?}"
+    );
 }

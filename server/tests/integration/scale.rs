@@ -384,8 +384,9 @@ fn a_one_service_query_reads_only_that_services_parts_before_and_after_compactio
                 backend.name
             );
             if backend.name == "postgres+s3" {
-                // One ranged GET per segment (nothing was cached yet).
-                assert_eq!(service_gets, segments, "{when}");
+                // One ranged GET per segment but the one whose svc-17 part
+                // the trace view read: cached under the same key.
+                assert_eq!(service_gets, segments - 1, "{when}");
                 // The whole-fleet query again: every part is cached and
                 // the segments' part directories known, nothing is fetched.
                 let gets = object_requests(server, "get");
@@ -442,8 +443,9 @@ fn whole_layout_reads_whole_exports_and_compacted_parts() {
     assert!(bytes * 25 <= all, "compacted: {bytes} of {all} bytes");
 }
 
-/// A server on `ingest`'s storage that compacts one-minute windows at
-/// once, after it has merged `tenant`'s segments into one.
+/// A server on `ingest`'s storage, with nothing cached, once another one
+/// that compacts one-minute windows at once has merged `tenant`'s segments
+/// into one.
 fn compacted(ingest: &Server, tenant: &str) -> Server {
     let compactor = Server::start_on(
         ingest,
@@ -458,7 +460,9 @@ fn compacted(ingest: &Server, tenant: &str) -> Server {
         let d = dump(&compactor, tenant);
         let segments = d["segments"].as_array().unwrap();
         if segments.len() == 1 && segments[0]["level"] == 1 {
-            return compactor;
+            // The samples read above are cached in the compactor.
+            drop(compactor);
+            return Server::start_on(ingest, &[]);
         }
         assert!(Instant::now() < deadline, "not compacted: {d}");
         std::thread::sleep(Duration::from_millis(300));
