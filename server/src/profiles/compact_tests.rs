@@ -145,7 +145,9 @@ async fn a_window_over_the_job_budget_becomes_several_segments() {
             .write("t", export(t0 + i * 1_000_000_000, 3), 0)
             .await
             .unwrap();
-        size = w.size as i64;
+        // Segments differ by a byte or two with their times: the budget
+        // is two of the largest (pairs fit, three never do).
+        size = size.max(w.size as i64);
     }
     let small = Settings {
         job_bytes: 2 * size,
