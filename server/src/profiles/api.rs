@@ -108,51 +108,55 @@ async fn samples_of(
     let mut truncated = false;
     // Each reference's own parts (a one-service or trace listing names
     // parts; reading their segment whole would give its samples once per
-    // part).
-    let mut parts = Vec::new();
-    for segment in &segments {
-        parts.extend(crate::query::read_segment(&state.engine, segment).await?);
-    }
-    'segments: for segment in &parts {
-        let data = &segment.data;
-        for sample in &data.samples {
-            let series = &data.series[sample.series as usize];
-            if q.service
-                .as_deref()
-                .is_some_and(|s| s != data.str(series.service))
-                || q.profile_type
+    // part), read as they are needed.
+    'segments: for listed in &segments {
+        for part in crate::query::read_segment(&state.engine, listed).await? {
+            let data = &part.data;
+            for sample in &data.samples {
+                let series = &data.series[sample.series as usize];
+                if q.service
                     .as_deref()
-                    .is_some_and(|t| t != data.profile_type(series))
-                || trace.as_deref().is_some_and(|t| {
-                    sample.link == 0 || data.links[sample.link as usize][..16] != *t
-                })
-            {
-                continue;
-            }
-            let keep: Vec<usize> = if sample.timestamps.is_empty() {
-                let inside = (series.start_ns as i64) < to && series.end_ns as i64 >= from;
-                if !inside {
+                    .is_some_and(|s| s != data.str(series.service))
+                    || q.profile_type
+                        .as_deref()
+                        .is_some_and(|t| t != data.profile_type(series))
+                    || trace.as_deref().is_some_and(|t| {
+                        sample.link == 0 || data.links[sample.link as usize][..16] != *t
+                    })
+                {
                     continue;
                 }
-                (0..sample.values.len()).collect()
-            } else {
-                (0..sample.timestamps.len())
-                    .filter(|&i| (from..to).contains(&(sample.timestamps[i] as i64)))
-                    .collect()
-            };
-            if keep.is_empty() {
-                continue;
+                let keep: Vec<usize> = if sample.timestamps.is_empty() {
+                    let inside = (series.start_ns as i64) < to && series.end_ns as i64 >= from;
+                    if !inside {
+                        continue;
+                    }
+                    (0..sample.values.len()).collect()
+                } else {
+                    (0..sample.timestamps.len())
+                        .filter(|&i| (from..to).contains(&(sample.timestamps[i] as i64)))
+                        .collect()
+                };
+                if keep.is_empty() {
+                    continue;
+                }
+                if out.len() == limit {
+                    truncated = true;
+                    break 'segments;
+                }
+                out.push(sample_json(data, sample, &keep));
             }
-            if out.len() == limit {
-                truncated = true;
-                break 'segments;
-            }
-            out.push(sample_json(data, sample, &keep));
         }
     }
+    // A segment once, however many of its parts were listed.
+    let mut seen = std::collections::HashSet::new();
+    let listed: Vec<&SegmentRef> = segments
+        .iter()
+        .filter(|s| seen.insert(s.sha256.as_str()))
+        .collect();
     Ok(Json(json!({
         "tenant": tenant,
-        "segments": segments.iter().map(|s| json!({
+        "segments": listed.iter().map(|s| json!({
             "sha256": s.sha256,
             "level": s.level,
             "start_ns": s.start_ns,
