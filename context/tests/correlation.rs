@@ -282,8 +282,9 @@ fn a_c_program_correlates_through_the_c_abi() {
     let name = kit::unique("c-traced-");
     // A 0.3 s warm-up outside any span: the agent learns where a new
     // process keeps its thread contexts at its first sample, so the spans
-    // start once it has (docs/agent.md; under this test's load that took up
-    // to 200 ms, a fifth of beta's samples).
+    // start once it has (docs/agent.md). Without it beta, the shorter span,
+    // lost its first 70 ms (41-42 of 48.5 samples, with a CPU hog beside
+    // the test) and up to 200 ms on a slow night (28: below the 70% bound).
     let out = kit::run(Command::new(&bin).args([name.as_str(), "1.0", "0.5", "0.3"]));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     for (span, mine, other) in [
