@@ -1,5 +1,6 @@
 //! Arbitrary bytes as an OTLP/HTTP or gRPC export, the way the server
-//! takes them: the element bound on the wire, the decoder, normalization;
+//! takes them: the element bound on the wire, the decoder (ingest's, which
+//! must decode exactly as prost's generated code does), normalization;
 //! what normalization accepts must encode into a segment that decodes to
 //! the same data, and by series the parts splitting it whole gives.
 #![no_main]
@@ -17,6 +18,8 @@ fuzz_target!(|data: &[u8]| {
     if count_protobuf_elements(data, max) > max {
         return;
     }
+    // Ingest's decoder gives prost's content, or prost's error.
+    symtrace_profiles::testing::assert_decodes_as_prost(data);
     let Ok(request) = ExportProfilesServiceRequest::decode(data) else {
         return;
     };

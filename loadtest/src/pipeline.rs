@@ -1,4 +1,5 @@
-//! The ingest pipeline without the server around it: gunzip + decode,
+//! The ingest pipeline without the server around it: gunzip + decode (into
+//! `symtrace_profiles::request::Request`, as ingest does),
 //! normalization (whole then split by series, or by series directly) and
 //! segment encoding of the same payloads, timed stage by stage on the
 //! calling thread (pin it with taskset). What HTTP, the database and fsync
@@ -7,10 +8,9 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use prost::Message;
-use symtrace_profiles::normalize::{normalize, normalize_by_series, Limits};
+use symtrace_profiles::normalize::{normalize_request, normalize_request_by_series, Limits};
+use symtrace_profiles::request::Request;
 use symtrace_profiles::{parts, segment};
-use symtrace_proto::collector::ExportProfilesServiceRequest;
 
 use crate::otlp::Payload;
 
@@ -35,13 +35,17 @@ pub fn run(payloads: &[Payload], duration: Duration, layout: Layout, zstd_level:
         flate2::read::MultiGzDecoder::new(&p.gzipped[..])
             .read_to_end(&mut raw)
             .expect("gunzip");
-        let request = ExportProfilesServiceRequest::decode(&raw[..]).expect("decode");
+        let request = Request::decode(&raw[..]).expect("decode");
         let t1 = Instant::now();
         let now = u64::MAX / 2;
         let parts = match layout {
-            Layout::Split => parts::split(normalize(request, now, &limits).expect("usable").data),
+            Layout::Split => parts::split(
+                normalize_request(&request, now, &limits)
+                    .expect("usable")
+                    .data,
+            ),
             Layout::Series => {
-                normalize_by_series(request, now, &limits)
+                normalize_request_by_series(&request, now, &limits)
                     .expect("usable")
                     .data
             }

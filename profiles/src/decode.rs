@@ -4,6 +4,8 @@
 
 use symtrace_proto::collector::ExportProfilesServiceRequest;
 
+use crate::request::Request;
+
 /// Why a request's bytes are not a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -22,30 +24,50 @@ pub enum DecodeError {
     },
 }
 
-/// Decodes a protobuf request, naming the v1.9 layout when that is what
+/// Decodes a protobuf request into [`Request`] (the way ingest does: no
+/// message per sample or stack), naming the v1.9 layout when that is what
 /// broke the decoding.
-pub fn decode_protobuf(
+pub fn decode_protobuf(body: &[u8], max_elements: usize) -> Result<Request, DecodeError> {
+    let elements = symtrace_proto::limits::count_protobuf_elements(body, max_elements);
+    check_elements(elements, max_elements)?;
+    Request::decode(body).map_err(malformed)
+}
+
+/// Decodes a protobuf request into the generated message, with the same
+/// checks and errors as [`decode_protobuf`].
+pub fn decode_protobuf_message(
     body: &[u8],
     max_elements: usize,
 ) -> Result<ExportProfilesServiceRequest, DecodeError> {
     let elements = symtrace_proto::limits::count_protobuf_elements(body, max_elements);
     check_elements(elements, max_elements)?;
-    <ExportProfilesServiceRequest as prost::Message>::decode(body).map_err(|e| {
-        let text = e.to_string();
-        let hint = if text.contains("Sample.") {
-            " (this is what an OTLP profiles v1.9 or older sender produces: v1.10 renumbered \
-             Sample's fields; upgrade the sender to proto >= 1.10)"
-        } else {
-            ""
-        };
-        DecodeError::Malformed(format!(
-            "malformed ExportProfilesServiceRequest: {text}{hint}"
-        ))
-    })
+    <ExportProfilesServiceRequest as prost::Message>::decode(body).map_err(malformed)
 }
 
-/// Decodes an OTLP/JSON request.
-pub fn decode_json(
+fn malformed(e: prost::DecodeError) -> DecodeError {
+    let text = e.to_string();
+    let hint = if text.contains("Sample.") {
+        " (this is what an OTLP profiles v1.9 or older sender produces: v1.10 renumbered \
+         Sample's fields; upgrade the sender to proto >= 1.10)"
+    } else {
+        ""
+    };
+    DecodeError::Malformed(format!(
+        "malformed ExportProfilesServiceRequest: {text}{hint}"
+    ))
+}
+
+/// Decodes an OTLP/JSON request into [`Request`].
+pub fn decode_json(body: &[u8], max_elements: usize) -> Result<Request, DecodeError> {
+    let message = decode_json_message(body, max_elements)?;
+    // A request parsed from JSON may nest values past what protobuf's
+    // decoder takes.
+    Request::from_message(&message)
+        .map_err(|e| DecodeError::Malformed(format!("malformed OTLP/JSON request: {e}")))
+}
+
+/// Decodes an OTLP/JSON request into the generated message.
+pub fn decode_json_message(
     body: &[u8],
     max_elements: usize,
 ) -> Result<ExportProfilesServiceRequest, DecodeError> {

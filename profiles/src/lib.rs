@@ -21,6 +21,7 @@ pub mod parts;
 #[cfg(test)]
 mod properties_tests;
 pub mod render;
+pub mod request;
 pub mod resolved;
 #[cfg(test)]
 mod rules_tests;

@@ -323,7 +323,7 @@ pub(crate) fn v19_request_bytes() -> Vec<u8> {
     testing::v19::request(dictionary()).encode_to_vec()
 }
 
-fn malformed(r: Result<ExportProfilesServiceRequest, DecodeError>) -> String {
+fn malformed<T: std::fmt::Debug>(r: Result<T, DecodeError>) -> String {
     match r {
         Err(DecodeError::Malformed(m)) => m,
         other => panic!("not malformed: {other:?}"),
@@ -340,9 +340,13 @@ fn bytes_that_are_not_a_request_say_why() {
     );
     let bytes = request(vec![good()]).encode_to_vec();
     assert_eq!(
-        decode_protobuf(&bytes, max).unwrap(),
-        request(vec![good()]),
+        decode_protobuf(&bytes, max).unwrap().to_message(),
+        crate::testing::kept(request(vec![good()])),
         "a good request decodes as it was"
+    );
+    assert_eq!(
+        crate::decode::decode_protobuf_message(&bytes, max).unwrap(),
+        request(vec![good()])
     );
     let m = malformed(decode_protobuf(&bytes[..bytes.len() - 7], max));
     assert!(m.contains("malformed ExportProfilesServiceRequest"), "{m}");
@@ -357,13 +361,13 @@ fn requests_over_the_element_limit_are_refused_before_decoding() {
     let bytes = request(vec![good()]).encode_to_vec();
     assert!(decode_protobuf(&bytes, 1_000).is_ok());
     assert_eq!(
-        decode_protobuf(&bytes, 5),
-        Err(DecodeError::TooManyElements { max: 5 })
+        decode_protobuf(&bytes, 5).err(),
+        Some(DecodeError::TooManyElements { max: 5 })
     );
     let json = br#"{"resourceProfiles": [{}, {}, {}, {}, {}, {}, {}, {}]}"#;
     assert_eq!(
-        decode_json(json, 4),
-        Err(DecodeError::TooManyElements { max: 4 })
+        decode_json(json, 4).err(),
+        Some(DecodeError::TooManyElements { max: 4 })
     );
     let err = decode_protobuf(&bytes, 5).unwrap_err().to_string();
     assert!(err.contains("SYMTRACE_MAX_EXPORT_ELEMENTS"), "{err}");

@@ -445,3 +445,46 @@ pub fn assert_by_series_is_the_split_whole(
         assert_eq!(a.series.len(), b.series.len(), "part {key:?}: series");
     }
 }
+
+/// What [`crate::request::Request`] keeps of a generated request: all but
+/// scopes, schema URLs and a profile's ID, dropped count and original
+/// payload (checked when decoding, not kept); the dictionary always there.
+pub fn kept(mut m: ExportProfilesServiceRequest) -> ExportProfilesServiceRequest {
+    m.dictionary.get_or_insert_with(Default::default);
+    for r in &mut m.resource_profiles {
+        r.schema_url.clear();
+        for s in &mut r.scope_profiles {
+            s.scope = None;
+            s.schema_url.clear();
+            for p in &mut s.profiles {
+                p.profile_id.clear();
+                p.dropped_attributes_count = 0;
+                p.original_payload_format.clear();
+                p.original_payload.clear();
+            }
+        }
+    }
+    m
+}
+
+/// `bytes` decode as [`crate::request::Request`] exactly as prost decodes
+/// them: the same content, or the same error. One difference is allowed:
+/// prost's recursion limit counts from the request, and the resources and
+/// attributes the request decodes with prost's generated code count from
+/// themselves, so a value nested 98–100 deep that prost refuses may decode
+/// (normalization refuses values nested more than 16 deep).
+pub fn assert_decodes_as_prost(bytes: &[u8]) {
+    use prost::Message;
+    let ours = crate::request::Request::decode(bytes);
+    let theirs = ExportProfilesServiceRequest::decode(bytes);
+    match (ours, theirs) {
+        (Ok(ours), Ok(theirs)) => assert_eq!(ours.to_message(), kept(theirs)),
+        (Err(ours), Err(theirs)) => assert_eq!(ours.to_string(), theirs.to_string()),
+        (Ok(_), Err(theirs)) if theirs.to_string().contains("recursion limit") => {}
+        (ours, theirs) => panic!(
+            "ours: {:?}\nprost: {:?}",
+            ours.map(|_| ()).map_err(|e| e.to_string()),
+            theirs.map(|_| ()).map_err(|e| e.to_string())
+        ),
+    }
+}

@@ -30,7 +30,7 @@ pub struct AppState {
     pub profiles: Arc<crate::profiles::store::ProfileStore>,
     /// The query engine (flamegraphs, diffs, traces, samples).
     pub engine: crate::query::Engine,
-    pub ingest_limits: crate::ingest::normalize::Limits,
+    pub ingest: crate::ingest::Ingest,
     pub concurrency: crate::limits::Concurrency,
 }
 

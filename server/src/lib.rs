@@ -5,6 +5,7 @@
 mod app;
 mod auth;
 pub mod config;
+mod cpu;
 mod debuginfod;
 mod error;
 mod federation;

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use symtrace_proto::profiles::{Profile, ProfilesDictionary};
+use crate::request::{Dictionary, Profile};
 
 use super::check::Dict;
 use super::TRUNCATED_FRAME_TYPE;
@@ -47,7 +47,7 @@ pub(super) struct Part {
 }
 
 impl Part {
-    pub(super) fn new(dict: &ProfilesDictionary, max_stack_depth: usize) -> Self {
+    pub(super) fn new(dict: &Dictionary, max_stack_depth: usize) -> Self {
         Self {
             b: SegmentBuilder::default(),
             locations: Memo::new(dict.location_table.len()),
@@ -181,7 +181,7 @@ impl Part {
         if let Some(s) = self.stacks.get(i) {
             return s;
         }
-        let locations = &d.dict.stack_table[i].location_indices;
+        let locations = d.request.stack(i);
         let keep = locations.len().min(self.max_stack_depth);
         let mut frames: Vec<u32> = Vec::with_capacity(keep + 1);
         for &l in &locations[..keep] {
@@ -215,11 +215,11 @@ impl Part {
         })
     }
 
-    /// Adds a checked profile; its samples' timestamps and values move.
+    /// Adds a checked profile.
     pub(super) fn add_profile(
         &mut self,
         d: &mut Dict,
-        profile: &mut Profile,
+        profile: &Profile,
         resource: &[(String, String)],
         accepted: &Accepted,
         now_ns: u64,
@@ -261,8 +261,9 @@ impl Part {
         } else {
             (u64::MAX, 0)
         };
+        let r = d.request;
         for sample in &profile.samples {
-            for &t in &sample.timestamps_unix_nano {
+            for &t in r.timestamps(sample.timestamps) {
                 start = start.min(t);
                 end = end.max(t.saturating_add(1));
             }
@@ -288,26 +289,26 @@ impl Part {
         if profile.samples.is_empty() {
             self.b.series(info.clone());
         }
-        for sample in profile.samples.iter_mut() {
-            let series = if sample.timestamps_unix_nano.is_empty() {
+        for sample in &profile.samples {
+            let series = if sample.timestamps.is_empty() {
                 *untimed.get_or_insert_with(|| self.b.series_exact(info.clone()))
             } else {
                 *timed.get_or_insert_with(|| self.b.series(info.clone()))
             };
             let stack = self.stack(d, sample.stack_index as usize);
-            let labels = match self.label_sets.get(&sample.attribute_indices[..]) {
+            let attributes = r.ints(sample.attribute_indices);
+            let labels = match self.label_sets.get(attributes) {
                 Some(&labels) => labels,
                 None => {
-                    let mut pairs = Vec::with_capacity(sample.attribute_indices.len());
-                    for &a in &sample.attribute_indices {
+                    let mut pairs = Vec::with_capacity(attributes.len());
+                    for &a in attributes {
                         let pair = self.attribute(d, a);
                         if pair.1 != 0 {
                             pairs.push(pair);
                         }
                     }
                     let labels = self.b.label_set(pairs);
-                    self.label_sets
-                        .insert(sample.attribute_indices.clone(), labels);
+                    self.label_sets.insert(attributes.to_vec(), labels);
                     labels
                 }
             };
@@ -328,8 +329,8 @@ impl Part {
                 stack,
                 labels,
                 link,
-                timestamps: std::mem::take(&mut sample.timestamps_unix_nano),
-                values: std::mem::take(&mut sample.values),
+                timestamps: r.timestamps(sample.timestamps).to_vec(),
+                values: r.values(sample.values).to_vec(),
             });
         }
     }

@@ -6,8 +6,8 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 
+use crate::request::{Dictionary, Profile, Request};
 use symtrace_proto::common::{any_value::Value, AnyValue, KeyValue};
-use symtrace_proto::profiles::{Profile, ProfilesDictionary};
 
 use crate::model::BuildIdKind;
 
@@ -36,7 +36,8 @@ const BUILD_ID_KEYS: [(&str, BuildIdKind); 3] = [
 ];
 
 pub(super) struct Dict<'a> {
-    pub(super) dict: &'a ProfilesDictionary,
+    pub(super) request: &'a Request,
+    pub(super) dict: &'a Dictionary,
     /// Table entries already checked (a table entry is valid or not
     /// whichever profile uses it).
     valid_attributes: Vec<Cell<bool>>,
@@ -69,8 +70,10 @@ pub(super) struct LocationInfo {
 }
 
 impl<'a> Dict<'a> {
-    pub(super) fn new(dict: &'a ProfilesDictionary, max_value_bytes: usize) -> Self {
+    pub(super) fn new(request: &'a Request, max_value_bytes: usize) -> Self {
+        let dict = &request.dictionary;
         Self {
+            request,
             dict,
             max_value_bytes,
             truncated: Cell::new(0),
@@ -312,7 +315,8 @@ impl<'a> Dict<'a> {
         if let Some(period_type) = &profile.period_type {
             self.check_value_type(period_type, "period_type")?;
         }
-        self.check_attributes(&profile.attribute_indices, "profile")?;
+        let r = self.request;
+        self.check_attributes(r.ints(profile.attribute_indices), "profile")?;
         if profile.time_unix_nano.saturating_add(profile.duration_nano) > i64::MAX as u64 {
             return Err("time_unix_nano + duration_nano is after the year 2262".into());
         }
@@ -325,11 +329,7 @@ impl<'a> Dict<'a> {
             )
             .map_err(fail)?;
             if self.valid_stacks.get(stack).is_some_and(|v| !v.get()) {
-                for &l in d
-                    .stack_table
-                    .get(stack)
-                    .map_or(&[][..], |s| &s.location_indices)
-                {
+                for &l in r.stack(stack) {
                     let l = index(l, d.location_table.len(), "location index").map_err(fail)?;
                     if self.locations[l].get().is_none() {
                         self.check_location(l).map_err(fail)?;
@@ -337,7 +337,7 @@ impl<'a> Dict<'a> {
                 }
                 self.valid_stacks[stack].set(true);
             }
-            self.check_attributes(&sample.attribute_indices, "sample")
+            self.check_attributes(r.ints(sample.attribute_indices), "sample")
                 .map_err(fail)?;
             let link =
                 index(sample.link_index, d.link_table.len().max(1), "link_index").map_err(fail)?;
@@ -351,7 +351,7 @@ impl<'a> Dict<'a> {
                     )));
                 }
             }
-            let (nv, nt) = (sample.values.len(), sample.timestamps_unix_nano.len());
+            let (nv, nt) = (sample.values.len(), sample.timestamps.len());
             if nv == 0 && nt == 0 {
                 return Err(fail(
                     "has neither values nor timestamps (a v1.9 sender's values land here: \
@@ -359,8 +359,8 @@ impl<'a> Dict<'a> {
                         .into(),
                 ));
             }
-            if let Some(t) = sample
-                .timestamps_unix_nano
+            if let Some(t) = r
+                .timestamps(sample.timestamps)
                 .iter()
                 .find(|&&t| t > i64::MAX as u64)
             {

@@ -12,7 +12,6 @@ mod build;
 mod check;
 
 use symtrace_proto::collector::ExportProfilesServiceRequest;
-use symtrace_proto::profiles::ProfilesDictionary;
 
 use std::rc::Rc;
 
@@ -20,6 +19,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::SegmentData;
 use crate::parts::PartKey;
+use crate::request::{Dictionary, Request};
 use build::{Accepted, Part};
 use check::Dict;
 
@@ -125,8 +125,8 @@ const MAX_MESSAGES: usize = 5;
 /// `now_ns` bounds timestamps from the future. A profile that breaks a rule is
 /// rejected alone (counted, its message kept); a dictionary that breaks one
 /// refuses the request.
-pub fn normalize(
-    request: ExportProfilesServiceRequest,
+pub fn normalize_request(
+    request: &Request,
     now_ns: u64,
     limits: &Limits,
 ) -> Result<Normalized, RequestError> {
@@ -134,26 +134,48 @@ pub fn normalize(
     Ok(out.map(|mut parts| parts.pop().map(|(_, d)| d).unwrap_or_default()))
 }
 
-/// [`normalize`], laid out by series: one part per (service, profile type),
-/// in key order, each holding only what its samples use (as
+/// [`normalize_request`], laid out by series: one part per (service,
+/// profile type), in key order, each holding only what its samples use (as
 /// [`crate::parts::split`] makes of the whole).
-pub fn normalize_by_series(
-    request: ExportProfilesServiceRequest,
+pub fn normalize_request_by_series(
+    request: &Request,
     now_ns: u64,
     limits: &Limits,
 ) -> Result<Normalized<Vec<(PartKey, SegmentData)>>, RequestError> {
     normalize_with(request, now_ns, limits, true)
 }
 
+/// [`normalize_request`] of a generated message (tests, tools).
+pub fn normalize(
+    request: ExportProfilesServiceRequest,
+    now_ns: u64,
+    limits: &Limits,
+) -> Result<Normalized, RequestError> {
+    normalize_request(&from_message(&request)?, now_ns, limits)
+}
+
+/// [`normalize_request_by_series`] of a generated message.
+pub fn normalize_by_series(
+    request: ExportProfilesServiceRequest,
+    now_ns: u64,
+    limits: &Limits,
+) -> Result<Normalized<Vec<(PartKey, SegmentData)>>, RequestError> {
+    normalize_request_by_series(&from_message(&request)?, now_ns, limits)
+}
+
+fn from_message(request: &ExportProfilesServiceRequest) -> Result<Request, RequestError> {
+    Request::from_message(request).map_err(|e| RequestError::Invalid(format!("{e}")))
+}
+
 fn normalize_with(
-    mut request: ExportProfilesServiceRequest,
+    request: &Request,
     now_ns: u64,
     limits: &Limits,
     by_series: bool,
 ) -> Result<Normalized<Vec<(PartKey, SegmentData)>>, RequestError> {
-    let dict = request.dictionary.take().unwrap_or_default();
-    check_zero_values(&dict)?;
-    let mut d = Dict::new(&dict, limits.max_label_value_bytes);
+    let dict = &request.dictionary;
+    check_zero_values(dict)?;
+    let mut d = Dict::new(request, limits.max_label_value_bytes);
     let mut out = Normalized {
         data: Vec::new(),
         accepted: 0,
@@ -209,7 +231,7 @@ fn normalize_with(
                 }
                 // Profile attributes not already given by the resource.
                 let mut extras: Vec<u32> = Vec::new();
-                for &a in &profile.attribute_indices {
+                for &a in request.ints(profile.attribute_indices) {
                     let key = d.str(dict.attribute_table[a as usize].key_strindex);
                     let taken = resource.iter().any(|(k, _)| k == key)
                         || extras
@@ -276,14 +298,14 @@ fn normalize_with(
     // Pass 2: each part from its profiles, in key order (stable: a part's
     // profiles in request order).
     accepted.sort_by(|a, b| cmp_shared(&a.0, &b.0));
-    let mut part = Part::new(&dict, limits.max_stack_depth.max(1));
+    let mut part = Part::new(dict, limits.max_stack_depth.max(1));
     let mut text = 0usize;
     let mut rest = accepted.into_iter().peekable();
     while let Some((key, first)) = rest.next() {
         let mut next = Some(first);
         while let Some(a) = next {
-            let profile = &mut request.resource_profiles[a.resource].scope_profiles[a.scope]
-                .profiles[a.profile];
+            let profile =
+                &request.resource_profiles[a.resource].scope_profiles[a.scope].profiles[a.profile];
             part.add_profile(&mut d, profile, &resources[a.resource], &a, now_ns);
             next = rest
                 .next_if(|(k, _)| cmp_shared(k, &key).is_eq())
@@ -308,7 +330,7 @@ fn normalize_with(
 }
 
 /// Index 0 of every table must hold the zero value (0 means "unset").
-fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
+fn check_zero_values(d: &Dictionary) -> Result<(), RequestError> {
     /// Whether the first entry of a table, if any, is not the default.
     fn nonzero<T: Default + PartialEq>(table: &[T]) -> bool {
         table.first().is_some_and(|first| *first != T::default())
@@ -322,7 +344,10 @@ fn check_zero_values(d: &ProfilesDictionary) -> Result<(), RequestError> {
         ("mapping_table", nonzero(&d.mapping_table)),
         ("location_table", nonzero(&d.location_table)),
         ("function_table", nonzero(&d.function_table)),
-        ("stack_table", nonzero(&d.stack_table)),
+        (
+            "stack_table",
+            d.stack_table.first().is_some_and(|s| !s.is_empty()),
+        ),
         ("attribute_table", nonzero(&d.attribute_table)),
         ("link_table", link_nonzero),
     ];

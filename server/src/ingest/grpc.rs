@@ -1,7 +1,7 @@
 //! gRPC `opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`.
 //!
 //! Served by hand rather than through the generated server so that the
-//! request's bytes go to [`super::export`], which decodes them where it
+//! request's bytes go to [`super::Ingest::export`], which decodes them where it
 //! normalizes and stores them (one blocking thread), and so that a malformed or v1.9
 //! payload becomes INVALID_ARGUMENT with a message naming the problem
 //! (the generated codec reports INTERNAL), and an oversized one becomes
@@ -112,9 +112,7 @@ impl UnaryService<bytes::Bytes> for Export {
                 encoding: super::Encoding::Protobuf,
                 gzip: false,
             };
-            let limits = &state.ingest_limits;
-            let max_bytes = state.config.max_export_bytes;
-            match super::export(&state.profiles, limits, max_bytes, &tenant, body).await {
+            match state.ingest.export(&tenant, body).await {
                 Ok(response) => Ok(tonic::Response::new(response)),
                 Err(IngestError::Invalid(message)) => Err(Status::invalid_argument(message)),
                 Err(IngestError::TooLarge(message)) => Err(Status::resource_exhausted(message)),
@@ -127,7 +125,7 @@ impl UnaryService<bytes::Bytes> for Export {
     }
 }
 
-/// Passes requests on as bytes (see [`super::export`]), encodes responses
+/// Passes requests on as bytes (see [`super::Ingest::export`]), encodes responses
 /// with prost.
 #[derive(Clone, Copy)]
 struct ExportCodec;

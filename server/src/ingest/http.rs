@@ -202,8 +202,7 @@ async fn export(
         },
         gzip,
     };
-    let limits = &state.ingest_limits;
-    match super::export(&state.profiles, limits, limit, &tenant, body).await {
+    match state.ingest.export(&tenant, body).await {
         Ok(response) => {
             let body = match format {
                 Format::Protobuf => prost::Message::encode_to_vec(&response),

@@ -9,11 +9,11 @@ pub use symtrace_profiles::normalize;
 
 use std::sync::Arc;
 
-use symtrace_proto::collector::{
-    ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
-};
+use symtrace_profiles::request::Request;
+use symtrace_proto::collector::{ExportProfilesPartialSuccess, ExportProfilesServiceResponse};
 
-use crate::profiles::store::{Content, ProfileStore, ProfileStoreError};
+use crate::cpu::CpuPool;
+use crate::profiles::store::{Content, ProfileStore, ProfileStoreError, SegmentEncoder};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -29,18 +29,12 @@ pub enum IngestError {
 }
 
 /// Decodes a protobuf request ([`symtrace_profiles::decode`]).
-pub fn decode_protobuf(
-    body: &[u8],
-    max_elements: usize,
-) -> Result<ExportProfilesServiceRequest, IngestError> {
+pub fn decode_protobuf(body: &[u8], max_elements: usize) -> Result<Request, IngestError> {
     decode::decode_protobuf(body, max_elements).map_err(IngestError::from)
 }
 
 /// Decodes an OTLP/JSON request ([`symtrace_profiles::decode`]).
-pub fn decode_json(
-    body: &[u8],
-    max_elements: usize,
-) -> Result<ExportProfilesServiceRequest, IngestError> {
+pub fn decode_json(body: &[u8], max_elements: usize) -> Result<Request, IngestError> {
     decode::decode_json(body, max_elements).map_err(IngestError::from)
 }
 
@@ -74,71 +68,96 @@ pub struct Body {
     pub gzip: bool,
 }
 
-/// Decodes, validates, normalizes and durably stores one request. Every
-/// step that costs CPU runs on one blocking thread, which also frees the
-/// request there: decoding on an async worker stalled other connections,
-/// and handing the decoded request and its parts between threads cost
-/// ingest a third of its CPU in cross-thread frees and cold caches
-/// (docs/BENCHMARKS.md). The answer says how many profiles were rejected
-/// and why.
-pub async fn export(
-    profiles: &Arc<ProfileStore>,
-    limits: &normalize::Limits,
+/// OTLP ingest: its limits, where it stores, and its CPU pool.
+pub struct Ingest {
+    profiles: Arc<ProfileStore>,
+    limits: normalize::Limits,
+    /// Largest body after gzip is undone (`SYMTRACE_MAX_EXPORT_BYTES`).
     max_bytes: usize,
-    tenant: &str,
-    body: Body,
-) -> Result<ExportProfilesServiceResponse, IngestError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let limits = *limits;
-    let store = profiles.clone();
-    let owner = tenant.to_owned();
-    let prepared =
-        tokio::task::spawn_blocking(move || prepare(&store, &owner, body, &limits, max_bytes, now))
-            .await
-            .map_err(|e| IngestError::Invalid(format!("decoding the request failed: {e}")))??;
-    let Some(prepared) = prepared else {
-        return Ok(ExportProfilesServiceResponse::default());
-    };
-    metrics::counter!("symtrace_profiles_rejected_total").increment(prepared.rejected as u64);
-    if prepared.truncated_stacks > 0 {
-        metrics::counter!("symtrace_ingest_truncated_stacks_total")
-            .increment(prepared.truncated_stacks as u64);
-    }
-    if prepared.truncated_labels > 0 {
-        metrics::counter!("symtrace_ingest_truncated_labels_total")
-            .increment(prepared.truncated_labels as u64);
-    }
-    if let Some((spooled, row)) = prepared.segment {
-        let written = profiles.commit_spooled(spooled, row).await?;
-        metrics::counter!("symtrace_profile_points_total").increment(written.points);
-        metrics::counter!("symtrace_profile_segment_bytes_total").increment(written.size);
-        tracing::debug!(tenant, sha256 = %written.sha256, points = written.points, size = written.size, new = written.new, "stored segment");
-    }
-    let partial_success = (prepared.rejected > 0).then(|| ExportProfilesPartialSuccess {
-        rejected_profiles: prepared.rejected as i64,
-        error_message: prepared.errors.join("; "),
-    });
-    Ok(ExportProfilesServiceResponse { partial_success })
+    pool: CpuPool,
 }
 
-/// A request made ready to commit: its segment spooled, its outcome.
+impl Ingest {
+    /// Ingest into `profiles`, with a CPU pool of one thread per CPU.
+    pub fn new(
+        profiles: Arc<ProfileStore>,
+        limits: normalize::Limits,
+        max_bytes: usize,
+    ) -> std::io::Result<Self> {
+        Ok(Self {
+            profiles,
+            limits,
+            max_bytes,
+            pool: CpuPool::per_cpu("ingest")?,
+        })
+    }
+
+    /// Decodes, validates, normalizes and durably stores one request. What
+    /// costs CPU (gunzip, decoding into [`Request`] — no message per sample
+    /// or stack —, normalization, encoding) runs on the CPU pool, in one
+    /// job that also frees the request there; the segment is then written
+    /// and fsynced on the blocking pool and its rows committed. The answer
+    /// says how many profiles were rejected and why.
+    pub async fn export(
+        &self,
+        tenant: &str,
+        body: Body,
+    ) -> Result<ExportProfilesServiceResponse, IngestError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let (limits, max_bytes) = (self.limits, self.max_bytes);
+        let encoder = self.profiles.encoder(0);
+        let by_series = self.profiles.ingest_parts;
+        let owner = tenant.to_owned();
+        let prepared = self
+            .pool
+            .run("decoding an export", move || {
+                prepare(&encoder, by_series, &owner, body, &limits, max_bytes, now)
+            })
+            .await
+            .map_err(|e| IngestError::Invalid(e.to_string()))??;
+        let Some(prepared) = prepared else {
+            return Ok(ExportProfilesServiceResponse::default());
+        };
+        metrics::counter!("symtrace_profiles_rejected_total").increment(prepared.rejected as u64);
+        if prepared.truncated_stacks > 0 {
+            metrics::counter!("symtrace_ingest_truncated_stacks_total")
+                .increment(prepared.truncated_stacks as u64);
+        }
+        if prepared.truncated_labels > 0 {
+            metrics::counter!("symtrace_ingest_truncated_labels_total")
+                .increment(prepared.truncated_labels as u64);
+        }
+        if let Some((bytes, row)) = prepared.segment {
+            let written = self.profiles.write_encoded(bytes, row).await?;
+            metrics::counter!("symtrace_profile_points_total").increment(written.points);
+            metrics::counter!("symtrace_profile_segment_bytes_total").increment(written.size);
+            tracing::debug!(tenant, sha256 = %written.sha256, points = written.points, size = written.size, new = written.new, "stored segment");
+        }
+        let partial_success = (prepared.rejected > 0).then(|| ExportProfilesPartialSuccess {
+            rejected_profiles: prepared.rejected as i64,
+            error_message: prepared.errors.join("; "),
+        });
+        Ok(ExportProfilesServiceResponse { partial_success })
+    }
+}
+
+/// A request made ready to store: its segment encoded, its outcome.
 struct Prepared {
-    segment: Option<(
-        crate::store::spool::Spooled,
-        crate::store::model::NewSegment,
-    )>,
+    segment: Option<(Vec<u8>, crate::store::model::NewSegment)>,
     rejected: usize,
     errors: Vec<String>,
     truncated_stacks: usize,
     truncated_labels: usize,
 }
 
-/// The blocking part of [`export`]; `None` for a request without profiles.
+/// The CPU part of [`Ingest::export`]; `None` for a request without
+/// profiles.
 fn prepare(
-    profiles: &ProfileStore,
+    encoder: &SegmentEncoder,
+    by_series: bool,
     tenant: &str,
     body: Body,
     limits: &normalize::Limits,
@@ -172,20 +191,18 @@ fn prepare(
     if request.resource_profiles.is_empty() {
         return Ok(None);
     }
-    let normalized = if profiles.ingest_parts {
-        normalize::normalize_by_series(request, now, limits).map(|n| n.map(Content::Parts))
+    let normalized = if by_series {
+        normalize::normalize_request_by_series(&request, now, limits).map(|n| n.map(Content::Parts))
     } else {
-        normalize::normalize(request, now, limits).map(|n| n.map(Content::Whole))
+        normalize::normalize_request(&request, now, limits).map(|n| n.map(Content::Whole))
     }
     .map_err(|e| match e {
         normalize::RequestError::TooLarge(m) => IngestError::TooLarge(m),
         e => IngestError::Invalid(e.to_string()),
     })?;
-    let segment = if normalized.accepted > 0 && !normalized.data.is_empty() {
-        Some(profiles.encode_and_spool(tenant, normalized.data, 0)?)
-    } else {
-        None
-    };
+    drop(request);
+    let segment = (normalized.accepted > 0 && !normalized.data.is_empty())
+        .then(|| encoder.encode(tenant, normalized.data));
     Ok(Some(Prepared {
         segment,
         rejected: normalized.rejected,

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use super::model::SegmentData;
 use super::segment;
 use crate::store::model::{now_ms, NewSegment, SeriesRow, TraceRef};
-use crate::store::spool::Spooled;
 use crate::store::SymbolStore;
 use symtrace_profiles::parts::PartKey;
 
@@ -85,7 +84,7 @@ impl ProfileStore {
     }
 
     /// Encodes `data` (on the blocking pool) and stores it as one segment
-    /// (ingest does the same through [`Self::encode_and_spool`]).
+    /// (ingest encodes on its own pool, then calls [`Self::write_encoded`]).
     #[cfg(test)]
     pub async fn write(
         &self,
@@ -93,7 +92,24 @@ impl ProfileStore {
         data: Content,
         level: i32,
     ) -> Result<Written, ProfileStoreError> {
-        let row = self.put(tenant, data, level).await?;
+        let encoder = self.encoder(level);
+        let tenant = tenant.to_owned();
+        let (bytes, row) = tokio::task::spawn_blocking(move || encoder.encode(&tenant, data))
+            .await
+            .map_err(|e| ProfileStoreError::Internal(format!("encoding a segment: {e}")))?;
+        self.write_encoded(bytes, row).await
+    }
+
+    /// Stores an encoded segment durably, then commits its index rows.
+    pub async fn write_encoded(
+        &self,
+        bytes: Vec<u8>,
+        mut row: NewSegment,
+    ) -> Result<Written, ProfileStoreError> {
+        row.size = bytes.len() as i64;
+        let spooled = self.store.store_derived(bytes).await?;
+        row.sha256 = spooled.sha256.clone();
+        drop(spooled);
         crate::store::crash_point("segment-before-commit");
         let new = self.store.meta.commit_segment(&row).await?;
         Ok(Written {
@@ -130,43 +146,6 @@ impl ProfileStore {
             max_label_values: self.max_label_values,
             by_series: self.ingest_parts,
         }
-    }
-
-    /// Encodes `data` and spools it durably, on the calling (blocking)
-    /// thread: ingest does this where it decoded and normalized the
-    /// request, so the request's memory is used and freed on one thread.
-    /// [`Self::commit_spooled`] then stores and commits it.
-    pub fn encode_and_spool(
-        &self,
-        tenant: &str,
-        data: Content,
-        level: i32,
-    ) -> Result<(Spooled, NewSegment), ProfileStoreError> {
-        let (bytes, mut row) = self.encoder(level).encode(tenant, data);
-        row.size = bytes.len() as i64;
-        let spooled = self.store.spool_derived(&bytes)?;
-        drop(bytes);
-        row.sha256 = spooled.sha256.clone();
-        Ok((spooled, row))
-    }
-
-    /// Stores a segment spooled by [`Self::encode_and_spool`] and commits
-    /// its index rows.
-    pub async fn commit_spooled(
-        &self,
-        spooled: Spooled,
-        row: NewSegment,
-    ) -> Result<Written, ProfileStoreError> {
-        self.store.store_spooled(&spooled).await?;
-        drop(spooled);
-        crate::store::crash_point("segment-before-commit");
-        let new = self.store.meta.commit_segment(&row).await?;
-        Ok(Written {
-            sha256: row.sha256,
-            size: row.size as u64,
-            points: row.points as u64,
-            new,
-        })
     }
 
     /// Reads and decodes one part of a segment (a ranged read).

@@ -314,21 +314,8 @@ impl SymbolStore {
         let spooled = tokio::task::spawn_blocking(move || spool::spool_bytes(&bytes, &dir))
             .await
             .map_err(std::io::Error::other)??;
-        self.store_spooled(&spooled).await?;
+        self.store_blob(&spooled).await?;
         Ok(spooled)
-    }
-
-    /// Writes derived bytes to the spool durably and hashes them (blocking:
-    /// for a caller already on the blocking pool); [`Self::store_spooled`]
-    /// then makes them a blob.
-    pub fn spool_derived(&self, bytes: &[u8]) -> Result<Spooled> {
-        Ok(spool::spool_bytes(bytes, &self.spool_dir)?)
-    }
-
-    /// Stores a body spooled by [`Self::spool_derived`] as a blob. The
-    /// caller records the reference.
-    pub async fn store_spooled(&self, spooled: &Spooled) -> Result<()> {
-        self.store_blob(spooled).await
     }
 
     /// A whole blob's bytes: mapped in place from a local store; from a

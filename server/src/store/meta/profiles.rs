@@ -415,7 +415,7 @@ fn trace_ids(traces: &[TraceRef]) -> Vec<u8> {
 /// one: a segment of one part is read whole).
 fn trace_parts(traces: &[TraceRef]) -> Option<Vec<u8>> {
     let parts: Option<Vec<(u64, u64)>> = traces.iter().map(|t| t.part).collect();
-    parts.map(trace_index::encode_ranges)
+    parts.and_then(|p| trace_index::encode_entry_parts(&p))
 }
 
 /// A compacted segment's profile_traces rows: each trace once, with its

@@ -3,7 +3,7 @@
 //! IDs in its row, sorted (one column write, no row per trace: a row per
 //! trace and export was most of the ingest cost when measured), an ID once
 //! per part holding it, and beside them each entry's part as a byte range
-//! (`trace_parts`). A replica reads each segment's lists once, keeps them
+//! (`trace_parts`, 2 bytes per trace). A replica reads each segment's lists once, keeps them
 //! here as sorted 64-bit prefixes with a part number each, and answers a
 //! lookup by binary search — never by searching blobs or columns in the
 //! database — with the parts to read: a trace of three services in a
@@ -69,6 +69,44 @@ pub fn decode_ranges(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
     )
 }
 
+/// A level-0 row's `trace_parts`: each entry's part, as a part count (u16
+/// LE), the parts' (offset, length) (u64 LE each), then each entry's part
+/// number (u16 LE) — 2 bytes per trace rather than 16. None (read the
+/// segment whole) for more than 65,535 parts.
+pub fn encode_entry_parts(entries: &[(u64, u64)]) -> Option<Vec<u8>> {
+    let mut parts: Vec<(u64, u64)> = entries.to_vec();
+    parts.sort_unstable();
+    parts.dedup();
+    let count = u16::try_from(parts.len()).ok()?;
+    let mut out = Vec::with_capacity(2 + 16 * parts.len() + 2 * entries.len());
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend(encode_ranges(parts.iter().copied()));
+    for e in entries {
+        let n = parts.binary_search(e).expect("a part of the list") as u16;
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    Some(out)
+}
+
+/// Each of `n` entries' part from [`encode_entry_parts`]' bytes; None when
+/// they are not `n` entries' parts.
+pub fn decode_entry_parts(bytes: &[u8], n: usize) -> Option<Vec<(u64, u64)>> {
+    let count = u16::from_le_bytes(bytes.get(..2)?.try_into().ok()?) as usize;
+    let ranges = decode_ranges(bytes.get(2..2 + 16 * count)?)?;
+    let numbers = bytes.get(2 + 16 * count..)?;
+    if numbers.len() != 2 * n {
+        return None;
+    }
+    numbers
+        .chunks_exact(2)
+        .map(|c| {
+            ranges
+                .get(u16::from_le_bytes([c[0], c[1]]) as usize)
+                .copied()
+        })
+        .collect()
+}
+
 /// Where a segment holds a trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hit {
@@ -96,15 +134,16 @@ pub struct TraceList {
 }
 
 impl TraceList {
-    /// A row's lists: `ids` 16 bytes each, `parts` one range per ID (None,
-    /// or not one per ID: the whole segment for each). None when `ids` is
-    /// damaged (not whole IDs): the segment may hold any trace.
+    /// A row's lists: `ids` 16 bytes each, `parts` each one's part
+    /// ([`encode_entry_parts`]; None, or not one per ID: the whole segment
+    /// for each). None when `ids` is damaged (not whole IDs): the segment
+    /// may hold any trace.
     pub fn parse(ids: &[u8], parts: Option<&[u8]>) -> Option<Self> {
         if ids.len() % 16 != 0 {
             return None;
         }
         let n = ids.len() / 16;
-        let ranges = parts.and_then(decode_ranges).filter(|r| r.len() == n);
+        let ranges = parts.and_then(|p| decode_entry_parts(p, n));
         let mut table: Vec<(u64, u64)> = Vec::new();
         let mut numbers: HashMap<(u64, u64), u32> = HashMap::new();
         let mut entries: Vec<(u64, u32)> = Vec::with_capacity(n);
@@ -364,7 +403,9 @@ mod tests {
         let (a, b) = ([1u8; 16], [2u8; 16]);
         // a in parts (100, 10) and (300, 5); b in (100, 10).
         let ids = [a, a, b].concat();
-        let parts = encode_ranges([(100, 10), (300, 5), (100, 10)]);
+        let parts = encode_entry_parts(&[(100, 10), (300, 5), (100, 10)]).unwrap();
+        // Two parts, three entries: 2 + 2 × 16 + 3 × 2 bytes.
+        assert_eq!(parts.len(), 40);
         index.insert("t", 1, segment("s1"), Some(&ids), Some(&parts));
         let live = vec![(1, "s1".to_owned())];
         let ranges = |t: &[u8; 16]| -> Vec<Option<std::ops::Range<u64>>> {
@@ -382,7 +423,7 @@ mod tests {
         assert!(ranges(&[7; 16]).is_empty());
         // Parts that are not one range per ID: the whole segment.
         assert_eq!(
-            find_in(Some(&ids), Some(&parts[..16]), &a),
+            find_in(Some(&ids), Some(&parts[..38]), &a),
             Some(Hit::Whole)
         );
         assert_eq!(find_in(Some(&ids), Some(&[1, 2, 3]), &b), Some(Hit::Whole));
@@ -390,7 +431,8 @@ mod tests {
             find_in(Some(&ids), Some(&parts), &b),
             Some(Hit::Parts(vec![(100, 10)]))
         );
-        assert_eq!(decode_ranges(&parts).unwrap()[1], (300, 5));
+        assert_eq!(decode_entry_parts(&parts, 3).unwrap()[1], (300, 5));
+        assert_eq!(decode_ranges(&encode_ranges([(1, 2)])), Some(vec![(1, 2)]));
     }
 
     #[test]

@@ -1,0 +1,109 @@
+//! A pool of long-lived threads for CPU-bound work that must not run on the
+//! async workers (ingest's decoding, normalization and encoding), one per
+//! CPU this process may use, fed in arrival order.
+//!
+//! Why not tokio's blocking pool: it starts a thread per concurrent task,
+//! so four exports in flight on one core were four threads time-slicing
+//! the core, each with its own cold caches and allocator heap, and memory
+//! allocated on one thread was freed on another. The same code ran ~1.4×
+//! slower in the server than in a loop on one thread
+//! (`symtrace-loadtest pipeline`, docs/BENCHMARKS.md). Here a job runs to
+//! its end on a thread that ran the previous ones, and waits in the queue
+//! rather than competing for the CPU. Nothing that waits on I/O belongs
+//! here (fsync, the database, the object store).
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The pool; cloning it shares its threads.
+#[derive(Clone)]
+pub struct CpuPool {
+    queue: mpsc::Sender<Job>,
+}
+
+/// The job panicked (its panic is logged; the pool goes on).
+#[derive(Debug, thiserror::Error)]
+#[error("{what} panicked")]
+pub struct Panicked {
+    what: &'static str,
+}
+
+impl CpuPool {
+    /// A pool of `threads` threads (at least one) named `name-N`.
+    pub fn new(name: &str, threads: usize) -> std::io::Result<Self> {
+        let (queue, jobs) = mpsc::channel::<Job>();
+        let jobs = Arc::new(Mutex::new(jobs));
+        for i in 0..threads.max(1) {
+            let jobs = jobs.clone();
+            std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || loop {
+                    // The lock is held only to take the next job.
+                    let job = jobs.lock().expect("cpu pool queue").recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return, // every sender is gone
+                    }
+                })?;
+        }
+        Ok(Self { queue })
+    }
+
+    /// A pool with one thread per CPU this process may run on.
+    pub fn per_cpu(name: &str) -> std::io::Result<Self> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::new(name, cpus)
+    }
+
+    /// Runs `f` on the pool and waits for its result.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Panicked> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            if outcome.is_err() {
+                tracing::error!(what, "a job of the CPU pool panicked");
+            }
+            // The caller may have gone (a client that disconnected).
+            let _ = done.send(outcome.ok());
+        });
+        if self.queue.send(job).is_err() {
+            return Err(Panicked { what });
+        }
+        match result.await {
+            Ok(Some(value)) => Ok(value),
+            _ => Err(Panicked { what }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn jobs_run_in_order_on_the_pool_and_a_panic_is_an_error() {
+        let pool = CpuPool::new("test", 1).unwrap();
+        let here = std::thread::current().id();
+        let there = pool
+            .run("id", || std::thread::current().id())
+            .await
+            .unwrap();
+        assert_ne!(here, there);
+        // One thread: the same one every time.
+        assert_eq!(
+            pool.run("id", || std::thread::current().id())
+                .await
+                .unwrap(),
+            there
+        );
+        let err = pool.run("boom", || panic!("boom")).await.unwrap_err();
+        assert_eq!(err.to_string(), "boom panicked");
+        assert_eq!(pool.run("after", || 7).await.unwrap(), 7);
+    }
+}
