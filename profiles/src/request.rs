@@ -12,8 +12,8 @@
 //! generated code.
 //!
 //! Decoding follows prost's exactly: the same wire-format rules, recursion
-//! limit and error messages (each level implements [`prost::Message`], so
-//! prost's own `merge` drives it), which the `otlp_protobuf` fuzz target
+//! limit and error messages (each message level implements
+//! [`prost::Message`], so prost's own `merge` drives it), which the `otlp_protobuf` fuzz target
 //! checks against the generated decoder.
 
 use std::ops::Range;
@@ -194,19 +194,18 @@ impl Request {
         const NAME: &str = "ExportProfilesServiceRequest";
         match tag {
             1 => {
-                let mut level = Level::ResourceProfiles(ResourceProfiles::default());
-                merge_level(wire_type, self, &mut level, buf, ctx)
+                let mut out = ResourceProfiles::default();
+                let mut m = ResourceM {
+                    request: self,
+                    out: &mut out,
+                };
+                encoding::message::merge(wire_type, &mut m, buf, ctx)
                     .map_err(|e| at(e, NAME, "resource_profiles"))?;
-                if let Level::ResourceProfiles(r) = level {
-                    self.resource_profiles.push(r);
-                }
+                self.resource_profiles.push(out);
                 Ok(())
             }
-            2 => {
-                let mut level = Level::Dictionary;
-                merge_level(wire_type, self, &mut level, buf, ctx)
-                    .map_err(|e| at(e, NAME, "dictionary"))
-            }
+            2 => encoding::message::merge(wire_type, &mut DictionaryM { request: self }, buf, ctx)
+                .map_err(|e| at(e, NAME, "dictionary")),
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
         }
     }
@@ -360,116 +359,35 @@ fn index(n: usize) -> Result<u32, DecodeError> {
     u32::try_from(n).map_err(|_| DecodeError::new("more than 2^32 elements in one field's arena"))
 }
 
-/// One message level being decoded into the request: prost's `merge`
-/// reads its length and applies the recursion limit; `merge_field` is the
-/// level's own.
-enum Level {
-    ResourceProfiles(ResourceProfiles),
-    ScopeProfiles(ScopeProfiles),
-    Profile(Profile),
-    Sample(Sample),
-    Dictionary,
-    Stack(Span),
-    ValueType(ValueType),
-}
+// Each message level being decoded implements `prost::Message` (only
+// `merge_field` is used): prost's `merge` reads its length and applies the
+// recursion limit, exactly as for the generated messages; the level
+// appends its repeated fields to the request's arrays.
 
-/// A level and the request whose arrays it appends to, as prost sees it.
-struct Merging<'r> {
-    request: &'r mut Request,
-    level: &'r mut Level,
-}
-
-fn merge_level(
-    wire_type: WireType,
-    request: &mut Request,
-    level: &mut Level,
-    buf: &mut impl Buf,
-    ctx: DecodeContext,
-) -> Result<(), DecodeError> {
-    let mut m = Merging { request, level };
-    encoding::message::merge(wire_type, &mut m, buf, ctx)
-}
-
-impl Merging<'_> {
-    /// A nested level, merged into `level` (then taken back out of it).
-    fn nested(
-        &mut self,
-        wire_type: WireType,
-        level: &mut Level,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        merge_level(wire_type, self.request, level, buf, ctx)
-    }
-
-    fn value_type(
-        &mut self,
-        value: &mut Option<ValueType>,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        let mut level = Level::ValueType(value.unwrap_or_default());
-        let result = self.nested(wire_type, &mut level, buf, ctx);
-        if let Level::ValueType(v) = level {
-            *value = Some(v);
+macro_rules! decode_only {
+    () => {
+        fn encode_raw(&self, _: &mut impl BufMut) {
+            unreachable!("a request being decoded is never encoded")
         }
-        result
-    }
+
+        fn encoded_len(&self) -> usize {
+            unreachable!("a request being decoded is never encoded")
+        }
+
+        fn clear(&mut self) {}
+    };
 }
 
-impl prost::Message for Merging<'_> {
-    fn encode_raw(&self, _: &mut impl BufMut) {
-        unreachable!("a request being decoded is never encoded")
-    }
+struct ResourceM<'r> {
+    request: &'r mut Request,
+    out: &'r mut ResourceProfiles,
+}
 
-    fn encoded_len(&self) -> usize {
-        unreachable!("a request being decoded is never encoded")
-    }
-
-    fn clear(&mut self) {}
+impl prost::Message for ResourceM<'_> {
+    decode_only!();
 
     fn merge_field(
         &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        // The level is taken out while its fields merge (a nested level
-        // borrows the request).
-        let mut level = std::mem::replace(self.level, Level::Dictionary);
-        let result = match &mut level {
-            Level::ResourceProfiles(r) => self.resource_profiles(r, tag, wire_type, buf, ctx),
-            Level::ScopeProfiles(s) => self.scope_profiles(s, tag, wire_type, buf, ctx),
-            Level::Profile(p) => self.profile(p, tag, wire_type, buf, ctx),
-            Level::Sample(s) => self.sample(s, tag, wire_type, buf, ctx),
-            Level::Dictionary => self.dictionary(tag, wire_type, buf, ctx),
-            Level::Stack(s) => {
-                let ints = &mut self.request.ints;
-                match tag {
-                    1 => merge_span(ints, s, |a| int32s(wire_type, a, buf, ctx))
-                        .map_err(|e| at(e, "Stack", "location_indices")),
-                    _ => encoding::skip_field(wire_type, tag, buf, ctx),
-                }
-            }
-            Level::ValueType(v) => match tag {
-                1 => encoding::int32::merge(wire_type, &mut v.type_strindex, buf, ctx)
-                    .map_err(|e| at(e, "ValueType", "type_strindex")),
-                2 => encoding::int32::merge(wire_type, &mut v.unit_strindex, buf, ctx)
-                    .map_err(|e| at(e, "ValueType", "unit_strindex")),
-                _ => encoding::skip_field(wire_type, tag, buf, ctx),
-            },
-        };
-        *self.level = level;
-        result
-    }
-}
-
-impl Merging<'_> {
-    fn resource_profiles(
-        &mut self,
-        r: &mut ResourceProfiles,
         tag: u32,
         wire_type: WireType,
         buf: &mut impl Buf,
@@ -479,18 +397,20 @@ impl Merging<'_> {
         match tag {
             1 => encoding::message::merge(
                 wire_type,
-                r.resource.get_or_insert_with(Default::default),
+                self.out.resource.get_or_insert_with(Default::default),
                 buf,
                 ctx,
             )
             .map_err(|e| at(e, NAME, "resource")),
             2 => {
-                let mut level = Level::ScopeProfiles(ScopeProfiles::default());
-                self.nested(wire_type, &mut level, buf, ctx)
+                let mut out = ScopeProfiles::default();
+                let mut m = ScopeM {
+                    request: self.request,
+                    out: &mut out,
+                };
+                encoding::message::merge(wire_type, &mut m, buf, ctx)
                     .map_err(|e| at(e, NAME, "scope_profiles"))?;
-                if let Level::ScopeProfiles(s) = level {
-                    r.scope_profiles.push(s);
-                }
+                self.out.scope_profiles.push(out);
                 Ok(())
             }
             3 => encoding::string::merge(wire_type, &mut String::new(), buf, ctx)
@@ -498,10 +418,18 @@ impl Merging<'_> {
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
         }
     }
+}
 
-    fn scope_profiles(
+struct ScopeM<'r> {
+    request: &'r mut Request,
+    out: &'r mut ScopeProfiles,
+}
+
+impl prost::Message for ScopeM<'_> {
+    decode_only!();
+
+    fn merge_field(
         &mut self,
-        s: &mut ScopeProfiles,
         tag: u32,
         wire_type: WireType,
         buf: &mut impl Buf,
@@ -515,12 +443,14 @@ impl Merging<'_> {
                     .map_err(|e| at(e, NAME, "scope"))
             }
             2 => {
-                let mut level = Level::Profile(Profile::default());
-                self.nested(wire_type, &mut level, buf, ctx)
+                let mut out = Profile::default();
+                let mut m = ProfileM {
+                    request: self.request,
+                    out: &mut out,
+                };
+                encoding::message::merge(wire_type, &mut m, buf, ctx)
                     .map_err(|e| at(e, NAME, "profiles"))?;
-                if let Level::Profile(p) = level {
-                    s.profiles.push(p);
-                }
+                self.out.profiles.push(out);
                 Ok(())
             }
             3 => encoding::string::merge(wire_type, &mut String::new(), buf, ctx)
@@ -528,35 +458,56 @@ impl Merging<'_> {
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
         }
     }
+}
 
-    fn profile(
+struct ProfileM<'r> {
+    request: &'r mut Request,
+    out: &'r mut Profile,
+}
+
+/// Merges an optional `ValueType` field as prost does (created when first
+/// seen, each later occurrence merged into it).
+fn value_type(
+    value: &mut Option<ValueType>,
+    wire_type: WireType,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(), DecodeError> {
+    let value = value.get_or_insert_with(Default::default);
+    encoding::message::merge(wire_type, &mut ValueTypeM { out: value }, buf, ctx)
+}
+
+impl prost::Message for ProfileM<'_> {
+    decode_only!();
+
+    fn merge_field(
         &mut self,
-        p: &mut Profile,
         tag: u32,
         wire_type: WireType,
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
         const NAME: &str = "Profile";
+        let p = &mut *self.out;
         match tag {
-            1 => self
-                .value_type(&mut p.sample_type, wire_type, buf, ctx)
+            1 => value_type(&mut p.sample_type, wire_type, buf, ctx)
                 .map_err(|e| at(e, NAME, "sample_type")),
             2 => {
-                let mut level = Level::Sample(Sample::default());
-                self.nested(wire_type, &mut level, buf, ctx)
+                let mut out = Sample::default();
+                let mut m = SampleM {
+                    request: self.request,
+                    out: &mut out,
+                };
+                encoding::message::merge(wire_type, &mut m, buf, ctx)
                     .map_err(|e| at(e, NAME, "samples"))?;
-                if let Level::Sample(s) = level {
-                    p.samples.push(s);
-                }
+                p.samples.push(out);
                 Ok(())
             }
             3 => encoding::fixed64::merge(wire_type, &mut p.time_unix_nano, buf, ctx)
                 .map_err(|e| at(e, NAME, "time_unix_nano")),
             4 => encoding::uint64::merge(wire_type, &mut p.duration_nano, buf, ctx)
                 .map_err(|e| at(e, NAME, "duration_nano")),
-            5 => self
-                .value_type(&mut p.period_type, wire_type, buf, ctx)
+            5 => value_type(&mut p.period_type, wire_type, buf, ctx)
                 .map_err(|e| at(e, NAME, "period_type")),
             6 => encoding::int64::merge(wire_type, &mut p.period, buf, ctx)
                 .map_err(|e| at(e, NAME, "period")),
@@ -575,17 +526,25 @@ impl Merging<'_> {
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
         }
     }
+}
 
-    fn sample(
+struct SampleM<'r> {
+    request: &'r mut Request,
+    out: &'r mut Sample,
+}
+
+impl prost::Message for SampleM<'_> {
+    decode_only!();
+
+    fn merge_field(
         &mut self,
-        s: &mut Sample,
         tag: u32,
         wire_type: WireType,
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
         const NAME: &str = "Sample";
-        let r = &mut *self.request;
+        let (r, s) = (&mut *self.request, &mut *self.out);
         match tag {
             1 => encoding::int32::merge(wire_type, &mut s.stack_index, buf, ctx)
                 .map_err(|e| at(e, NAME, "stack_index")),
@@ -606,8 +565,16 @@ impl Merging<'_> {
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
         }
     }
+}
 
-    fn dictionary(
+struct DictionaryM<'r> {
+    request: &'r mut Request,
+}
+
+impl prost::Message for DictionaryM<'_> {
+    decode_only!();
+
+    fn merge_field(
         &mut self,
         tag: u32,
         wire_type: WireType,
@@ -615,7 +582,8 @@ impl Merging<'_> {
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
         const NAME: &str = "ProfilesDictionary";
-        let d = &mut self.request.dictionary;
+        let r = &mut *self.request;
+        let d = &mut r.dictionary;
         match tag {
             1 => encoding::message::merge_repeated(wire_type, &mut d.mapping_table, buf, ctx)
                 .map_err(|e| at(e, NAME, "mapping_table")),
@@ -630,18 +598,64 @@ impl Merging<'_> {
             6 => encoding::message::merge_repeated(wire_type, &mut d.attribute_table, buf, ctx)
                 .map_err(|e| at(e, NAME, "attribute_table")),
             7 => {
-                // prost checks the wire type before it decodes a message of
-                // a repeated field.
-                encoding::check_wire_type(WireType::LengthDelimited, wire_type)
+                let mut span = Span::default();
+                let mut m = StackM {
+                    ints: &mut r.ints,
+                    span: &mut span,
+                };
+                encoding::message::merge(wire_type, &mut m, buf, ctx)
                     .map_err(|e| at(e, NAME, "stack_table"))?;
-                let mut level = Level::Stack(Span::default());
-                self.nested(wire_type, &mut level, buf, ctx)
-                    .map_err(|e| at(e, NAME, "stack_table"))?;
-                if let Level::Stack(s) = level {
-                    self.request.dictionary.stack_table.push(s);
-                }
+                r.dictionary.stack_table.push(span);
                 Ok(())
             }
+            _ => encoding::skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+}
+
+struct StackM<'r> {
+    ints: &'r mut Vec<i32>,
+    span: &'r mut Span,
+}
+
+impl prost::Message for StackM<'_> {
+    decode_only!();
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        match tag {
+            1 => merge_span(self.ints, self.span, |a| int32s(wire_type, a, buf, ctx))
+                .map_err(|e| at(e, "Stack", "location_indices")),
+            _ => encoding::skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+}
+
+struct ValueTypeM<'r> {
+    out: &'r mut ValueType,
+}
+
+impl prost::Message for ValueTypeM<'_> {
+    decode_only!();
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let v = &mut *self.out;
+        match tag {
+            1 => encoding::int32::merge(wire_type, &mut v.type_strindex, buf, ctx)
+                .map_err(|e| at(e, "ValueType", "type_strindex")),
+            2 => encoding::int32::merge(wire_type, &mut v.unit_strindex, buf, ctx)
+                .map_err(|e| at(e, "ValueType", "unit_strindex")),
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
         }
     }
