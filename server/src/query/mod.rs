@@ -41,6 +41,10 @@ pub const NAME_CACHE_ADDRESSES: usize = 4_000_000;
 
 /// Segments read ahead while the previous one is aggregated.
 const READ_AHEAD: usize = 8;
+/// Parts read ahead when a query lists only parts (one service's): each
+/// is a small ranged read, and on an object store the time of a query of
+/// hundreds of them is their round trips, not their bytes.
+const PART_READ_AHEAD: usize = 32;
 
 #[derive(Debug, Clone)]
 pub struct QueryLimits {
@@ -210,6 +214,11 @@ async fn aggregate(
         .collect();
     // Reading, decoding and numbering a segment's frames run ahead (on
     // the other cores) while the previous segment is aggregated.
+    let ahead = if segments.iter().all(|s| s.part().is_some()) {
+        PART_READ_AHEAD
+    } else {
+        READ_AHEAD
+    };
     let mut reads = stream::iter(owned)
         .map(|(segment, size)| async move {
             let mut parts = Vec::new();
@@ -228,9 +237,9 @@ async fn aggregate(
             }
             Ok::<_, QueryError>((size, parts))
         })
-        .buffered(READ_AHEAD)
+        .buffered(ahead)
         // Segments ready together are aggregated in one trip to the pool.
-        .ready_chunks(READ_AHEAD);
+        .ready_chunks(ahead);
     let aggregate_error = |e: aggregate::AggregateError| match e {
         aggregate::AggregateError::GenerationChanged => QueryError::Retry,
         e => QueryError::BadRequest(e.to_string()),
