@@ -218,8 +218,12 @@ fn at(mut e: DecodeError, message: &'static str, field: &'static str) -> DecodeE
 
 /// Appends a repeated field's items to `arena` (packed or not, as prost
 /// accepts them) and extends `span` over them: a field repeated in the
-/// bytes, or sent unpacked, continues the same span when nothing else was
-/// appended in between, and is copied to the end of the arena otherwise.
+/// bytes, or sent unpacked, continues the same span. Only samples and
+/// stacks use it, and nothing else appends to their arrays while one of
+/// them is decoded; were a span not at the end, its items would be moved
+/// there first (a profile's attribute indexes, interleaved with its
+/// samples', are gathered apart instead: moving them at each occurrence
+/// could cost their length times the occurrences).
 fn merge_span<T: Copy>(
     arena: &mut Vec<T>,
     span: &mut Span,
@@ -447,9 +451,23 @@ impl prost::Message for ScopeM<'_> {
                 let mut m = ProfileM {
                     request: self.request,
                     out: &mut out,
+                    attributes: Vec::new(),
                 };
                 encoding::message::merge(wire_type, &mut m, buf, ctx)
                     .map_err(|e| at(e, NAME, "profiles"))?;
+                // Its attribute indexes, gathered apart (its samples append
+                // to the same array between the field's occurrences).
+                let ProfileM {
+                    request,
+                    attributes,
+                    ..
+                } = m;
+                let start = index(request.ints.len())?;
+                request.ints.extend_from_slice(&attributes);
+                out.attribute_indices = Span {
+                    start,
+                    len: index(attributes.len())?,
+                };
                 self.out.profiles.push(out);
                 Ok(())
             }
@@ -463,6 +481,8 @@ impl prost::Message for ScopeM<'_> {
 struct ProfileM<'r> {
     request: &'r mut Request,
     out: &'r mut Profile,
+    /// `attribute_indices`, every occurrence, until the profile ends.
+    attributes: Vec<i32>,
 }
 
 /// Merges an optional `ValueType` field as prost does (created when first
@@ -519,10 +539,8 @@ impl prost::Message for ProfileM<'_> {
                 .map_err(|e| at(e, NAME, "original_payload_format")),
             10 => encoding::bytes::merge(wire_type, &mut Vec::<u8>::new(), buf, ctx)
                 .map_err(|e| at(e, NAME, "original_payload")),
-            11 => merge_span(&mut self.request.ints, &mut p.attribute_indices, |a| {
-                int32s(wire_type, a, buf, ctx)
-            })
-            .map_err(|e| at(e, NAME, "attribute_indices")),
+            11 => int32s(wire_type, &mut self.attributes, buf, ctx)
+                .map_err(|e| at(e, NAME, "attribute_indices")),
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
         }
     }

@@ -184,3 +184,30 @@ fn v19_and_malformed_requests_fail_with_prosts_messages() {
     assert_decodes_as_prost(&group);
     assert_decodes_as_prost(&[0x00, 0x01]);
 }
+
+#[test]
+fn a_profiles_attribute_indexes_split_by_its_samples_cost_their_length_once() {
+    // 10,000 indexes, then 10,000 times a sample (which appends to the
+    // same array) and an empty occurrence of the profile's field: moving
+    // the indexes at each occurrence would copy 10^8 of them.
+    let mut profile = Vec::new();
+    packed(&mut profile, 11, &[0; 10_000]);
+    for _ in 0..10_000 {
+        profile.extend_from_slice(&[0x12, 0x02, 0x10, 0x00]);
+        profile.extend_from_slice(&[0x5a, 0x00]);
+    }
+    let mut scope = Vec::new();
+    message(&mut scope, 2, &profile);
+    let mut resource = Vec::new();
+    message(&mut resource, 2, &scope);
+    let mut request = Vec::new();
+    message(&mut request, 1, &resource);
+    assert_decodes_as_prost(&request);
+    let r = Request::decode(&request).unwrap();
+    let p = &r.resource_profiles[0].scope_profiles[0].profiles[0];
+    assert_eq!(
+        (p.attribute_indices.len(), p.samples.len()),
+        (10_000, 10_000)
+    );
+    assert_eq!(r.ints.len(), 20_000, "each index stored once");
+}

@@ -23,9 +23,10 @@ pub struct CpuPool {
     queue: mpsc::Sender<Job>,
 }
 
-/// The job panicked (its panic is logged; the pool goes on).
+/// The job did not finish: it panicked (logged; the pool goes on) or the
+/// pool is gone.
 #[derive(Debug, thiserror::Error)]
-#[error("{what} panicked")]
+#[error("{what} did not finish (a panic, logged)")]
 pub struct Panicked {
     what: &'static str,
 }
@@ -57,7 +58,11 @@ impl CpuPool {
         Self::new(name, cpus)
     }
 
-    /// Runs `f` on the pool and waits for its result.
+    /// Runs `f` on the pool and waits for its result. The queue holds what
+    /// callers bound: ingest moves its slot (a permit of
+    /// `SYMTRACE_MAX_CONCURRENT_EXPORTS`) into the job, so a caller that
+    /// gives up does not free a slot while its work is still queued, and
+    /// the job is skipped when its caller is gone.
     pub async fn run<T: Send + 'static>(
         &self,
         what: &'static str,
@@ -65,6 +70,11 @@ impl CpuPool {
     ) -> Result<T, Panicked> {
         let (done, result) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
+            if done.is_closed() {
+                // Its caller went away (a client that disconnected, a
+                // deadline) while it waited: nothing to compute.
+                return;
+            }
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
             if outcome.is_err() {
                 tracing::error!(what, "a job of the CPU pool panicked");
@@ -103,7 +113,32 @@ mod tests {
             there
         );
         let err = pool.run("boom", || panic!("boom")).await.unwrap_err();
-        assert_eq!(err.to_string(), "boom panicked");
+        assert_eq!(err.to_string(), "boom did not finish (a panic, logged)");
         assert_eq!(pool.run("after", || 7).await.unwrap(), 7);
+        // A job whose caller is gone is skipped.
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (block, unblock) = std::sync::mpsc::channel::<()>();
+        let (started, running) = tokio::sync::oneshot::channel::<()>();
+        let blocker = pool.clone();
+        let first = tokio::spawn(async move {
+            blocker
+                .run("blocker", move || {
+                    let _ = started.send(());
+                    unblock.recv().ok()
+                })
+                .await
+        });
+        running.await.unwrap();
+        let flag = ran.clone();
+        let second = pool.run("abandoned", move || {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst)
+        });
+        tokio::time::timeout(std::time::Duration::from_millis(50), second)
+            .await
+            .expect_err("queued behind the blocker: dropped unfinished");
+        block.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        assert_eq!(pool.run("after", || 8).await.unwrap(), 8);
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

@@ -52,6 +52,28 @@ pub(super) struct Dict<'a> {
     max_value_bytes: usize,
     /// Values cut to `max_value_bytes`.
     truncated: Cell<usize>,
+    /// Bytes of label text still allowed for the whole request, and
+    /// whether it ran out.
+    text_left: Cell<usize>,
+    over_budget: Cell<bool>,
+}
+
+/// The smallest char boundary of `s` at or above `at` (its length past it).
+fn ceil_char_boundary(s: &str, at: usize) -> usize {
+    let mut at = at.min(s.len());
+    while !s.is_char_boundary(at) {
+        at += 1;
+    }
+    at
+}
+
+/// The largest char boundary of `s` at or below `at`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    let mut at = at.min(s.len());
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// What a part needs of a location, in 24 bytes, taken when the location
@@ -70,13 +92,15 @@ pub(super) struct LocationInfo {
 }
 
 impl<'a> Dict<'a> {
-    pub(super) fn new(request: &'a Request, max_value_bytes: usize) -> Self {
+    pub(super) fn new(request: &'a Request, max_value_bytes: usize, max_text: usize) -> Self {
         let dict = &request.dictionary;
         Self {
             request,
             dict,
             max_value_bytes,
             truncated: Cell::new(0),
+            text_left: Cell::new(max_text),
+            over_budget: Cell::new(false),
             valid_attributes: vec![Cell::new(false); dict.attribute_table.len()],
             valid_stacks: vec![Cell::new(false); dict.stack_table.len()],
             locations: vec![Cell::new(None); dict.location_table.len()],
@@ -95,19 +119,40 @@ impl<'a> Dict<'a> {
         self.string(i, "").unwrap_or_default()
     }
 
-    /// A value as label text, cut to the longest value kept.
+    /// A value as label text, cut to the longest value kept, and charged
+    /// to the request's text budget.
     pub(super) fn render(&self, value: Option<&AnyValue>) -> Result<String, String> {
-        let mut text = self.render_at(value, 0)?;
+        // Rendered within one byte past the longest value kept: nested
+        // values, whose JSON escaping can double their text at each level,
+        // never grow past it, and "longer than kept" is still seen.
+        let mut text = self.render_at(value, 0, self.max_value_bytes + 1)?;
         if text.len() > self.max_value_bytes {
-            let mut end = self.max_value_bytes;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-            text.push_str(super::TRUNCATED_LABEL_SUFFIX);
+            let suffix = super::TRUNCATED_LABEL_SUFFIX;
+            text.truncate(floor_char_boundary(
+                &text,
+                self.max_value_bytes.saturating_sub(suffix.len()),
+            ));
+            text.push_str(suffix);
             self.truncated.set(self.truncated.get() + 1);
         }
+        self.charge(text.len())?;
         Ok(text)
+    }
+
+    /// Counts `n` bytes of text against the request's budget; past it the
+    /// request is refused (see [`Self::over_text_budget`]).
+    pub(super) fn charge(&self, n: usize) -> Result<(), String> {
+        match self.text_left.get().checked_sub(n) {
+            Some(left) => {
+                self.text_left.set(left);
+                Ok(())
+            }
+            None => {
+                self.text_left.set(0);
+                self.over_budget.set(true);
+                Err("the request's labels are more text than allowed".into())
+            }
+        }
     }
 
     /// Values cut so far.
@@ -115,43 +160,80 @@ impl<'a> Dict<'a> {
         self.truncated.get()
     }
 
+    /// Whether the request's labels and names went past its text budget.
+    pub(super) fn over_text_budget(&self) -> bool {
+        self.over_budget.get()
+    }
+
     /// Renders a value nested `depth` deep ([`Self::check_value`] bounded
-    /// the depth before anything is rendered).
-    fn render_at(&self, value: Option<&AnyValue>, depth: usize) -> Result<String, String> {
+    /// the depth before anything is rendered), stopping once its text is
+    /// longer than `budget` bytes (the caller cuts it).
+    fn render_at(
+        &self,
+        value: Option<&AnyValue>,
+        depth: usize,
+        budget: usize,
+    ) -> Result<String, String> {
         if depth > MAX_VALUE_DEPTH {
             return Err(format!(
                 "an attribute value nests arrays or lists more than {MAX_VALUE_DEPTH} deep"
             ));
         }
+        // At a char boundary at or past the budget: what was longer than
+        // the budget stays so.
+        let cut = |s: &str| s[..ceil_char_boundary(s, budget)].to_owned();
+        let json = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
         Ok(match value.and_then(|v| v.value.as_ref()) {
             None => String::new(),
-            Some(Value::StringValue(s)) => s.clone(),
-            Some(Value::StringValueStrindex(i)) => {
-                self.string(*i, "string_value_strindex")?.to_owned()
-            }
+            Some(Value::StringValue(s)) => cut(s),
+            Some(Value::StringValueStrindex(i)) => cut(self.string(*i, "string_value_strindex")?),
             Some(Value::BoolValue(b)) => b.to_string(),
             Some(Value::IntValue(i)) => i.to_string(),
             Some(Value::DoubleValue(d)) => d.to_string(),
-            Some(Value::BytesValue(b)) => hex::encode(b),
+            Some(Value::BytesValue(b)) => hex::encode(&b[..b.len().min(budget / 2 + 1)]),
             Some(Value::ArrayValue(a)) => {
-                let items = a
-                    .values
-                    .iter()
-                    .map(|v| {
-                        self.render_at(Some(v), depth + 1)
-                            .map(serde_json::Value::String)
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                serde_json::Value::Array(items).to_string()
+                // A JSON array of the items as strings.
+                let mut out = String::from("[");
+                for (n, v) in a.values.iter().enumerate() {
+                    if out.len() > budget {
+                        break;
+                    }
+                    if n > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&json(&self.render_at(Some(v), depth + 1, budget)?));
+                }
+                out.push(']');
+                out
             }
             Some(Value::KvlistValue(kv)) => {
-                let mut map = serde_json::Map::new();
+                // A JSON object of the values as strings, keys sorted, the
+                // last of a repeated key kept.
+                let mut map = std::collections::BTreeMap::new();
+                let mut size = 0usize;
                 for item in &kv.values {
-                    let key = self.key_of(item)?;
-                    let v = self.render_at(item.value.as_ref(), depth + 1)?;
-                    map.insert(key.to_owned(), serde_json::Value::String(v));
+                    if size > budget {
+                        break;
+                    }
+                    let key = cut(self.key_of(item)?);
+                    let v = self.render_at(item.value.as_ref(), depth + 1, budget)?;
+                    size += key.len() + v.len();
+                    map.insert(key, v);
                 }
-                serde_json::Value::Object(map).to_string()
+                let mut out = String::from("{");
+                for (n, (k, v)) in map.iter().enumerate() {
+                    if out.len() > budget {
+                        break;
+                    }
+                    if n > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&json(k));
+                    out.push(':');
+                    out.push_str(&json(v));
+                }
+                out.push('}');
+                out
             }
         })
     }

@@ -175,7 +175,7 @@ fn normalize_with(
 ) -> Result<Normalized<Vec<(PartKey, SegmentData)>>, RequestError> {
     let dict = &request.dictionary;
     check_zero_values(dict)?;
-    let mut d = Dict::new(request, limits.max_label_value_bytes);
+    let mut d = Dict::new(request, limits.max_label_value_bytes, limits.max_text_bytes);
     let mut out = Normalized {
         data: Vec::new(),
         accepted: 0,
@@ -195,12 +195,19 @@ fn normalize_with(
     // so what a profile costs here is bounded by its elements, not by its
     // labels' bytes; service names and profile types are shared.
     let mut resources: Vec<Vec<(String, String)>> = Vec::new();
-    let mut services: FxHashMap<(Source, u8), Rc<str>> = FxHashMap::default();
-    let mut types: FxHashMap<[i32; 4], Rc<str>> = FxHashMap::default();
+    // Service names and profile types, each with the number of its text
+    // (the same text under several resources or string indexes is one
+    // series): each text is hashed once, where it is made.
+    let mut services: FxHashMap<(Source, u8), (Rc<str>, u32)> = FxHashMap::default();
+    let mut types: FxHashMap<[i32; 4], (Rc<str>, u32)> = FxHashMap::default();
+    let (mut service_texts, mut type_texts) = (Texts::default(), Texts::default());
     let mut accepted: Vec<(SharedKey, Accepted)> = Vec::new();
-    let mut series: FxHashSet<(usize, usize)> = FxHashSet::default();
+    let mut series: FxHashSet<(u32, u32)> = FxHashSet::default();
     let empty: Rc<str> = Rc::from("");
     for (r, resource_profiles) in request.resource_profiles.iter().enumerate() {
+        if d.over_text_budget() {
+            return Err(too_much_text(limits));
+        }
         let attributes = resource_profiles
             .resource
             .as_ref()
@@ -242,9 +249,11 @@ fn normalize_with(
                     }
                 }
                 let (source, rule) = service_source(&d, r, &resource, &extras);
-                let service = services
+                let (service, service_id) = services
                     .entry((source, rule))
-                    .or_insert_with(|| service_text(&d, &resource, source, rule).into())
+                    .or_insert_with(|| {
+                        service_texts.number(service_text(&d, &resource, source, rule).into())
+                    })
                     .clone();
                 let (st, pt) = (
                     profile.sample_type.unwrap_or_default(),
@@ -256,17 +265,22 @@ fn normalize_with(
                     pt.type_strindex,
                     pt.unit_strindex,
                 ];
-                let ty = types
+                let (ty, type_id) = types
                     .entry(indices)
-                    .or_insert_with(|| indices.map(|i| d.str(i)).join(":").into())
+                    .or_insert_with(|| {
+                        let text = indices.map(|i| d.str(i)).join(":");
+                        // Type strings are the request's own, of any length.
+                        let _ = d.charge(text.len());
+                        type_texts.number(text.into())
+                    })
                     .clone();
+                if d.over_text_budget() {
+                    return Err(too_much_text(limits));
+                }
                 // Series are counted in either layout: each is a row of the
                 // index.
                 if series.len() <= limits.max_series {
-                    series.insert((
-                        Rc::as_ptr(&service) as *const u8 as usize,
-                        Rc::as_ptr(&ty) as *const u8 as usize,
-                    ));
+                    series.insert((service_id, type_id));
                 }
                 let key = if by_series {
                     (service.clone(), ty)
@@ -299,7 +313,9 @@ fn normalize_with(
     // profiles in request order).
     accepted.sort_by(|a, b| cmp_shared(&a.0, &b.0));
     let mut part = Part::new(dict, limits.max_stack_depth.max(1));
-    let mut text = 0usize;
+    // What the parts hold, each its own copy: text, and frames and stack
+    // entries (a stack shared by many series is copied into each).
+    let (mut text, mut entries) = (0usize, 0usize);
     let mut rest = accepted.into_iter().peekable();
     while let Some((key, first)) = rest.next() {
         let mut next = Some(first);
@@ -313,12 +329,16 @@ fn normalize_with(
         }
         let data = part.finish();
         text += data.strings.iter().map(String::len).sum::<usize>();
-        if text > limits.max_text_bytes {
+        if text > limits.max_text_bytes || d.over_text_budget() {
+            return Err(too_much_text(limits));
+        }
+        entries += data.frames.len() + data.stacks.iter().map(Vec::len).sum::<usize>();
+        if entries > limits.max_elements {
             return Err(RequestError::TooLarge(format!(
-                "the request's series would hold more than {} bytes of labels and names \
-                 (each series keeps its own copy of the text it uses; \
-                 SYMTRACE_MAX_EXPORT_TEXT_BYTES): send smaller exports or shorter labels",
-                limits.max_text_bytes
+                "the request's series would hold more than {} frames and stack entries \
+                 (each series keeps its own copy of the stacks its samples use; \
+                 SYMTRACE_MAX_EXPORT_ELEMENTS): send smaller exports",
+                limits.max_elements
             )));
         }
         out.data
@@ -327,6 +347,34 @@ fn normalize_with(
     out.truncated_stacks = part.truncated.len();
     out.truncated_labels = d.truncated_labels();
     Ok(out)
+}
+
+fn too_much_text(limits: &Limits) -> RequestError {
+    RequestError::TooLarge(format!(
+        "the request's labels and names come to more than {} bytes of text \
+         (each series keeps its own copy of the text it uses; \
+         SYMTRACE_MAX_EXPORT_TEXT_BYTES): send smaller exports or shorter labels",
+        limits.max_text_bytes
+    ))
+}
+
+/// Texts numbered by content.
+#[derive(Default)]
+struct Texts(FxHashMap<Rc<str>, u32>);
+
+impl Texts {
+    /// `text` shared with its number: the first text of this content.
+    fn number(&mut self, text: Rc<str>) -> (Rc<str>, u32) {
+        let next = self.0.len() as u32;
+        let (shared, n) = self
+            .0
+            .get_key_value(&text)
+            .map_or((text.clone(), next), |(k, &n)| (k.clone(), n));
+        if n == next {
+            self.0.insert(text, n);
+        }
+        (shared, n)
+    }
 }
 
 /// Index 0 of every table must hold the zero value (0 means "unset").

@@ -275,46 +275,62 @@ fn a_long_resource_label_is_kept_once_however_many_profiles_share_it() {
 #[test]
 fn label_values_beyond_the_limit_are_cut_at_a_character_boundary_and_counted() {
     let limits = Limits {
-        max_label_value_bytes: 10,
+        max_label_value_bytes: 40,
         ..Limits::default()
     };
-    // 9 ASCII bytes, then a 3-byte character across the limit.
-    let long = format!("{}€€€", "x".repeat(9));
-    let mut r = testing::request(
-        Some("svc"),
-        vec![cpu_profile(1_000, vec![valued(vec![1])])],
-        named_frames(1),
-    );
-    r.resource_profiles[0]
-        .resource
-        .as_mut()
-        .unwrap()
-        .attributes
-        .push(symtrace_proto::common::KeyValue {
-            key: "long".into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(long)),
-            }),
-            ..Default::default()
-        });
-    let short = "x".repeat(10);
-    let mut kept = r.clone();
-    kept.resource_profiles[0]
-        .resource
-        .as_mut()
-        .unwrap()
-        .attributes[1]
-        .value = Some(AnyValue {
-        value: Some(any_value::Value::StringValue(short.clone())),
-    });
+    let with_label = |value: &str| {
+        let mut r = testing::request(
+            Some("svc"),
+            vec![cpu_profile(1_000, vec![valued(vec![1])])],
+            named_frames(1),
+        );
+        r.resource_profiles[0]
+            .resource
+            .as_mut()
+            .unwrap()
+            .attributes
+            .push(symtrace_proto::common::KeyValue {
+                key: "long".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(value.into())),
+                }),
+                ..Default::default()
+            });
+        r
+    };
+    // 25 ASCII bytes, then 3-byte characters past the limit: 40 bytes kept
+    // at most, the cut before the character that crosses byte 26.
+    let out = normalize(
+        with_label(&format!("{}{}", "x".repeat(25), "€".repeat(6))),
+        0,
+        &limits,
+    )
+    .unwrap();
+    assert_eq!((out.accepted, out.truncated_labels), (1, 1));
+    let cut = format!("{}{TRUNCATED_LABEL_SUFFIX}", "x".repeat(25));
+    assert!(out.data.strings.contains(&cut), "{:?}", out.data.strings);
+    assert!(cut.len() <= 40);
+    // At the limit: kept whole, not counted.
+    let whole = format!("{}€", "x".repeat(37));
+    let out = normalize(with_label(&whole), 0, &limits).unwrap();
+    assert_eq!(out.truncated_labels, 0);
+    assert!(out.data.strings.contains(&whole));
+    // Nested arrays of quotes (their JSON doubles at each level) are
+    // rendered within the limit, not to gigabytes first.
+    let mut value = AnyValue {
+        value: Some(any_value::Value::StringValue("\"".repeat(1 << 20))),
+    };
+    for _ in 0..16 {
+        value = AnyValue {
+            value: Some(any_value::Value::ArrayValue(ArrayValue {
+                values: vec![value],
+            })),
+        };
+    }
+    let mut r = with_label("");
+    r.resource_profiles[0].resource.as_mut().unwrap().attributes[1].value = Some(value);
     let out = normalize(r, 0, &limits).unwrap();
     assert_eq!((out.accepted, out.truncated_labels), (1, 1));
-    let cut = format!("{}{TRUNCATED_LABEL_SUFFIX}", "x".repeat(9));
-    assert!(out.data.strings.contains(&cut), "{:?}", out.data.strings);
-    // At the limit: kept whole, not counted.
-    let out = normalize(kept, 0, &limits).unwrap();
-    assert_eq!(out.truncated_labels, 0);
-    assert!(out.data.strings.contains(&short));
 }
 
 #[test]
@@ -372,4 +388,81 @@ fn requests_of_more_series_than_the_limit_are_refused_in_either_layout() {
         assert!(matches!(err, RequestError::TooLarge(_)), "{err}");
         assert!(err.to_string().contains("more than 20 series"), "{err}");
     }
+}
+
+#[test]
+fn series_are_counted_by_their_text() {
+    // Five resources of one service and one type: one series, one part.
+    let limits = Limits {
+        max_series: 1,
+        ..Limits::default()
+    };
+    let mut r = testing::many_types_request("svc", 0, 0, 1, 1_000);
+    let one = r.resource_profiles[0].clone();
+    r.resource_profiles.extend(std::iter::repeat_n(one, 4));
+    let out = normalize_by_series(r, 0, &limits).unwrap();
+    assert_eq!((out.accepted, out.data.len()), (5, 1));
+}
+
+#[test]
+fn labels_that_render_past_the_text_budget_refuse_the_request() {
+    // 300 resources whose label points at one 1 MB string: 300 MB of label
+    // text from a 1 MB request.
+    let limits = Limits {
+        max_label_value_bytes: 2 << 20,
+        max_text_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    let mut r = testing::many_types_request("svc", 0, 0, 1, 1_000);
+    let dict = r.dictionary.as_mut().unwrap();
+    dict.string_table.push("y".repeat(1 << 20));
+    let big = dict.string_table.len() as i32 - 1;
+    let one = r.resource_profiles[0].clone();
+    r.resource_profiles = (0..300)
+        .map(|i| {
+            let mut res = one.clone();
+            res.resource
+                .as_mut()
+                .unwrap()
+                .attributes
+                .push(symtrace_proto::common::KeyValue {
+                    key: format!("note{i}"),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValueStrindex(big)),
+                    }),
+                    ..Default::default()
+                });
+            res
+        })
+        .collect();
+    for err in [
+        super::normalize(r.clone(), 0, &limits).err(),
+        normalize_by_series(r, 0, &limits).err(),
+    ] {
+        let err = err.expect("refused");
+        assert!(matches!(err, RequestError::TooLarge(_)), "{err}");
+        assert!(
+            err.to_string().contains("SYMTRACE_MAX_EXPORT_TEXT_BYTES"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn stacks_copied_into_many_series_are_bounded() {
+    // Each of 20 series copies the 3 frames and 3 stack entries it uses.
+    let r = testing::many_types_request("svc", 0, 0, 20, 1_000);
+    let limits = |max_elements| Limits {
+        max_elements,
+        ..Limits::default()
+    };
+    assert!(normalize_by_series(r.clone(), 0, &limits(120)).is_ok());
+    let err = normalize_by_series(r, 0, &limits(119))
+        .err()
+        .expect("refused");
+    assert!(matches!(err, RequestError::TooLarge(_)), "{err}");
+    assert!(
+        err.to_string().contains("SYMTRACE_MAX_EXPORT_ELEMENTS"),
+        "{err}"
+    );
 }

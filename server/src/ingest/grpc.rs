@@ -65,7 +65,7 @@ where
         }
         Box::pin(async move {
             // Held while the message is received, decoded and stored.
-            let _slot = match state.concurrency.ingest.take() {
+            let slot = match state.concurrency.ingest.take() {
                 Ok(slot) => slot,
                 Err(busy) => return Ok(Status::from(busy).into_http()),
             };
@@ -76,7 +76,11 @@ where
             let mut grpc = tonic::server::Grpc::new(codec)
                 .apply_compression_config(gzip, gzip)
                 .apply_max_message_size_config(Some(limit), None);
-            let mut response = grpc.unary(Export(state), request).await;
+            let export = Export {
+                state,
+                slot: Some(slot),
+            };
+            let mut response = grpc.unary(export, request).await;
             // tonic reports an oversized message as OUT_OF_RANGE; OTLP says
             // RESOURCE_EXHAUSTED.
             let headers = response.headers_mut();
@@ -88,15 +92,24 @@ where
     }
 }
 
-struct Export(SharedState);
+/// The export of one request: its state and its ingest slot (taken when
+/// the message arrived, handed to the ingest job).
+struct Export {
+    state: SharedState,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
 
 impl UnaryService<bytes::Bytes> for Export {
     type Response = ExportProfilesServiceResponse;
     type Future = BoxFuture<tonic::Response<Self::Response>, Status>;
 
     fn call(&mut self, request: tonic::Request<bytes::Bytes>) -> Self::Future {
-        let state = self.0.clone();
+        let state = self.state.clone();
+        let slot = self.slot.take();
         Box::pin(async move {
+            let Some(slot) = slot else {
+                return Err(Status::internal("one export per gRPC call"));
+            };
             let headers = request.metadata().clone().into_headers();
             let peer = request
                 .remote_addr()
@@ -112,7 +125,7 @@ impl UnaryService<bytes::Bytes> for Export {
                 encoding: super::Encoding::Protobuf,
                 gzip: false,
             };
-            match state.ingest.export(&tenant, body).await {
+            match state.ingest.export(&tenant, body, slot).await {
                 Ok(response) => Ok(tonic::Response::new(response)),
                 Err(IngestError::Invalid(message)) => Err(Status::invalid_argument(message)),
                 Err(IngestError::TooLarge(message)) => Err(Status::resource_exhausted(message)),

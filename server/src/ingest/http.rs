@@ -104,7 +104,7 @@ async fn export(
     };
     // Held while the body is read, decoded and stored: bounds the memory
     // exports in progress take.
-    let _slot = match state.concurrency.ingest.take() {
+    let slot = match state.concurrency.ingest.take() {
         Ok(slot) => slot,
         Err(busy) => {
             let mut response = failure(
@@ -202,7 +202,7 @@ async fn export(
         },
         gzip,
     };
-    match state.ingest.export(&tenant, body).await {
+    match state.ingest.export(&tenant, body, slot).await {
         Ok(response) => {
             let body = match format {
                 Format::Protobuf => prost::Message::encode_to_vec(&response),

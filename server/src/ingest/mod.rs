@@ -9,6 +9,8 @@ pub use symtrace_profiles::normalize;
 
 use std::sync::Arc;
 
+use tokio::sync::OwnedSemaphorePermit;
+
 use symtrace_profiles::request::Request;
 use symtrace_proto::collector::{ExportProfilesPartialSuccess, ExportProfilesServiceResponse};
 
@@ -102,6 +104,7 @@ impl Ingest {
         &self,
         tenant: &str,
         body: Body,
+        slot: OwnedSemaphorePermit,
     ) -> Result<ExportProfilesServiceResponse, IngestError> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -111,13 +114,17 @@ impl Ingest {
         let encoder = self.profiles.encoder(0);
         let by_series = self.profiles.ingest_parts;
         let owner = tenant.to_owned();
-        let prepared = self
+        // The slot goes with the job: a request whose client gave up keeps
+        // it until its queued job is skipped or done.
+        let (prepared, _slot) = self
             .pool
             .run("decoding an export", move || {
-                prepare(&encoder, by_series, &owner, body, &limits, max_bytes, now)
+                let prepared = prepare(&encoder, by_series, &owner, body, &limits, max_bytes, now);
+                (prepared, slot)
             })
             .await
-            .map_err(|e| IngestError::Invalid(e.to_string()))??;
+            .map_err(|e| IngestError::Store(ProfileStoreError::Internal(e.to_string())))?;
+        let prepared = prepared?;
         let Some(prepared) = prepared else {
             return Ok(ExportProfilesServiceResponse::default());
         };
@@ -164,30 +171,35 @@ fn prepare(
     max_bytes: usize,
     now: u64,
 ) -> Result<Option<Prepared>, IngestError> {
-    let inflated;
-    let bytes: &[u8] = if body.gzip {
-        inflated = match gunzip(&body.bytes, max_bytes) {
-            Ok(Some(b)) => b,
-            Ok(None) => {
-                return Err(IngestError::TooLarge(format!(
-                    "the decompressed request is larger than the limit of {max_bytes} bytes \
-                     (SYMTRACE_MAX_EXPORT_BYTES)"
-                )))
-            }
-            Err(e) => {
-                return Err(IngestError::Invalid(format!(
-                    "the gzip body is damaged: {e}"
-                )))
-            }
+    // The body (and what gunzip made of it) is freed once decoded: the
+    // request owns what it keeps.
+    let request = {
+        let inflated;
+        let bytes: &[u8] = if body.gzip {
+            inflated = match gunzip(&body.bytes, max_bytes) {
+                Ok(Some(b)) => b,
+                Ok(None) => {
+                    return Err(IngestError::TooLarge(format!(
+                        "the decompressed request is larger than the limit of {max_bytes} bytes \
+                         (SYMTRACE_MAX_EXPORT_BYTES)"
+                    )))
+                }
+                Err(e) => {
+                    return Err(IngestError::Invalid(format!(
+                        "the gzip body is damaged: {e}"
+                    )))
+                }
+            };
+            &inflated
+        } else {
+            &body.bytes
         };
-        &inflated
-    } else {
-        &body.bytes
+        match body.encoding {
+            Encoding::Protobuf => decode_protobuf(bytes, limits.max_elements)?,
+            Encoding::Json => decode_json(bytes, limits.max_elements)?,
+        }
     };
-    let request = match body.encoding {
-        Encoding::Protobuf => decode_protobuf(bytes, limits.max_elements)?,
-        Encoding::Json => decode_json(bytes, limits.max_elements)?,
-    };
+    drop(body);
     if request.resource_profiles.is_empty() {
         return Ok(None);
     }

@@ -41,10 +41,13 @@ pub const NAME_CACHE_ADDRESSES: usize = 4_000_000;
 
 /// Segments read ahead while the previous one is aggregated.
 const READ_AHEAD: usize = 8;
-/// Parts read ahead when a query lists only parts (one service's): each
-/// is a small ranged read, and on an object store the time of a query of
+/// Parts read ahead when a query lists only small parts (one service's):
+/// each is a small ranged read, and on an object store the time of a query of
 /// hundreds of them is their round trips, not their bytes.
 const PART_READ_AHEAD: usize = 32;
+/// Parts this small are read `PART_READ_AHEAD` at a time (larger ones, a
+/// compacted hour of a busy service, `READ_AHEAD`: memory, not round trips).
+const SMALL_PART: u64 = 4 << 20;
 
 #[derive(Debug, Clone)]
 pub struct QueryLimits {
@@ -214,7 +217,10 @@ async fn aggregate(
         .collect();
     // Reading, decoding and numbering a segment's frames run ahead (on
     // the other cores) while the previous segment is aggregated.
-    let ahead = if segments.iter().all(|s| s.part().is_some()) {
+    let small_parts = segments
+        .iter()
+        .all(|s| s.part().is_some() && s.read_bytes() <= SMALL_PART);
+    let ahead = if small_parts {
         PART_READ_AHEAD
     } else {
         READ_AHEAD
