@@ -285,8 +285,9 @@ pub struct Config {
 
     /// Most elements one OTLP export may hold (entries of every repeated
     /// field: table entries, samples, stack frames, values, timestamps),
-    /// counted on the bytes before decoding (413 / RESOURCE_EXHAUSTED
-    /// beyond): bounds the memory an export decodes into.
+    /// counted on the bytes before decoding, and most frames and stack
+    /// entries its series may copy (413 / RESOURCE_EXHAUSTED beyond):
+    /// bounds the memory an export decodes and normalizes into.
     #[arg(
         long,
         env = "SYMTRACE_MAX_EXPORT_ELEMENTS",
@@ -311,9 +312,9 @@ pub struct Config {
     #[arg(long, env = "SYMTRACE_MAX_EXPORT_SERIES", default_value_t = 10_000)]
     pub max_export_series: usize,
 
-    /// Most bytes of text (labels, names, paths) the series of one OTLP
-    /// export may hold together, each series counting the text it uses (a
-    /// label shared by many series is stored with each; 413 /
+    /// Most bytes of label and type text one OTLP export may render, and
+    /// that its series may hold together, each series counting the text it
+    /// uses (a label shared by many series is stored with each; 413 /
     /// RESOURCE_EXHAUSTED beyond).
     #[arg(
         long,
