@@ -3,8 +3,10 @@
  * running thread (pid, tid, comm, time), its user registers, the top of its
  * user stack, its user stack (frame pointers, walked here and checked) and
  * kernel stack into a ring buffer; tell userspace about exec and exit so it
- * can drop cached mappings. GPL: bpf_get_stack and probe reads of user
- * memory are GPL-only. */
+ * can drop cached mappings. Off-CPU (when the loader enables it): at a
+ * sampled switch-out of a blocked thread, the same record with the switch-out
+ * time, and at its next switch-in a small record with the switch-in time.
+ * GPL: bpf_get_stack and probe reads of user memory are GPL-only. */
 #include <vmlinux.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -17,6 +19,12 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Set by the loader (EbpfLoader::override_global). */
 volatile const __u32 record_kernel_threads = 0;
+/* The probability that a blocked thread's switch-out is recorded, as a
+ * threshold for bpf_get_prandom_u32() (p × 2^32; 0: never), for a thread
+ * outside any span and for one in a span (a valid OpenTelemetry thread
+ * context). Userspace scales each wait by 1/p. */
+volatile const __u64 off_cpu_threshold = 0;
+volatile const __u64 off_cpu_span_threshold = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -38,6 +46,16 @@ struct {
 	__type(key, __u32);
 	__type(value, __s64);
 } thread_ctx_offsets SEC(".maps");
+
+/* Threads whose switch-out was recorded and that have not run since: tid →
+ * switch-out time. Bounded (resized by the loader); an exiting thread's
+ * entry is removed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} off_cpu_pending SEC(".maps");
 
 static __always_inline void count(__u32 which)
 {
@@ -82,19 +100,12 @@ static __always_inline void read_trace_ctx(struct task_struct *task, __u32 tgid,
 
 #define USER_ADDRESS_LIMIT (1ULL << 47) /* x86-64 user space: below 128 TiB */
 
-/* The user registers of the sampled thread: the interrupted ones when the
- * tick came in user mode, else those saved at kernel entry (a syscall, a
- * fault). Returns 0 when there are none (a kernel thread), -1 when they are
- * not reachable on this kernel (bpf_task_pt_regs needs 5.15). */
-static __always_inline int user_regs(struct bpf_perf_event_data *ctx, __u64 *ip, __u64 *sp,
-				     __u64 *bp)
+/* The user registers saved at kernel entry (a syscall, a fault, an
+ * interrupt) of the current thread. Returns 0 when there are none (a kernel
+ * thread), -1 when they are not reachable on this kernel (bpf_task_pt_regs
+ * needs 5.15). */
+static __always_inline int saved_user_regs(__u64 *ip, __u64 *sp, __u64 *bp)
 {
-	if (ctx->regs.ip < USER_ADDRESS_LIMIT) {
-		*ip = ctx->regs.ip;
-		*sp = ctx->regs.sp;
-		*bp = ctx->regs.bp;
-		return 1;
-	}
 	if (!bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
 		return -1;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
@@ -104,15 +115,30 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, __u64 *ip,
 	return *ip && *ip < USER_ADDRESS_LIMIT;
 }
 
+/* The user registers of the sampled thread: the interrupted ones when the
+ * tick came in user mode, else those saved at kernel entry. */
+static __always_inline int user_regs(struct bpf_perf_event_data *ctx, __u64 *ip, __u64 *sp,
+				     __u64 *bp)
+{
+	if (ctx->regs.ip < USER_ADDRESS_LIMIT) {
+		*ip = ctx->regs.ip;
+		*sp = ctx->regs.sp;
+		*bp = ctx->regs.bp;
+		return 1;
+	}
+	return saved_user_regs(ip, sp, bp);
+}
+
 /* The user stack by frame pointers, as the kernel's perf_callchain_user
  * walks it, but checked: each frame pointer must be 8-aligned and above the
  * previous one, so a garbage %rbp (code built without frame pointers) ends
  * the walk instead of adding frames. Also copies USER_STACK_WINDOW bytes
- * from %rsp, for userspace's .eh_frame step out of the leaf. */
-static __always_inline void user_stack(struct bpf_perf_event_data *ctx, struct cpu_sample *s)
+ * from %rsp, for userspace's .eh_frame step out of the leaf. `have` is what
+ * the register lookup answered (1, 0: no user registers, -1: fall back to
+ * bpf_get_stack on `ctx`). */
+static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, __u64 fp,
+				       struct cpu_sample *s)
 {
-	__u64 ip = 0, sp = 0, fp = 0;
-	int have = user_regs(ctx, &ip, &sp, &fp);
 	if (have < 0) {
 		long n = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
 		s->user_frames = n > 0 ? n / 8 : 0;
@@ -159,6 +185,24 @@ static __always_inline void user_stack(struct bpf_perf_event_data *ctx, struct c
 	s->user_end = end;
 }
 
+/* The common part of a sample record: who, when, the thread context. */
+static __always_inline void sample_header(struct cpu_sample *s, __u32 kind, __u64 id,
+					  struct task_struct *task, __u64 now)
+{
+	s->kind = kind;
+	s->cpu = bpf_get_smp_processor_id();
+	s->pid = id >> 32;
+	s->tid = (__u32)id;
+	s->boot_ns = now;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	__builtin_memset(&s->trace, 0, sizeof(s->trace));
+	read_trace_ctx(task, s->pid, &s->trace);
+	s->user_frames = 0;
+	s->window_bytes = 0;
+	s->user_sp = 0;
+	s->user_bp = 0;
+}
+
 SEC("perf_event")
 int on_cpu_sample(struct bpf_perf_event_data *ctx)
 {
@@ -176,19 +220,10 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		count(COUNTER_LOST);
 		return 0;
 	}
-	s->kind = RECORD_SAMPLE;
-	s->cpu = bpf_get_smp_processor_id();
-	s->pid = id >> 32;
-	s->tid = tid;
-	s->boot_ns = bpf_ktime_get_boot_ns();
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
-	__builtin_memset(&s->trace, 0, sizeof(s->trace));
-	read_trace_ctx(task, s->pid, &s->trace);
-	s->user_frames = 0;
-	s->window_bytes = 0;
-	s->user_sp = 0;
-	s->user_bp = 0;
-	user_stack(ctx, s);
+	sample_header(s, RECORD_SAMPLE, id, task, bpf_ktime_get_boot_ns());
+	__u64 ip = 0, sp = 0, bp = 0;
+	int have = user_regs(ctx, &ip, &sp, &bp);
+	user_stack(ctx, have, ip, sp, bp, s);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	/* Userspace drains on a timer: no wakeup per sample. */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
@@ -220,8 +255,109 @@ SEC("raw_tracepoint/sched_process_exit")
 int on_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)id != (__u32)(id >> 32))
+	__u32 tid = (__u32)id;
+	/* An exiting thread never runs again: nothing to wait for. */
+	bpf_map_delete_elem(&off_cpu_pending, &tid);
+	if (tid != (__u32)(id >> 32))
 		return 0; /* a thread, not the process */
 	process_event(RECORD_EXIT);
+	return 0;
+}
+
+/* `task_struct.__state` (5.14+), or `state` before. */
+struct task_struct___old {
+	long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___old *)t, state);
+}
+
+#define TASK_DEAD 0x80
+
+/* Whether the current thread is in a span: a valid OpenTelemetry thread
+ * context (the same reads as read_trace_ctx, the header's `valid` only). */
+static __always_inline int in_span(struct task_struct *task, __u32 tgid)
+{
+	__s64 *offset = bpf_map_lookup_elem(&thread_ctx_offsets, &tgid);
+	if (!offset)
+		return 0;
+	__u64 tp = BPF_CORE_READ(task, thread.fsbase);
+	__u64 record = 0;
+	__u8 valid = 0;
+	if (!tp || bpf_probe_read_user(&record, sizeof(record), (void *)(tp + *offset)) || !record)
+		return 0;
+	if (bpf_probe_read_user(&valid, 1, (void *)(record + __builtin_offsetof(struct trace_ctx, valid))))
+		return 0;
+	return valid == 1;
+}
+
+/* Every context switch: `next`'s wait ends if its switch-out was recorded;
+ * `prev` (the current thread) is recorded, with the probability of its
+ * kind, when it blocks. Runnable threads that were preempted are counted,
+ * not recorded: they wait for a CPU, not for an event. */
+SEC("raw_tracepoint/sched_switch")
+int on_switch(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct
+	 * *next, ...): read as plain words (`args` is a zero-length array in
+	 * the BTF, which CO-RE would refuse to index). */
+	__u64 *args = (__u64 *)ctx;
+	struct task_struct *prev = (struct task_struct *)args[1];
+	struct task_struct *next = (struct task_struct *)args[2];
+	__u64 now = bpf_ktime_get_boot_ns();
+
+	__u32 next_tid = BPF_CORE_READ(next, pid);
+	__u64 *start = next_tid ? bpf_map_lookup_elem(&off_cpu_pending, &next_tid) : 0;
+	if (start) {
+		struct off_cpu_end *e = bpf_ringbuf_reserve(&records, sizeof(*e), 0);
+		if (e) {
+			e->kind = RECORD_OFF_CPU_END;
+			e->tid = next_tid;
+			e->start_ns = *start;
+			e->end_ns = now;
+			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+		} else {
+			count(COUNTER_OFF_CPU_LOST);
+		}
+		bpf_map_delete_elem(&off_cpu_pending, &next_tid);
+	}
+
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	if (tid == 0)
+		return 0; /* the idle task */
+	if (!record_kernel_threads && (BPF_CORE_READ(prev, flags) & PF_KTHREAD))
+		return 0;
+	long state = task_state(prev);
+	if (state == 0) {
+		count(COUNTER_PREEMPTED);
+		return 0;
+	}
+	if (state & TASK_DEAD)
+		return 0; /* its last switch-out */
+	__u64 threshold = in_span(prev, id >> 32) ? off_cpu_span_threshold : off_cpu_threshold;
+	if ((__u64)bpf_get_prandom_u32() >= threshold)
+		return 0;
+	if (bpf_map_update_elem(&off_cpu_pending, &tid, &now, BPF_ANY)) {
+		count(COUNTER_OFF_CPU_FULL);
+		return 0;
+	}
+	struct cpu_sample *s = bpf_ringbuf_reserve(&records, sizeof(*s), 0);
+	if (!s) {
+		bpf_map_delete_elem(&off_cpu_pending, &tid);
+		count(COUNTER_OFF_CPU_LOST);
+		return 0;
+	}
+	sample_header(s, RECORD_OFF_CPU_START, id, prev, now);
+	__u64 ip = 0, sp = 0, bp = 0;
+	int have = saved_user_regs(&ip, &sp, &bp);
+	user_stack(ctx, have, ip, sp, bp, s);
+	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
+	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
+	count(COUNTER_OFF_CPU);
 	return 0;
 }

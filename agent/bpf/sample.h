@@ -30,6 +30,9 @@ enum record_kind {
 	RECORD_SAMPLE = 1,
 	RECORD_EXEC = 2,   /* a process called execve: its mappings are new */
 	RECORD_EXIT = 3,   /* a process (its last thread) exited */
+	RECORD_OFF_CPU_START = 4, /* a thread blocked: a cpu_sample of its
+				     stacks and context, boot_ns = switch-out */
+	RECORD_OFF_CPU_END = 5,   /* it ran again: struct off_cpu_end */
 };
 
 #define TRACE_CTX_HEADER 28      /* OTEP 4947 record header */
@@ -75,6 +78,15 @@ struct process_event_record {
 	__u32 pid;
 };
 
+/* A thread whose switch-out was recorded (RECORD_OFF_CPU_START, same tid
+ * and boot_ns = start_ns) ran again: it waited end_ns - start_ns. */
+struct off_cpu_end {
+	__u32 kind;          /* RECORD_OFF_CPU_END */
+	__u32 tid;
+	__u64 start_ns;      /* bpf_ktime_get_boot_ns() at the switch-out */
+	__u64 end_ns;        /* and at the switch-in */
+};
+
 /* The layout, byte for byte: the size and every field's offset. Changing a
  * struct above means changing these numbers, and record.rs with them (both
  * compilers check). */
@@ -105,6 +117,11 @@ struct process_event_record {
 #define LAYOUT_PROCESS_EVENT_SIZE 8
 #define LAYOUT_PROCESS_EVENT_KIND 0
 #define LAYOUT_PROCESS_EVENT_PID 4
+#define LAYOUT_OFF_CPU_END_SIZE 24
+#define LAYOUT_OFF_CPU_END_KIND 0
+#define LAYOUT_OFF_CPU_END_TID 4
+#define LAYOUT_OFF_CPU_END_START_NS 8
+#define LAYOUT_OFF_CPU_END_END_NS 16
 
 #define LAYOUT_CHECK(what, value, expected) \
 	_Static_assert((value) == (expected), \
@@ -137,6 +154,11 @@ LAYOUT_CHECK("cpu_sample.kernel", __builtin_offsetof(struct cpu_sample, kernel),
 LAYOUT_CHECK("sizeof(struct process_event_record)", sizeof(struct process_event_record), LAYOUT_PROCESS_EVENT_SIZE);
 LAYOUT_CHECK("process_event_record.kind", __builtin_offsetof(struct process_event_record, kind), LAYOUT_PROCESS_EVENT_KIND);
 LAYOUT_CHECK("process_event_record.pid", __builtin_offsetof(struct process_event_record, pid), LAYOUT_PROCESS_EVENT_PID);
+LAYOUT_CHECK("sizeof(struct off_cpu_end)", sizeof(struct off_cpu_end), LAYOUT_OFF_CPU_END_SIZE);
+LAYOUT_CHECK("off_cpu_end.kind", __builtin_offsetof(struct off_cpu_end, kind), LAYOUT_OFF_CPU_END_KIND);
+LAYOUT_CHECK("off_cpu_end.tid", __builtin_offsetof(struct off_cpu_end, tid), LAYOUT_OFF_CPU_END_TID);
+LAYOUT_CHECK("off_cpu_end.start_ns", __builtin_offsetof(struct off_cpu_end, start_ns), LAYOUT_OFF_CPU_END_START_NS);
+LAYOUT_CHECK("off_cpu_end.end_ns", __builtin_offsetof(struct off_cpu_end, end_ns), LAYOUT_OFF_CPU_END_END_NS);
 
 /* Indices of the per-CPU `counters` array. */
 enum counter {
@@ -146,7 +168,11 @@ enum counter {
 	COUNTER_EVENTS_LOST = 3,   /* exec/exit events dropped: ring buffer full */
 	COUNTER_CTX_READ = 4,      /* samples with a valid trace context */
 	COUNTER_CTX_UNREADABLE = 5,/* TLS slot or record not readable (garbage) */
-	COUNTER_COUNT = 6,
+	COUNTER_OFF_CPU = 6,       /* blocked switch-outs recorded */
+	COUNTER_OFF_CPU_LOST = 7,  /* ... dropped: the ring buffer was full */
+	COUNTER_OFF_CPU_FULL = 8,  /* ... dropped: too many threads waiting at once */
+	COUNTER_PREEMPTED = 9,     /* switch-outs of runnable threads (not recorded) */
+	COUNTER_COUNT = 10,
 };
 
 #endif

@@ -1,10 +1,13 @@
 //! One export interval's samples, built into an OTLP profiles v1.11 request:
-//! one resource per process (service, pid, executable, container, host), one
-//! `samples/count` profile per resource with period `cpu/nanoseconds`, every
-//! sample with its timestamps. Native frames are left unsymbolized (an
-//! address and a mapping carrying `process.executable.build_id.gnu`); kernel
-//! frames are named. Samples with the same stack, thread and trace link share one
-//! `Sample` with one timestamp per occurrence.
+//! one resource per process (service, pid, executable, container, host), and
+//! in it a `samples/count` profile with period `cpu/nanoseconds` (every
+//! sample with its timestamps) and, when the process waited, an
+//! `off_cpu/nanoseconds` profile (each wait a timestamp and a value, the
+//! OpenTelemetry eBPF profiler's off-CPU type), sharing one dictionary.
+//! Native frames are left unsymbolized (an address and a mapping carrying
+//! `process.executable.build_id.gnu`); kernel frames are named. Samples with
+//! the same stack, thread and trace link share one `Sample` with one
+//! timestamp per occurrence.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -63,10 +66,15 @@ pub struct Observed<'a> {
     pub trace: &'a TraceCtx,
 }
 
+/// A sample's identity: (stack, attributes, link).
+type SampleKey = (i32, Vec<i32>, i32);
+
 struct ProcessSamples {
     info: Arc<ProcessInfo>,
-    /// (stack, attributes, link) → timestamps.
-    samples: HashMap<(i32, Vec<i32>, i32), Vec<u64>>,
+    /// On-CPU: timestamps.
+    samples: HashMap<SampleKey, Vec<u64>>,
+    /// Off-CPU: (time the wait began, nanoseconds it stands for).
+    waits: HashMap<SampleKey, Vec<(u64, i64)>>,
 }
 
 pub struct Batch {
@@ -244,9 +252,10 @@ impl Batch {
         i
     }
 
-    /// Adds one sample. The stack is kernel frames (leaf first) then user
+    /// Adds one sample: on-CPU, or (`off_cpu_ns`) a wait of that many
+    /// nanoseconds. The stack is kernel frames (leaf first) then user
     /// frames, as one leaf-first location list.
-    pub fn add(&mut self, s: &Observed<'_>) {
+    pub fn add(&mut self, s: &Observed<'_>, off_cpu_ns: Option<i64>) {
         let mut stack = std::mem::take(&mut self.scratch);
         stack.clear();
         for &(address, name) in s.kernel {
@@ -292,16 +301,19 @@ impl Batch {
             }
             None => 0,
         };
-        self.processes
+        let process = self
+            .processes
             .entry(Arc::as_ptr(s.process) as usize)
             .or_insert_with(|| ProcessSamples {
                 info: s.process.clone(),
                 samples: HashMap::new(),
-            })
-            .samples
-            .entry((stack_index, attributes, link))
-            .or_default()
-            .push(s.unix_ns);
+                waits: HashMap::new(),
+            });
+        let key = (stack_index, attributes, link);
+        match off_cpu_ns {
+            None => process.samples.entry(key).or_default().push(s.unix_ns),
+            Some(ns) => process.waits.entry(key).or_default().push((s.unix_ns, ns)),
+        }
         self.samples += 1;
     }
 
@@ -310,42 +322,52 @@ impl Batch {
         if self.samples == 0 {
             return None;
         }
-        let sample_type = ValueType {
-            type_strindex: self.string("samples"),
-            unit_strindex: self.string("count"),
+        let mut value_type = |ty: &str, unit: &str| ValueType {
+            type_strindex: self.string(ty),
+            unit_strindex: self.string(unit),
         };
-        let period_type = ValueType {
-            type_strindex: self.string("cpu"),
-            unit_strindex: self.string("nanoseconds"),
-        };
+        let on_cpu = (
+            value_type("samples", "count"),
+            value_type("cpu", "nanoseconds"),
+        );
+        let off_cpu = value_type("off_cpu", "nanoseconds");
+        let (start_ns, period_ns) = (self.start_ns, self.period_ns);
+        let duration_nano = end_ns.saturating_sub(start_ns);
         let mut processes: Vec<ProcessSamples> = self.processes.into_values().collect();
         processes.sort_unstable_by_key(|p| p.info.pid);
         let resource_profiles = processes
             .into_iter()
             .map(|p| {
-                let mut samples: Vec<Sample> = p
-                    .samples
-                    .into_iter()
-                    .map(
-                        |((stack_index, attribute_indices, link_index), mut timestamps)| {
-                            timestamps.sort_unstable();
-                            Sample {
-                                stack_index,
-                                attribute_indices,
-                                link_index,
-                                values: vec![],
-                                timestamps_unix_nano: timestamps,
-                            }
-                        },
-                    )
-                    .collect();
-                samples.sort_unstable_by(|a, b| {
-                    (a.stack_index, &a.attribute_indices, a.link_index).cmp(&(
-                        b.stack_index,
-                        &b.attribute_indices,
-                        b.link_index,
-                    ))
-                });
+                let mut profiles = Vec::new();
+                if !p.samples.is_empty() {
+                    let samples = p.samples.into_iter().map(|(key, mut timestamps)| {
+                        timestamps.sort_unstable();
+                        sample(key, timestamps, vec![])
+                    });
+                    profiles.push(Profile {
+                        sample_type: Some(on_cpu.0),
+                        period_type: Some(on_cpu.1),
+                        period: period_ns,
+                        time_unix_nano: start_ns,
+                        duration_nano,
+                        samples: sorted(samples),
+                        ..Default::default()
+                    });
+                }
+                if !p.waits.is_empty() {
+                    let samples = p.waits.into_iter().map(|(key, mut waits)| {
+                        waits.sort_unstable();
+                        let (timestamps, values) = waits.into_iter().unzip();
+                        sample(key, timestamps, values)
+                    });
+                    profiles.push(Profile {
+                        sample_type: Some(off_cpu),
+                        time_unix_nano: start_ns,
+                        duration_nano,
+                        samples: sorted(samples),
+                        ..Default::default()
+                    });
+                }
                 ResourceProfiles {
                     resource: Some(Resource {
                         attributes: resource_attributes(&p.info, &self.host_name),
@@ -357,15 +379,7 @@ impl Batch {
                             version: env!("CARGO_PKG_VERSION").to_owned(),
                             ..Default::default()
                         }),
-                        profiles: vec![Profile {
-                            sample_type: Some(sample_type),
-                            period_type: Some(period_type),
-                            period: self.period_ns,
-                            time_unix_nano: self.start_ns,
-                            duration_nano: end_ns.saturating_sub(self.start_ns),
-                            samples,
-                            ..Default::default()
-                        }],
+                        profiles,
                         ..Default::default()
                     }],
                     ..Default::default()
@@ -377,6 +391,33 @@ impl Batch {
             dictionary: Some(self.dict),
         })
     }
+}
+
+fn sample(
+    (stack_index, attribute_indices, link_index): SampleKey,
+    timestamps_unix_nano: Vec<u64>,
+    values: Vec<i64>,
+) -> Sample {
+    Sample {
+        stack_index,
+        attribute_indices,
+        link_index,
+        values,
+        timestamps_unix_nano,
+    }
+}
+
+/// Samples in a stable order (by identity).
+fn sorted(samples: impl Iterator<Item = Sample>) -> Vec<Sample> {
+    let mut samples: Vec<Sample> = samples.collect();
+    samples.sort_unstable_by(|a, b| {
+        (a.stack_index, &a.attribute_indices, a.link_index).cmp(&(
+            b.stack_index,
+            &b.attribute_indices,
+            b.link_index,
+        ))
+    });
+    samples
 }
 
 fn string_value(s: &str) -> AnyValue {
@@ -419,203 +460,5 @@ fn resource_attributes(p: &ProcessInfo, host_name: &str) -> Vec<KeyValue> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn process(pid: u32) -> Arc<ProcessInfo> {
-        Arc::new(ProcessInfo {
-            pid,
-            service_name: "checkout".into(),
-            executable_name: "checkout".into(),
-            executable_path: Some("/usr/bin/checkout".into()),
-            container_id: None,
-            resource: vec![("deployment.environment".into(), "prod".into())],
-            attribute_keys: vec!["http.route".into()],
-        })
-    }
-
-    #[test]
-    fn aggregates_samples_and_keeps_frames_raw() {
-        let p = process(7);
-        let exe = Arc::new(procs::Mapping {
-            path: "/usr/bin/checkout".into(),
-            build_id: Some("abcd".into()),
-            start: 0x1000,
-            limit: 0x9000,
-            file_offset: 0x1000,
-        });
-        let frame = |address| UserFrame {
-            mapping: exe.clone(),
-            address,
-            name: None,
-        };
-        let user = [frame(0x1234), frame(0x2345)];
-        let kernel = [
-            (0xffff_ffff_8100_0010, Some("do_syscall_64")),
-            (0xffff_ffff_8100_0020, None),
-        ];
-        let mut trace = TraceCtx::default();
-        let mut batch = Batch::new(1_000, 97, "node-1");
-        for (t, kernel) in [(10, &kernel[..]), (20, &kernel[..]), (30, &[][..])] {
-            batch.add(&Observed {
-                process: &p,
-                thread_name: "worker",
-                unix_ns: t,
-                user: &user,
-                cut: None,
-                kernel,
-                trace: &trace,
-            });
-        }
-        trace.valid = 1;
-        trace.trace_id = [0xab; 16];
-        trace.span_id = [0xcd; 8];
-        trace.attrs[..7].copy_from_slice(b"\x00\x05/cart");
-        trace.attrs_size = 7;
-        batch.add(&Observed {
-            process: &p,
-            thread_name: "worker",
-            unix_ns: 40,
-            user: &user,
-            cut: None,
-            kernel: &[],
-            trace: &trace,
-        });
-        assert_eq!(batch.samples(), 4);
-        let req = batch.finish(2_000).unwrap();
-        let d = req.dictionary.as_ref().unwrap();
-        let str_of = |i: i32| d.string_table[i as usize].as_str();
-        assert_eq!(req.resource_profiles.len(), 1);
-        let rp = &req.resource_profiles[0];
-        let attrs: Vec<_> = rp
-            .resource
-            .as_ref()
-            .unwrap()
-            .attributes
-            .iter()
-            .map(|kv| kv.key.as_str())
-            .collect();
-        assert!(attrs.contains(&"service.name") && attrs.contains(&"host.name"));
-        let profile = &rp.scope_profiles[0].profiles[0];
-        assert_eq!(profile.period, 1_000_000_000 / 97);
-        assert_eq!(
-            str_of(profile.sample_type.unwrap().type_strindex),
-            "samples"
-        );
-        assert_eq!(
-            str_of(profile.period_type.unwrap().unit_strindex),
-            "nanoseconds"
-        );
-        assert_eq!(profile.duration_nano, 1_000);
-        // Same stack + thread + no link: one Sample with two timestamps.
-        let timestamps: Vec<_> = profile
-            .samples
-            .iter()
-            .map(|s| s.timestamps_unix_nano.clone())
-            .collect();
-        assert!(timestamps.contains(&vec![10, 20]));
-        assert_eq!(profile.samples.len(), 3);
-        let linked = profile.samples.iter().find(|s| s.link_index != 0).unwrap();
-        assert_eq!(
-            d.link_table[linked.link_index as usize].trace_id,
-            vec![0xab; 16]
-        );
-        let route = &d.attribute_table[linked.attribute_indices[1] as usize];
-        assert_eq!(str_of(route.key_strindex), "http.route");
-        assert!(attrs.contains(&"deployment.environment"));
-        // Kernel frame named, user frames raw with the build-ID on the mapping.
-        let with_kernel = profile
-            .samples
-            .iter()
-            .find(|s| s.timestamps_unix_nano == [10, 20])
-            .unwrap();
-        let stack = &d.stack_table[with_kernel.stack_index as usize].location_indices;
-        assert_eq!(stack.len(), 4);
-        let leaf = &d.location_table[stack[0] as usize];
-        let f = &d.function_table[leaf.lines[0].function_index as usize];
-        assert_eq!(str_of(f.name_strindex), "do_syscall_64");
-        assert!(d.location_table[stack[1] as usize].lines.is_empty());
-        let native = &d.location_table[stack[2] as usize];
-        assert_eq!(native.address, 0x1234);
-        assert!(native.lines.is_empty());
-        let mapping = &d.mapping_table[native.mapping_index as usize];
-        assert_eq!(str_of(mapping.filename_strindex), "/usr/bin/checkout");
-        let kernel_mapping = &d.mapping_table[leaf.mapping_index as usize];
-        assert_eq!(
-            str_of(kernel_mapping.filename_strindex),
-            "[kernel.kallsyms]"
-        );
-        let build_id = &d.attribute_table[mapping.attribute_indices[0] as usize];
-        assert_eq!(
-            str_of(build_id.key_strindex),
-            "process.executable.build_id.gnu"
-        );
-        assert_eq!(
-            (mapping.memory_start, mapping.memory_limit),
-            (0x1000, 0x9000)
-        );
-        assert!(Batch::new(0, 19, "h").finish(1).is_none());
-    }
-
-    #[test]
-    fn names_vdso_frames_and_marks_cut_stacks() {
-        let p = process(8);
-        let vdso = Arc::new(procs::Mapping {
-            path: "[vdso]".into(),
-            build_id: None,
-            start: 0,
-            limit: 0x2000,
-            file_offset: 0,
-        });
-        let user = [UserFrame {
-            mapping: vdso,
-            address: 0x9a0,
-            name: Some(Arc::from("clock_gettime")),
-        }];
-        let mut batch = Batch::new(1_000, 97, "node-1");
-        for cut in [None, Some(Cut::NotAfterCall), Some(Cut::OutsideCode)] {
-            batch.add(&Observed {
-                process: &p,
-                thread_name: "worker",
-                unix_ns: 10,
-                user: &user,
-                cut,
-                kernel: &[],
-                trace: &TraceCtx::default(),
-            });
-        }
-        let req = batch.finish(2_000).unwrap();
-        let d = req.dictionary.as_ref().unwrap();
-        let str_of = |i: i32| d.string_table[i as usize].as_str();
-        let name = |l: &Location| {
-            str_of(d.function_table[l.lines[0].function_index as usize].name_strindex)
-        };
-        let samples = &req.resource_profiles[0].scope_profiles[0].profiles[0].samples;
-        // Every cause gives the same marker: two stacks, not three.
-        assert_eq!(samples.len(), 2);
-        let cut = samples
-            .iter()
-            .map(|s| &d.stack_table[s.stack_index as usize].location_indices)
-            .find(|s| s.len() == 2)
-            .unwrap();
-        assert_eq!(
-            samples
-                .iter()
-                .map(|s| s.timestamps_unix_nano.len())
-                .sum::<usize>(),
-            3
-        );
-        let leaf = &d.location_table[cut[0] as usize];
-        assert_eq!(name(leaf), "clock_gettime");
-        let marker = &d.location_table[cut[1] as usize];
-        assert_eq!(name(marker), Cut::MARKER);
-        assert_eq!(marker.mapping_index, 0);
-        let kind = &d.attribute_table[marker.attribute_indices[0] as usize];
-        assert_eq!(str_of(kind.key_strindex), "profile.frame.type");
-        assert!(
-            matches!(&kind.value, Some(AnyValue { value: Some(Value::StringValue(v)) }) if v == "truncated")
-        );
-        // The location table's indices stay dense.
-        assert!(d.location_table.len() == 3, "zero, vdso frame, marker");
-    }
-}
+#[path = "batch_tests.rs"]
+mod tests;

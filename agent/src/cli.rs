@@ -82,6 +82,33 @@ pub struct Args {
     /// buffered before exiting (what is left is reported as dropped).
     #[arg(long, env = "SYMTRACE_AGENT_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+
+    /// Off-CPU profile: the probability that a thread's switch-out while
+    /// blocked (a lock, I/O, a sleep, a downstream call) is recorded, with
+    /// its stacks and how long it waited until it ran again (profile type
+    /// `off_cpu:nanoseconds`; each wait counts 1/p times, so totals stay
+    /// unbiased). For threads outside any span; 0 records none of them.
+    #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_PROBABILITY", default_value_t = 0.01, value_parser = parse_probability)]
+    pub off_cpu_probability: f64,
+
+    /// The same for threads in a span (that publish an OpenTelemetry thread
+    /// context): where a slow span waited. 0 and an --off-cpu-probability
+    /// of 0 attach nothing to the scheduler.
+    #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_SPAN_PROBABILITY", default_value_t = 1.0, value_parser = parse_probability)]
+    pub off_cpu_span_probability: f64,
+
+    /// Recorded threads that may be waiting at once (a BPF map); beyond it
+    /// switch-outs are counted, not recorded.
+    #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_MAX_WAITING", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub off_cpu_max_waiting: u32,
+}
+
+fn parse_probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!("{p} is not a probability (0 to 1)"));
+    }
+    Ok(p)
 }
 
 pub fn parse_frequency(s: &str) -> Result<u64, String> {
@@ -146,6 +173,17 @@ mod tests {
         assert_eq!(parse_ring_size("65536"), Ok(65536));
         assert!(parse_ring_size("100000").is_err());
         assert!(parse_ring_size("4096").is_err());
+    }
+
+    #[test]
+    fn probabilities_are_between_zero_and_one() {
+        assert_eq!(parse_probability("0.25"), Ok(0.25));
+        assert_eq!(parse_probability("0"), Ok(0.0));
+        assert_eq!(parse_probability("1"), Ok(1.0));
+        assert!(parse_probability("1.5").is_err());
+        assert!(parse_probability("-0.1").is_err());
+        assert!(parse_probability("NaN").is_err());
+        assert!(parse_probability("often").is_err());
     }
 
     #[test]

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use crate::batch::{Batch, Observed};
 use crate::export::Queue;
 use crate::kallsyms::KernelSymbols;
+use crate::offcpu::{self, Waiting, Waits};
 use crate::procs::{Processes, UserStack};
 use crate::record::{self, Record};
-use crate::sampler::Sampler;
+use crate::sampler::{OffCpu, Sampler};
 use crate::stats;
 
 /// How often the ring buffer is drained (the BPF side never wakes us); also
@@ -29,6 +30,7 @@ pub struct Collector {
     pub host_name: String,
     pub print_stats: bool,
     pub cfi_cache_bytes: usize,
+    pub off_cpu: OffCpu,
 }
 
 /// What the collector saw over its whole run, for the final summary.
@@ -67,6 +69,7 @@ impl Collector {
             self.sampler.set_thread_ctx_offset(pid, offset);
         }
         let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
+        let mut waits = Waits::new(self.off_cpu.max_waiting as usize);
         let mut boot_to_unix = boot_to_unix_ns();
         let mut user = Vec::with_capacity(128);
         let mut kernel_frames: Vec<(u64, Option<&str>)> = Vec::with_capacity(64);
@@ -96,15 +99,77 @@ impl Collector {
                         let address = record::call_site(depth, ret);
                         kernel_frames.push((address, kernel.name(address)));
                     }
-                    batch.add(&Observed {
-                        process: &process,
-                        thread_name: &comm,
-                        unix_ns: s.boot_ns.saturating_add_signed(boot_to_unix),
-                        user: &user,
-                        cut,
-                        kernel: &kernel_frames,
-                        trace: &s.trace,
-                    });
+                    batch.add(
+                        &Observed {
+                            process: &process,
+                            thread_name: &comm,
+                            unix_ns: s.boot_ns.saturating_add_signed(boot_to_unix),
+                            user: &user,
+                            cut,
+                            kernel: &kernel_frames,
+                            trace: &s.trace,
+                        },
+                        None,
+                    );
+                }
+                Record::OffCpuStart(s) => {
+                    // Resolved now, while the process and its mappings are
+                    // surely there; emitted when the thread runs again.
+                    let comm = s.thread_name();
+                    let mut frames = Vec::new();
+                    let stack = UserStack {
+                        chain: s.user_stack(),
+                        end: s.user_end,
+                        bp: s.user_bp,
+                        window: s.window(),
+                    };
+                    let (process, cut) = procs.resolve(s.pid, &comm, &stack, &mut frames);
+                    for (pid, offset) in procs.take_tls_changes() {
+                        offsets.set(pid, offset);
+                    }
+                    // The stack was taken inside the scheduler's tracepoint:
+                    // its leaf frames are the BPF program and the tracing
+                    // glue, not the thread's.
+                    let kernel = s
+                        .kernel_stack()
+                        .iter()
+                        .enumerate()
+                        .map(|(depth, &ret)| record::call_site(depth, ret))
+                        .skip_while(|&a| kernel.name(a).is_some_and(offcpu::is_tracing_frame))
+                        .collect();
+                    waits.start(
+                        s.tid,
+                        Waiting {
+                            process,
+                            thread_name: comm,
+                            start_ns: s.boot_ns,
+                            user: frames,
+                            cut,
+                            kernel,
+                            trace: s.trace,
+                        },
+                    );
+                }
+                Record::OffCpuEnd(e) => {
+                    let Some(w) = waits.end(e.tid, e.start_ns) else {
+                        return;
+                    };
+                    let p = self.off_cpu.probability_of(w.trace.valid == 1);
+                    let value = offcpu::scaled(e.end_ns.saturating_sub(e.start_ns), p);
+                    kernel_frames.clear();
+                    kernel_frames.extend(w.kernel.iter().map(|&a| (a, kernel.name(a))));
+                    batch.add(
+                        &Observed {
+                            process: &w.process,
+                            thread_name: &w.thread_name,
+                            unix_ns: w.start_ns.saturating_add_signed(boot_to_unix),
+                            user: &w.user,
+                            cut: w.cut,
+                            kernel: &kernel_frames,
+                            trace: &w.trace,
+                        },
+                        Some(value),
+                    );
                 }
                 Record::Exec(pid) | Record::Exit(pid) => procs.forget(pid),
             });
@@ -128,7 +193,10 @@ impl Collector {
                 procs.age();
                 if self.print_stats {
                     let reading = self.reading();
-                    println!("{}", stats::line(&last, &reading, &self.gauges(&procs)));
+                    println!(
+                        "{}",
+                        stats::line(&last, &reading, &self.gauges(&procs, &waits))
+                    );
                     last = reading;
                 }
             }
@@ -139,7 +207,7 @@ impl Collector {
         Ok(Totals {
             first,
             last: self.reading(),
-            gauges: self.gauges(&procs),
+            gauges: self.gauges(&procs, &waits),
         })
     }
 
@@ -162,7 +230,7 @@ impl Collector {
         }
     }
 
-    fn gauges(&self, procs: &Processes) -> stats::Gauges {
+    fn gauges(&self, procs: &Processes, waits: &Waits) -> stats::Gauges {
         stats::Gauges {
             cpus: self.sampler.cpus(),
             frequency: self.frequency,
@@ -174,6 +242,9 @@ impl Collector {
             unwind: procs.unwind,
             cfi: procs.cfi_stats(),
             delivery: self.queue.stats(),
+            waiting: waits.len(),
+            waits_dropped: waits.dropped,
+            waits_unmatched: waits.unmatched,
         }
     }
 }

@@ -10,6 +10,7 @@ mod collect;
 mod export;
 mod kallsyms;
 mod maps;
+mod offcpu;
 mod procs;
 mod record;
 mod resolve;
@@ -36,10 +37,16 @@ fn main() -> anyhow::Result<()> {
         .init();
     caps::check()?;
     let started = std::time::Instant::now();
+    let off_cpu = sampler::OffCpu {
+        probability: args.off_cpu_probability,
+        span_probability: args.off_cpu_span_probability,
+        max_waiting: args.off_cpu_max_waiting,
+    };
     let sampler = sampler::Sampler::load(&sampler::Options {
         frequency: args.frequency,
         ring_buffer_bytes: args.ring_buffer_bytes,
         kernel_threads: args.kernel_threads,
+        off_cpu,
     })?;
     tracing::info!(
         "sampling {} CPUs at {} Hz (BPF loaded and attached in {:?}); exporting every {:?} to {}",
@@ -73,6 +80,7 @@ fn main() -> anyhow::Result<()> {
         host_name,
         print_stats: args.stats,
         cfi_cache_bytes: args.cfi_cache_bytes,
+        off_cpu,
     };
     let collecting = {
         let stop = stop.clone();

@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use crate::binaries::Binaries;
 use crate::cfi::CfiCache;
 use crate::maps::{self, MapEntry};
-use crate::record::{USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
+use crate::record::{self, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
 use crate::resolve::Resolver;
 use crate::threadctx;
 use crate::unwind::{self, Cut, LeafStep, UnwindStats};
@@ -283,10 +283,47 @@ impl Processes {
             None => stats.leaf_without_cfi += 1,
             Some(LeafStep::Chain) => {}
             Some(LeafStep::OutOfWindow) => stats.out_of_window += 1,
-            Some(LeafStep::Caller { ret, chain_ok }) => {
+            Some(LeafStep::Caller {
+                mut ret,
+                mut chain_ok,
+            }) => {
                 stats.callers_recovered += 1;
-                if r.check_and_push(code_checks, ret, false, out, &mut cut) && !chain_ok {
-                    cut = Some(Cut::CallerFrameUnknown);
+                // The caller may be frameless too (a libc wrapper around a
+                // syscall wrapper: where every blocked thread waits): step
+                // on with each one's CFI, in the captured window, until a
+                // function with its frame, from which the chain is right.
+                let mut base = rule.and_then(unwind::caller_sp).unwrap_or(0);
+                for _ in 0..unwind::MAX_FRAMELESS_CALLERS {
+                    if !r.check_and_push(code_checks, ret, false, out, &mut cut) {
+                        break;
+                    }
+                    if !chain_ok {
+                        cut = Some(Cut::CallerFrameUnknown);
+                        break;
+                    }
+                    let Some(caller) = r.frame(record::call_site(1, ret)) else {
+                        break;
+                    };
+                    let Some(rule) = r.leaf_rule(cfi, &caller) else {
+                        break;
+                    };
+                    match unwind::step(rule, stack.bp, stack.window, base) {
+                        LeafStep::Chain => break,
+                        LeafStep::OutOfWindow => {
+                            // Its caller is above the window: the chain from
+                            // %rbp would skip it.
+                            cut = Some(Cut::CallerFrameUnknown);
+                            break;
+                        }
+                        LeafStep::Caller {
+                            ret: next,
+                            chain_ok: ok,
+                        } => {
+                            stats.frameless_callers += 1;
+                            base += unwind::caller_sp(rule).unwrap_or(0);
+                            (ret, chain_ok) = (next, ok);
+                        }
+                    }
                 }
             }
         }

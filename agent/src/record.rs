@@ -140,6 +140,11 @@ layout_check!(offset_of!(CpuSample, kernel), LAYOUT_CPU_SAMPLE_KERNEL);
 layout_check!(size_of::<ProcessEvent>(), LAYOUT_PROCESS_EVENT_SIZE);
 layout_check!(offset_of!(ProcessEvent, kind), LAYOUT_PROCESS_EVENT_KIND);
 layout_check!(offset_of!(ProcessEvent, pid), LAYOUT_PROCESS_EVENT_PID);
+layout_check!(size_of::<OffCpuEnd>(), LAYOUT_OFF_CPU_END_SIZE);
+layout_check!(offset_of!(OffCpuEnd, kind), LAYOUT_OFF_CPU_END_KIND);
+layout_check!(offset_of!(OffCpuEnd, tid), LAYOUT_OFF_CPU_END_TID);
+layout_check!(offset_of!(OffCpuEnd, start_ns), LAYOUT_OFF_CPU_END_START_NS);
+layout_check!(offset_of!(OffCpuEnd, end_ns), LAYOUT_OFF_CPU_END_END_NS);
 
 /// `struct process_event_record`: an exec or exit.
 #[repr(C)]
@@ -149,11 +154,25 @@ pub struct ProcessEvent {
     pub pid: u32,
 }
 
+/// `struct off_cpu_end`: a thread whose switch-out was recorded ran again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuEnd {
+    pub kind: u32,
+    pub tid: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
 /// A record as read from the ring buffer.
 pub enum Record {
     Sample(Box<CpuSample>),
     Exec(u32),
     Exit(u32),
+    /// A blocked thread's switch-out: its stacks and context, `boot_ns`
+    /// the time it left the CPU.
+    OffCpuStart(Box<CpuSample>),
+    OffCpuEnd(OffCpuEnd),
 }
 
 impl Record {
@@ -165,14 +184,20 @@ impl Record {
         let word = |at: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
         };
+        let sample = || {
+            // SAFETY: CpuSample is plain old data (integers and byte
+            // arrays, every bit pattern valid) and `bytes` holds exactly
+            // one; read_unaligned makes no alignment assumption.
+            Box::new(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CpuSample>()) })
+        };
+        let is_sample = bytes.len() == size_of::<CpuSample>();
         match word(0)? {
-            RECORD_SAMPLE if bytes.len() == size_of::<CpuSample>() => {
-                // SAFETY: CpuSample is plain old data (integers and byte
-                // arrays, every bit pattern valid) and `bytes` holds at
-                // least one; read_unaligned makes no alignment assumption.
-                let sample =
-                    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CpuSample>()) };
-                Some(Record::Sample(Box::new(sample)))
+            RECORD_SAMPLE if is_sample => Some(Record::Sample(sample())),
+            RECORD_OFF_CPU_START if is_sample => Some(Record::OffCpuStart(sample())),
+            RECORD_OFF_CPU_END if bytes.len() == size_of::<OffCpuEnd>() => {
+                // SAFETY: as above, OffCpuEnd is integers only.
+                let end = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<OffCpuEnd>()) };
+                Some(Record::OffCpuEnd(end))
             }
             RECORD_EXEC => Some(Record::Exec(word(offset_of!(ProcessEvent, pid))?)),
             RECORD_EXIT => Some(Record::Exit(word(offset_of!(ProcessEvent, pid))?)),
@@ -283,6 +308,37 @@ mod tests {
         assert_eq!(t.attributes().len(), 2);
         t.span_id = [0; 8];
         assert_eq!(t.ids(), None, "zero span ID: no span");
+    }
+
+    #[test]
+    fn parses_off_cpu_records() {
+        let end = OffCpuEnd {
+            kind: RECORD_OFF_CPU_END,
+            tid: 9,
+            start_ns: 100,
+            end_ns: 350,
+        };
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&end as *const OffCpuEnd).cast::<u8>(),
+                size_of::<OffCpuEnd>(),
+            )
+        };
+        assert!(matches!(Record::parse(bytes), Some(Record::OffCpuEnd(e)) if e == end));
+        assert!(
+            Record::parse(&bytes[..20]).is_none(),
+            "another size: refused"
+        );
+        let mut s: CpuSample = unsafe { std::mem::zeroed() };
+        s.kind = RECORD_OFF_CPU_START;
+        s.tid = 9;
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&s as *const CpuSample).cast::<u8>(),
+                size_of::<CpuSample>(),
+            )
+        };
+        assert!(matches!(Record::parse(bytes), Some(Record::OffCpuStart(s)) if s.tid == 9));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The BPF side, from userspace: loads `bpf/profile.bpf.c` (CO-RE, relocated
 //! against the running kernel's BTF), attaches the sampler to a CPU-clock
 //! perf event on every online CPU (again as CPUs come and go), hooks exec and
-//! exit, and drains the ring buffer.
+//! exit, and the scheduler's switch when off-CPU sampling is on, and drains
+//! the ring buffer.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -20,7 +21,8 @@ use crate::record::{self, Record};
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
 
 const SAMPLER: &str = "on_cpu_sample";
-const PROGRAMS: [&str; 3] = [SAMPLER, "on_exec", "on_exit"];
+const OFF_CPU: &str = "on_switch";
+const PROGRAMS: [&str; 4] = [SAMPLER, "on_exec", "on_exit", OFF_CPU];
 
 /// Counters kept by the BPF program (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
@@ -31,6 +33,14 @@ pub struct Counters {
     pub events_lost: u64,
     pub ctx_read: u64,
     pub ctx_unreadable: u64,
+    /// Blocked switch-outs recorded.
+    pub off_cpu: u64,
+    /// ... dropped because the ring buffer was full.
+    pub off_cpu_lost: u64,
+    /// ... dropped because too many recorded threads were waiting.
+    pub off_cpu_full: u64,
+    /// Switch-outs of runnable threads (preempted; counted only).
+    pub preempted: u64,
 }
 
 pub struct Sampler {
@@ -68,6 +78,38 @@ pub struct Options {
     pub frequency: u64,
     pub ring_buffer_bytes: u32,
     pub kernel_threads: bool,
+    pub off_cpu: OffCpu,
+}
+
+/// Off-CPU sampling: the probability that a blocked thread's switch-out is
+/// recorded, outside any span and in one (0 and 0: off, nothing attached
+/// to the scheduler), and how many recorded threads may wait at once.
+#[derive(Debug, Clone, Copy)]
+pub struct OffCpu {
+    pub probability: f64,
+    pub span_probability: f64,
+    pub max_waiting: u32,
+}
+
+impl OffCpu {
+    pub fn enabled(&self) -> bool {
+        self.probability > 0.0 || self.span_probability > 0.0
+    }
+
+    /// The probability that recorded a switch-out of a thread in a span
+    /// (`in_span`) or not: its wait stands for 1/p waits.
+    pub fn probability_of(&self, in_span: bool) -> f64 {
+        if in_span {
+            self.span_probability
+        } else {
+            self.probability
+        }
+    }
+}
+
+/// A probability as the BPF program compares it with a random u32.
+fn threshold(p: f64) -> u64 {
+    (p.clamp(0.0, 1.0) * 4_294_967_296.0).round() as u64
 }
 
 impl Sampler {
@@ -75,13 +117,24 @@ impl Sampler {
         let btf = Btf::from_sys_fs()
             .context("reading the kernel's BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF)")?;
         let kernel_threads = u32::from(options.kernel_threads);
+        let off_cpu = options.off_cpu;
+        let (plain, span) = (
+            threshold(off_cpu.probability),
+            threshold(off_cpu.span_probability),
+        );
         let mut bpf = EbpfLoader::new()
             .btf(Some(&btf))
             .map_max_entries("records", options.ring_buffer_bytes)
+            .map_max_entries("off_cpu_pending", off_cpu.max_waiting.max(1))
             .override_global("record_kernel_threads", &kernel_threads, true)
+            .override_global("off_cpu_threshold", &plain, true)
+            .override_global("off_cpu_span_threshold", &span, true)
             .load(BPF_OBJECT)
-            .context("loading the BPF object")?;
+            .map_err(|e| anyhow::anyhow!("loading the BPF object: {e:?}"))?;
         for name in PROGRAMS {
+            if name == OFF_CPU && !off_cpu.enabled() {
+                continue; // nothing runs at every context switch
+            }
             let program = bpf.program_mut(name).expect("program in the object");
             match program {
                 aya::programs::Program::PerfEvent(p) => p.load(),
@@ -98,6 +151,12 @@ impl Sampler {
             program
                 .attach(tracepoint)
                 .with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
+        }
+        if off_cpu.enabled() {
+            let program: &mut RawTracePoint = bpf.program_mut(OFF_CPU).unwrap().try_into()?;
+            program
+                .attach("sched_switch")
+                .context("attaching to raw tracepoint sched_switch (off-CPU sampling)")?;
         }
         let records = RingBuf::try_from(bpf.take_map("records").unwrap())?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").unwrap())?;
@@ -206,6 +265,10 @@ impl Sampler {
             events_lost: sum(record::COUNTER_EVENTS_LOST),
             ctx_read: sum(record::COUNTER_CTX_READ),
             ctx_unreadable: sum(record::COUNTER_CTX_UNREADABLE),
+            off_cpu: sum(record::COUNTER_OFF_CPU),
+            off_cpu_lost: sum(record::COUNTER_OFF_CPU_LOST),
+            off_cpu_full: sum(record::COUNTER_OFF_CPU_FULL),
+            preempted: sum(record::COUNTER_PREEMPTED),
         }
     }
 

@@ -42,6 +42,11 @@ pub struct Gauges {
     pub unwind: UnwindStats,
     pub cfi: CacheStats,
     pub delivery: Delivery,
+    /// Off-CPU waits open (recorded switch-out, no switch-in yet), dropped
+    /// unfinished, and ends without their start.
+    pub waiting: usize,
+    pub waits_dropped: u64,
+    pub waits_unmatched: u64,
 }
 
 /// One line: rates and shares over `[before, now]`, totals since start.
@@ -54,8 +59,9 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     let d = &g.delivery;
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
-         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
-         unwinding: leaf callers recovered {recovered}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
+         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | \
+         off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, over the waiting bound {off_full}, open {waiting}, dropped {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
+         unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
@@ -70,6 +76,14 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         ev = now.counters.events_lost,
         ctx = now.counters.ctx_read,
         bad = now.counters.ctx_unreadable,
+        off = (now.counters.off_cpu - before.counters.off_cpu) as f64 / wall,
+        off_total = now.counters.off_cpu,
+        off_lost = now.counters.off_cpu_lost,
+        off_full = now.counters.off_cpu_full,
+        waiting = g.waiting,
+        waits_dropped = g.waits_dropped,
+        unmatched = g.waits_unmatched,
+        preempted = now.counters.preempted,
         procs = g.processes,
         vanished = g.vanished,
         bins = g.binaries,
@@ -81,6 +95,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         recovered = g.unwind.callers_recovered,
+        frameless = g.unwind.frameless_callers,
         no_cfi = g.unwind.leaf_without_cfi,
         beyond = g.unwind.out_of_window,
         cut = g.unwind.cut_total(),
@@ -151,8 +166,13 @@ mod tests {
                 resets: 0,
             },
             delivery: Delivery::default(),
+            waiting: 4,
+            waits_dropped: 0,
+            waits_unmatched: 1,
         };
         let text = line(&before, &now, &g);
+        assert!(text.contains("off-CPU waits 0 (0.0/s), lost 0"), "{text}");
+        assert!(text.contains("open 4, dropped 0, unmatched 1"), "{text}");
         // 40 ms of 20 CPU-seconds = 0.2%; 20 ms = 0.1%.
         assert!(text.contains("samples 194.0/s"), "{text}");
         assert!(

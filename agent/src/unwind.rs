@@ -60,16 +60,37 @@ pub enum LeafStep {
 /// Steps out of the leaf: `rule` is the CFI at the leaf's `%rip`, `bp` the
 /// `%rbp` the BPF program walked from, `window` the stack bytes from `%rsp`.
 pub fn leaf_step(rule: LeafRule, bp: u64, window: &[u8]) -> LeafStep {
+    step(rule, bp, window, 0)
+}
+
+/// Frameless callers stepped through after the leaf, at most.
+pub const MAX_FRAMELESS_CALLERS: usize = 8;
+
+/// Where the caller's `%rsp` is, relative to this function's, under a
+/// frameless `rule`: its canonical frame address (on x86-64 the return
+/// address is always at CFA - 8).
+pub fn caller_sp(rule: LeafRule) -> Option<i64> {
+    match rule {
+        LeafRule::Frameless { ra, .. } => Some(ra + 8),
+        _ => None,
+    }
+}
+
+/// Steps out of a function whose `%rsp` is `base` bytes into the window
+/// (the leaf's: 0; a frameless caller's: the sum of the callees'
+/// [`caller_sp`]).
+pub fn step(rule: LeafRule, bp: u64, window: &[u8], base: i64) -> LeafStep {
     let LeafRule::Frameless { ra, rbp } = rule else {
         return LeafStep::Chain;
     };
+    let (ra, rbp) = (base + ra, rbp.map(|at| base + at));
     let Some(ret) = word(window, ra) else {
         return LeafStep::OutOfWindow;
     };
     let chain_ok = match rbp {
         // A slot below %rsp was popped already (an epilogue after `pop
         // %rbp`: compilers leave the rule in place): %rbp is restored.
-        Some(at) if at < 0 => true,
+        Some(at) if at < base => true,
         // Saved where the CFI says: the chain is the caller's only if %rbp
         // was not changed since (a prologue, before `mov %rsp,%rbp`).
         Some(at) => word(window, at).is_some_and(|saved| saved == bp),
@@ -150,6 +171,8 @@ pub struct UnwindStats {
     pub leaf_without_cfi: u64,
     /// Samples whose return address lay beyond the captured window.
     pub out_of_window: u64,
+    /// Frameless callers of the leaf stepped through (libc wrappers).
+    pub frameless_callers: u64,
     /// Samples cut, by `Cut::index`.
     pub cut: [u64; 5],
 }
@@ -222,6 +245,58 @@ mod tests {
         for rule in [LeafRule::Framed, LeafRule::Outermost, LeafRule::Unknown] {
             assert_eq!(leaf_step(rule, 0, &w), LeafStep::Chain);
         }
+    }
+
+    #[test]
+    fn steps_through_frameless_callers() {
+        // glibc's nanosleep (`sub $8,%rsp`) calls clock_nanosleep (`sub
+        // $0x28,%rsp`), which blocks in the syscall: the leaf's return
+        // address at %rsp+0x28, nanosleep's at 0x30 + 8 above that.
+        let mut words = vec![0u64; 8];
+        words[5] = 0x7f00_d3e53; // into nanosleep
+        words[7] = 0x40_1136; // into the program's function
+        let w = window(&words);
+        let leaf = LeafRule::Frameless {
+            ra: 0x28,
+            rbp: None,
+        };
+        assert_eq!(caller_sp(leaf), Some(0x30));
+        let LeafStep::Caller {
+            ret,
+            chain_ok: true,
+        } = leaf_step(leaf, 0, &w)
+        else {
+            panic!("stepped out of the leaf")
+        };
+        assert_eq!(ret, 0x7f00_d3e53);
+        // nanosleep at its call: `sub $8` below its return address.
+        let caller = LeafRule::Frameless { ra: 8, rbp: None };
+        assert_eq!(
+            step(caller, 0, &w, 0x30),
+            LeafStep::Caller {
+                ret: 0x40_1136,
+                chain_ok: true
+            }
+        );
+        // A caller that saved %rbp (at its %rsp) and changed it: the chain
+        // walked from %rbp is not the one above it.
+        let saver = LeafRule::Frameless {
+            ra: 8,
+            rbp: Some(0),
+        };
+        assert_eq!(
+            step(saver, 0xbeef, &w, 0x30),
+            LeafStep::Caller {
+                ret: 0x40_1136,
+                chain_ok: false
+            }
+        );
+        assert!(matches!(
+            step(saver, 0, &w, 0x30),
+            LeafStep::Caller { chain_ok: true, .. }
+        ));
+        assert_eq!(step(caller, 0, &w, 0x40), LeafStep::OutOfWindow);
+        assert_eq!(caller_sp(LeafRule::Framed), None);
     }
 
     #[test]

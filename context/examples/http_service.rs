@@ -10,8 +10,11 @@
 //! curl 'http://127.0.0.1:8080/interleave?ms=200'
 //! ```
 //!
-//! `GET /work?alpha_ms=A&beta_ms=B`: span `alpha` runs `alpha_work` for A ms
-//! of CPU, then span `beta` runs `beta_work` for B ms.
+//! `GET /work?alpha_ms=A&beta_ms=B[&sleep_ms=S]`: span `alpha` runs
+//! `alpha_work` for A ms of CPU, then span `beta` runs `beta_work` for B ms
+//! and, given S, blocks its thread for S ms in `blocking_call` (as a
+//! synchronous client or a lock would: the span's waiting time, which the
+//! agent's off-CPU profile sees).
 //! `GET /interleave?ms=N`: spans `x` and `y` run `x_work` and `y_work` in 1 ms
 //! slices, yielding in between, interleaved on one thread.
 //! `GET /noop`: nothing (for latency benchmarks).
@@ -69,6 +72,15 @@ fn beta_work(budget: Duration) -> Duration {
     burn(budget)
 }
 
+/// Blocks the thread for `d` (a synchronous call inside a span); returns
+/// how long it was away from the CPU: wall time minus its CPU time.
+#[inline(never)]
+fn blocking_call(d: Duration) -> Duration {
+    let (wall, cpu) = (std::time::Instant::now(), thread_cpu());
+    std::thread::sleep(d);
+    wall.elapsed().saturating_sub(thread_cpu() - cpu)
+}
+
 #[inline(never)]
 fn x_work(budget: Duration) -> Duration {
     burn(budget)
@@ -102,12 +114,26 @@ async fn work(Query(q): Query<HashMap<String, String>>) -> Json<Value> {
         let alpha = info_span!("alpha");
         let alpha_cpu = alpha.in_scope(|| alpha_work(ms(&q, "alpha_ms")));
         let beta = info_span!("beta");
-        let beta_cpu = beta.in_scope(|| beta_work(ms(&q, "beta_ms")));
+        let (beta_cpu, beta_waited) = beta.in_scope(|| {
+            let cpu = beta_work(ms(&q, "beta_ms"));
+            // Blocking on purpose (the worker thread waits, in the span).
+            let sleep = ms(&q, "sleep_ms");
+            let waited = if sleep.is_zero() {
+                Duration::ZERO
+            } else {
+                blocking_call(sleep)
+            };
+            (cpu, waited)
+        });
         Json(json!({
             "trace_id": trace,
             "spans": {
                 "alpha": {"span_id": span_id(&alpha), "cpu_ns": alpha_cpu.as_nanos() as u64},
-                "beta": {"span_id": span_id(&beta), "cpu_ns": beta_cpu.as_nanos() as u64},
+                "beta": {
+                    "span_id": span_id(&beta),
+                    "cpu_ns": beta_cpu.as_nanos() as u64,
+                    "off_cpu_ns": beta_waited.as_nanos() as u64,
+                },
             }
         }))
     }

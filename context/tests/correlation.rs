@@ -442,3 +442,146 @@ fn a_slot_in_a_shared_library_is_read_through_its_tlsdesc_entry() {
     );
     assert!(agent.stop().success());
 }
+
+/// The trace view's summary of one span: (cpu_ns, off_cpu_ns, the whole).
+fn span_summary(server: &Server, trace: &str, span: &str, min_off_cpu: f64) -> (f64, f64, Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, view) = kit::json_of(server.get(&format!("/api/v1/traces/{trace}")));
+        assert_eq!(status, 200, "{view}");
+        let row = view["by_span"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|s| s["span_id"] == span).cloned());
+        if let Some(row) = row {
+            let off = row["off_cpu_ns"].as_f64().unwrap_or(0.0);
+            if off >= min_off_cpu || Instant::now() > deadline {
+                return (row["cpu_ns"].as_f64().unwrap_or(0.0), off, row);
+            }
+        } else if Instant::now() > deadline {
+            panic!("span {span} not in {view}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn each_spans_waits_are_in_the_trace_view_and_its_off_cpu_flamegraph() {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("offcpu_spans");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    clang(
+        &bin,
+        &[root.join("../agent/tests/workload/offcpu.c"), staticlib()],
+        &[
+            "-DWITH_SPANS",
+            &format!("-I{}", root.join("include").display()),
+            "-ldl",
+            "-lm",
+        ],
+    );
+    let server = Server::start(&Backend::local(), &[]);
+    server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
+    // The agent's defaults: every wait of a thread in a span is recorded.
+    let mut agent = start_agent(&server);
+    let name = kit::unique("c-offcpu-");
+    let out = kit::run(Command::new(&bin).args([name.as_str(), "60"]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for (span, mine, other) in [("A", "sleepy_a", "sleepy_b"), ("B", "sleepy_b", "sleepy_a")] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("span {span} ")))
+            .unwrap_or_else(|| panic!("span {span} in {text}"));
+        let f: Vec<&str> = line.split(' ').collect();
+        let (trace, id, measured) = (f[2], f[3], f[4].parse::<f64>().unwrap());
+        // The trace view: the span's time off the CPU as it measured it.
+        let (_, off, row) = span_summary(&server, trace, id, 0.85 * measured);
+        assert!(
+            (off / measured - 1.0).abs() <= 0.15,
+            "span {span}: the trace view says {off} ns off the CPU, the program measured {measured}: {row}"
+        );
+        assert!(row["waiting_share"].as_f64().unwrap() > 0.9, "{row}");
+        let waited_on = row["waiting"][0]["on"].as_str().unwrap();
+        assert_eq!(
+            waited_on,
+            if span == "A" { "sleep" } else { "pipe" },
+            "{row}"
+        );
+        // Its off-CPU flamegraph: its waits are its own function's (each
+        // wait is one ~30 or ~10 ms sample: the share of time is the share
+        // of samples).
+        let url = row["off_cpu_flamegraph"].as_str().unwrap();
+        let resp = server.get(&format!("{url}&format=folded"));
+        assert_eq!(resp.status(), 200);
+        let stacks: Vec<(String, f64)> = resp
+            .text()
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (frames, n) = l.rsplit_once(' ').unwrap();
+                (frames.to_owned(), n.parse().unwrap())
+            })
+            .collect();
+        let total: f64 = stacks.iter().map(|(_, n)| n).sum();
+        let in_mine: f64 = stacks
+            .iter()
+            .filter(|(s, _)| s.split(';').any(|f| f == mine))
+            .map(|(_, n)| n)
+            .sum();
+        let in_other: f64 = stacks
+            .iter()
+            .filter(|(s, _)| s.split(';').any(|f| f == other))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            in_mine >= 0.9 * total,
+            "span {span}: {in_mine} of {total} ns in {mine}: {stacks:?}"
+        );
+        assert_eq!(in_other, 0.0, "span {span} waits in {other}: {stacks:?}");
+    }
+    assert!(agent.stop().success());
+}
+
+#[test]
+fn a_rust_services_span_shows_its_running_and_waiting_time() {
+    let Some(_one) = bpf_test(&[]) else {
+        return;
+    };
+    let server = Server::start(&Backend::local(), &[]);
+    let service = Service::start(&kit::unique("ctx-wait-"));
+    server.upload(&kit::build_id_of(&service.bin), "debuginfo", &service.bin);
+    service.get("/work?alpha_ms=1&beta_ms=1");
+    let mut agent = start_agent(&server);
+    let work = service.get("/work?alpha_ms=300&beta_ms=200&sleep_ms=600");
+    let trace = work["trace_id"].as_str().unwrap();
+    let beta = &work["spans"]["beta"];
+    let (id, measured_cpu, measured_off) = (
+        beta["span_id"].as_str().unwrap(),
+        beta["cpu_ns"].as_f64().unwrap(),
+        beta["off_cpu_ns"].as_f64().unwrap(),
+    );
+    let (cpu, off, row) = span_summary(&server, trace, id, 0.85 * measured_off);
+    assert!(
+        (off / measured_off - 1.0).abs() <= 0.15,
+        "beta waited {off} ns by the trace view, {measured_off} by its own clock: {row}"
+    );
+    assert!(
+        (cpu / measured_cpu - 1.0).abs() <= 0.3,
+        "beta ran {cpu} ns by the trace view, {measured_cpu} by its own clock: {row}"
+    );
+    // Running vs waiting: a quarter and three quarters.
+    let running = row["running_share"].as_f64().unwrap();
+    let expected = measured_cpu / (measured_cpu + measured_off);
+    assert!(
+        (running - expected).abs() <= 0.1,
+        "{running} vs {expected}: {row}"
+    );
+    assert_eq!(row["waiting"][0]["on"], "sleep", "{row}");
+    // Alpha never waited: no off-CPU time.
+    let alpha_id = work["spans"]["alpha"]["span_id"].as_str().unwrap();
+    let (_, alpha_off, alpha) = span_summary(&server, trace, alpha_id, 0.0);
+    assert!(alpha_off < 0.05 * measured_off, "{alpha}");
+    assert!(agent.stop().success());
+}

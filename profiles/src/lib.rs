@@ -33,3 +33,4 @@ pub mod strings;
 pub mod testing;
 pub mod trace;
 pub mod tree;
+pub mod waits;

@@ -1,7 +1,8 @@
 //! A trace's profile per span: which spans have samples linked to them,
-//! how many, and how much CPU time they stand for.
+//! how many, how much CPU time they stand for, and how long they waited
+//! off the CPU, on what.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{SegmentData, Series};
 
@@ -14,6 +15,11 @@ pub struct SpanRow {
     pub value: i64,
     /// CPU nanoseconds, when the type measures CPU time.
     pub cpu_ns: Option<i64>,
+    /// Nanoseconds off the CPU, when the type measures waits
+    /// (`off_cpu:nanoseconds`).
+    pub off_cpu_ns: Option<i64>,
+    /// Of those, by what was waited on ([`crate::waits::classify`]).
+    pub waiting: BTreeMap<String, i64>,
     /// The earliest and latest sample time, when samples have times.
     pub first_ns: Option<u64>,
     /// See `first_ns`.
@@ -33,6 +39,8 @@ pub struct TraceSpans {
 impl TraceSpans {
     /// Adds the samples of `data` linked to `trace_id`.
     pub fn add_segment(&mut self, data: &SegmentData, trace_id: &[u8; 16]) {
+        // What each stack waited on, found once per stack.
+        let mut waited_on: HashMap<u32, Option<String>> = HashMap::new();
         for sample in &data.samples {
             let Some(link) = data.links.get(sample.link as usize) else {
                 continue;
@@ -57,6 +65,17 @@ impl TraceSpans {
                 let sum = row.cpu_ns.get_or_insert(0);
                 *sum = sum.saturating_add(ns);
             }
+            if is_off_cpu(data, series) {
+                let sum = row.off_cpu_ns.get_or_insert(0);
+                *sum = sum.saturating_add(total);
+                let on = waited_on
+                    .entry(sample.stack)
+                    .or_insert_with(|| crate::waits::classify(kernel_names(data, sample.stack)))
+                    .clone()
+                    .unwrap_or_else(|| "unknown".to_owned());
+                let w = row.waiting.entry(on).or_insert(0);
+                *w = w.saturating_add(total);
+            }
             if let (Some(&lo), Some(&hi)) = (
                 sample.timestamps.iter().min(),
                 sample.timestamps.iter().max(),
@@ -76,6 +95,28 @@ impl TraceSpans {
     }
 }
 
+/// Whether a series measures time off the CPU: `off_cpu:nanoseconds`
+/// (the OpenTelemetry eBPF profiler's, ours), or `events:nanoseconds`
+/// without a period (that profiler's earlier name for it).
+pub fn is_off_cpu(data: &SegmentData, series: &Series) -> bool {
+    let (ty, unit) = (data.str(series.sample_type), data.str(series.sample_unit));
+    unit == "nanoseconds"
+        && (ty == "off_cpu" || (ty == "events" && data.str(series.period_type).is_empty()))
+}
+
+/// The kernel functions of a stack, leaf first.
+fn kernel_names(data: &SegmentData, stack: u32) -> Vec<&str> {
+    let Some(frames) = data.stacks.get(stack as usize) else {
+        return Vec::new();
+    };
+    frames
+        .iter()
+        .filter_map(|&f| data.frames.get(f as usize))
+        .filter(|f| data.str(f.frame_type) == "kernel")
+        .filter_map(|f| f.lines.first().map(|l| data.str(l.function)))
+        .collect()
+}
+
 /// CPU nanoseconds a sample value stands for, when the type says so:
 /// counted samples with a CPU-time period, or CPU time itself.
 pub fn cpu_ns(data: &SegmentData, series: &Series, value: i64) -> Option<i64> {
@@ -87,5 +128,81 @@ pub fn cpu_ns(data: &SegmentData, series: &Series, value: i64) -> Option<i64> {
         Some(value.saturating_mul(series.period))
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Frame, Line, Sample, SegmentBuilder};
+
+    #[test]
+    fn a_span_has_its_cpu_time_and_its_waits_by_what_it_waited_on() {
+        let mut b = SegmentBuilder::default();
+        let kernel = b.string("kernel");
+        let frame = |b: &mut SegmentBuilder, name: &str| {
+            let function = b.string(name);
+            b.frame(Frame {
+                frame_type: kernel,
+                lines: vec![Line {
+                    function,
+                    ..Line::default()
+                }],
+                ..Frame::default()
+            })
+        };
+        let sleeping = [frame(&mut b, "schedule"), frame(&mut b, "do_nanosleep")];
+        let reading = [frame(&mut b, "schedule"), frame(&mut b, "pipe_read")];
+        let (sleep_stack, read_stack) = (b.stack(sleeping.to_vec()), b.stack(reading.to_vec()));
+        let svc = b.string("svc");
+        let series = |b: &mut SegmentBuilder, ty: &str, unit: &str, pty: &str, punit: &str| {
+            let s = Series {
+                service: svc,
+                sample_type: b.string(ty),
+                sample_unit: b.string(unit),
+                period_type: b.string(pty),
+                period_unit: b.string(punit),
+                period: 10_000_000,
+                ..Series::default()
+            };
+            b.series(s)
+        };
+        let cpu = series(&mut b, "samples", "count", "cpu", "nanoseconds");
+        let off = series(&mut b, "off_cpu", "nanoseconds", "", "");
+        let mut link = [1u8; 24];
+        link[16..].copy_from_slice(&[2; 8]);
+        let link = b.link(link);
+        for (series, stack, values, timestamps) in [
+            (cpu, sleep_stack, vec![], vec![5, 6, 7]),
+            (off, sleep_stack, vec![30_000_000, 30_000_000], vec![1, 2]),
+            (off, read_stack, vec![10_000_000], vec![3]),
+        ] {
+            b.add_sample(Sample {
+                series,
+                stack,
+                link,
+                values,
+                timestamps,
+                ..Sample::default()
+            });
+        }
+        let data = b.finish();
+        let mut spans = TraceSpans::default();
+        spans.add_segment(&data, &[1; 16]);
+        let rows: Vec<&SpanRow> = spans.rows.values().collect();
+        assert_eq!(rows.len(), 2);
+        let cpu_row = rows.iter().find(|r| r.cpu_ns.is_some()).unwrap();
+        assert_eq!(
+            (cpu_row.cpu_ns, cpu_row.off_cpu_ns),
+            (Some(30_000_000), None)
+        );
+        let off_row = rows.iter().find(|r| r.off_cpu_ns.is_some()).unwrap();
+        assert_eq!(off_row.off_cpu_ns, Some(70_000_000));
+        assert_eq!(off_row.waiting.get("sleep"), Some(&60_000_000));
+        assert_eq!(off_row.waiting.get("pipe"), Some(&10_000_000));
+        // Another trace sees none of it.
+        let mut other = TraceSpans::default();
+        other.add_segment(&data, &[9; 16]);
+        assert!(other.rows.is_empty());
     }
 }

@@ -1,0 +1,262 @@
+use super::*;
+
+fn process(pid: u32) -> Arc<ProcessInfo> {
+    Arc::new(ProcessInfo {
+        pid,
+        service_name: "checkout".into(),
+        executable_name: "checkout".into(),
+        executable_path: Some("/usr/bin/checkout".into()),
+        container_id: None,
+        resource: vec![("deployment.environment".into(), "prod".into())],
+        attribute_keys: vec!["http.route".into()],
+    })
+}
+
+#[test]
+fn aggregates_samples_and_keeps_frames_raw() {
+    let p = process(7);
+    let exe = Arc::new(procs::Mapping {
+        path: "/usr/bin/checkout".into(),
+        build_id: Some("abcd".into()),
+        start: 0x1000,
+        limit: 0x9000,
+        file_offset: 0x1000,
+    });
+    let frame = |address| UserFrame {
+        mapping: exe.clone(),
+        address,
+        name: None,
+    };
+    let user = [frame(0x1234), frame(0x2345)];
+    let kernel = [
+        (0xffff_ffff_8100_0010, Some("do_syscall_64")),
+        (0xffff_ffff_8100_0020, None),
+    ];
+    let mut trace = TraceCtx::default();
+    let mut batch = Batch::new(1_000, 97, "node-1");
+    for (t, kernel) in [(10, &kernel[..]), (20, &kernel[..]), (30, &[][..])] {
+        batch.add(
+            &Observed {
+                process: &p,
+                thread_name: "worker",
+                unix_ns: t,
+                user: &user,
+                cut: None,
+                kernel,
+                trace: &trace,
+            },
+            None,
+        );
+    }
+    trace.valid = 1;
+    trace.trace_id = [0xab; 16];
+    trace.span_id = [0xcd; 8];
+    trace.attrs[..7].copy_from_slice(b"\x00\x05/cart");
+    trace.attrs_size = 7;
+    batch.add(
+        &Observed {
+            process: &p,
+            thread_name: "worker",
+            unix_ns: 40,
+            user: &user,
+            cut: None,
+            kernel: &[],
+            trace: &trace,
+        },
+        None,
+    );
+    assert_eq!(batch.samples(), 4);
+    let req = batch.finish(2_000).unwrap();
+    let d = req.dictionary.as_ref().unwrap();
+    let str_of = |i: i32| d.string_table[i as usize].as_str();
+    assert_eq!(req.resource_profiles.len(), 1);
+    let rp = &req.resource_profiles[0];
+    let attrs: Vec<_> = rp
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes
+        .iter()
+        .map(|kv| kv.key.as_str())
+        .collect();
+    assert!(attrs.contains(&"service.name") && attrs.contains(&"host.name"));
+    let profile = &rp.scope_profiles[0].profiles[0];
+    assert_eq!(profile.period, 1_000_000_000 / 97);
+    assert_eq!(
+        str_of(profile.sample_type.unwrap().type_strindex),
+        "samples"
+    );
+    assert_eq!(
+        str_of(profile.period_type.unwrap().unit_strindex),
+        "nanoseconds"
+    );
+    assert_eq!(profile.duration_nano, 1_000);
+    // Same stack + thread + no link: one Sample with two timestamps.
+    let timestamps: Vec<_> = profile
+        .samples
+        .iter()
+        .map(|s| s.timestamps_unix_nano.clone())
+        .collect();
+    assert!(timestamps.contains(&vec![10, 20]));
+    assert_eq!(profile.samples.len(), 3);
+    let linked = profile.samples.iter().find(|s| s.link_index != 0).unwrap();
+    assert_eq!(
+        d.link_table[linked.link_index as usize].trace_id,
+        vec![0xab; 16]
+    );
+    let route = &d.attribute_table[linked.attribute_indices[1] as usize];
+    assert_eq!(str_of(route.key_strindex), "http.route");
+    assert!(attrs.contains(&"deployment.environment"));
+    // Kernel frame named, user frames raw with the build-ID on the mapping.
+    let with_kernel = profile
+        .samples
+        .iter()
+        .find(|s| s.timestamps_unix_nano == [10, 20])
+        .unwrap();
+    let stack = &d.stack_table[with_kernel.stack_index as usize].location_indices;
+    assert_eq!(stack.len(), 4);
+    let leaf = &d.location_table[stack[0] as usize];
+    let f = &d.function_table[leaf.lines[0].function_index as usize];
+    assert_eq!(str_of(f.name_strindex), "do_syscall_64");
+    assert!(d.location_table[stack[1] as usize].lines.is_empty());
+    let native = &d.location_table[stack[2] as usize];
+    assert_eq!(native.address, 0x1234);
+    assert!(native.lines.is_empty());
+    let mapping = &d.mapping_table[native.mapping_index as usize];
+    assert_eq!(str_of(mapping.filename_strindex), "/usr/bin/checkout");
+    let kernel_mapping = &d.mapping_table[leaf.mapping_index as usize];
+    assert_eq!(
+        str_of(kernel_mapping.filename_strindex),
+        "[kernel.kallsyms]"
+    );
+    let build_id = &d.attribute_table[mapping.attribute_indices[0] as usize];
+    assert_eq!(
+        str_of(build_id.key_strindex),
+        "process.executable.build_id.gnu"
+    );
+    assert_eq!(
+        (mapping.memory_start, mapping.memory_limit),
+        (0x1000, 0x9000)
+    );
+    assert!(Batch::new(0, 19, "h").finish(1).is_none());
+}
+
+#[test]
+fn names_vdso_frames_and_marks_cut_stacks() {
+    let p = process(8);
+    let vdso = Arc::new(procs::Mapping {
+        path: "[vdso]".into(),
+        build_id: None,
+        start: 0,
+        limit: 0x2000,
+        file_offset: 0,
+    });
+    let user = [UserFrame {
+        mapping: vdso,
+        address: 0x9a0,
+        name: Some(Arc::from("clock_gettime")),
+    }];
+    let mut batch = Batch::new(1_000, 97, "node-1");
+    for cut in [None, Some(Cut::NotAfterCall), Some(Cut::OutsideCode)] {
+        batch.add(
+            &Observed {
+                process: &p,
+                thread_name: "worker",
+                unix_ns: 10,
+                user: &user,
+                cut,
+                kernel: &[],
+                trace: &TraceCtx::default(),
+            },
+            None,
+        );
+    }
+    let req = batch.finish(2_000).unwrap();
+    let d = req.dictionary.as_ref().unwrap();
+    let str_of = |i: i32| d.string_table[i as usize].as_str();
+    let name =
+        |l: &Location| str_of(d.function_table[l.lines[0].function_index as usize].name_strindex);
+    let samples = &req.resource_profiles[0].scope_profiles[0].profiles[0].samples;
+    // Every cause gives the same marker: two stacks, not three.
+    assert_eq!(samples.len(), 2);
+    let cut = samples
+        .iter()
+        .map(|s| &d.stack_table[s.stack_index as usize].location_indices)
+        .find(|s| s.len() == 2)
+        .unwrap();
+    assert_eq!(
+        samples
+            .iter()
+            .map(|s| s.timestamps_unix_nano.len())
+            .sum::<usize>(),
+        3
+    );
+    let leaf = &d.location_table[cut[0] as usize];
+    assert_eq!(name(leaf), "clock_gettime");
+    let marker = &d.location_table[cut[1] as usize];
+    assert_eq!(name(marker), Cut::MARKER);
+    assert_eq!(marker.mapping_index, 0);
+    let kind = &d.attribute_table[marker.attribute_indices[0] as usize];
+    assert_eq!(str_of(kind.key_strindex), "profile.frame.type");
+    assert!(
+        matches!(&kind.value, Some(AnyValue { value: Some(Value::StringValue(v)) }) if v == "truncated")
+    );
+    // The location table's indices stay dense.
+    assert!(d.location_table.len() == 3, "zero, vdso frame, marker");
+}
+
+#[test]
+fn waits_are_their_own_off_cpu_profile_beside_the_cpu_samples() {
+    let p = process(7);
+    let exe = Arc::new(procs::Mapping {
+        path: "/usr/bin/checkout".into(),
+        build_id: Some("abcd".into()),
+        start: 0x1000,
+        limit: 0x9000,
+        file_offset: 0x1000,
+    });
+    let user = [UserFrame {
+        mapping: exe,
+        address: 0x1234,
+        name: None,
+    }];
+    let kernel = [(0xffff_ffff_8100_0010, Some("futex_wait"))];
+    let trace = TraceCtx::default();
+    let mut batch = Batch::new(1_000, 97, "node-1");
+    let observed = |t| Observed {
+        process: &p,
+        thread_name: "worker",
+        unix_ns: t,
+        user: &user,
+        cut: None,
+        kernel: &kernel,
+        trace: &trace,
+    };
+    batch.add(&observed(20), Some(30_000_000));
+    batch.add(&observed(10), Some(10_000_000));
+    batch.add(&observed(15), None);
+    assert_eq!(batch.samples(), 3);
+    let request = batch.finish(2_000).unwrap();
+    let dict = request.dictionary.as_ref().unwrap();
+    let name = |i: i32| dict.string_table[i as usize].as_str();
+    let profiles = &request.resource_profiles[0].scope_profiles[0].profiles;
+    assert_eq!(profiles.len(), 2);
+    let (cpu, off) = (&profiles[0], &profiles[1]);
+    let st = cpu.sample_type.unwrap();
+    assert_eq!(
+        (name(st.type_strindex), name(st.unit_strindex)),
+        ("samples", "count")
+    );
+    assert_eq!(cpu.samples[0].timestamps_unix_nano, vec![15]);
+    let st = off.sample_type.unwrap();
+    assert_eq!(
+        (name(st.type_strindex), name(st.unit_strindex)),
+        ("off_cpu", "nanoseconds")
+    );
+    assert!(off.period_type.is_none());
+    // One sample (same stack, thread, link), its waits in time order.
+    assert_eq!(off.samples.len(), 1);
+    assert_eq!(off.samples[0].timestamps_unix_nano, vec![10, 20]);
+    assert_eq!(off.samples[0].values, vec![10_000_000, 30_000_000]);
+    assert_eq!(off.samples[0].stack_index, cpu.samples[0].stack_index);
+}
