@@ -352,13 +352,16 @@ async function openTrace(id) {
   try {
     const body = await api("/api/v1/traces/" + encodeURIComponent(id));
     $("trace-summary").textContent =
-      "trace " + body.trace_id + " · " + body.spans.length + " span(s) with samples · CPU " + fmtValue(body.cpu_ns, "nanoseconds");
+      "trace " + body.trace_id + " · " + (body.by_span || body.spans).length + " span(s) with samples · CPU " + fmtValue(body.cpu_ns, "nanoseconds") +
+      (body.off_cpu_ns ? " · off-CPU " + fmtValue(body.off_cpu_ns, "nanoseconds") : "");
+    renderSpanTime(body);
     const tbody = $("spans").tBodies[0];
     tbody.textContent = "";
     for (const s of body.spans) {
       const tr = tbody.insertRow();
       tr.insertCell().textContent = s.span_id;
       tr.insertCell().textContent = s.service;
+      tr.insertCell().textContent = s.profile_type;
       const n = tr.insertCell(); n.className = "num"; n.textContent = s.samples;
       const c = tr.insertCell(); c.className = "num"; c.textContent = s.cpu_ns == null ? "" : fmtValue(s.cpu_ns, "nanoseconds");
       const sh = tr.insertCell(); sh.className = "num"; sh.textContent = s.cpu_share == null ? "" : (100 * s.cpu_share).toFixed(1) + "%";
@@ -376,6 +379,52 @@ async function openTrace(id) {
     setStatus(body.spans.length ? "" : "no samples linked to this trace");
   } catch (e) {
     setStatus(e.message, true);
+  }
+}
+
+// Each span's wall-clock time: running (CPU) against waiting (off-CPU),
+// what it waited on, and the flamegraph of each.
+function renderSpanTime(body) {
+  const tbody = $("span-time").tBodies[0];
+  tbody.textContent = "";
+  const flameLink = (text, url) => {
+    const a = document.createElement("a");
+    a.href = "#";
+    a.textContent = text;
+    a.addEventListener("click", (e) => {
+      e.preventDefault();
+      loadFlame(new URL(url, location.origin).searchParams);
+    });
+    return a;
+  };
+  for (const s of body.by_span || []) {
+    const tr = tbody.insertRow();
+    tr.insertCell().textContent = s.span_id;
+    tr.insertCell().textContent = s.service;
+    const run = tr.insertCell(); run.className = "num"; run.textContent = s.cpu_ns == null ? "" : fmtValue(s.cpu_ns, "nanoseconds");
+    const wait = tr.insertCell(); wait.className = "num"; wait.textContent = s.off_cpu_ns == null ? "" : fmtValue(s.off_cpu_ns, "nanoseconds");
+    const bar = document.createElement("div");
+    bar.className = "split";
+    bar.title = s.waiting_share == null ? "no off-CPU profile" :
+      (100 * s.running_share).toFixed(0) + "% running, " + (100 * s.waiting_share).toFixed(0) + "% waiting";
+    if (s.waiting_share != null) {
+      const r = document.createElement("span"); r.className = "run"; r.style.width = (100 * s.running_share) + "%";
+      const w = document.createElement("span"); w.className = "wait"; w.style.width = (100 * s.waiting_share) + "%";
+      bar.append(r, w);
+    }
+    tr.insertCell().appendChild(bar);
+    const total = s.off_cpu_ns || 0;
+    tr.insertCell().textContent = (s.waiting || []).slice(0, 4)
+      .map((w) => w.on + " " + (total ? (100 * w.ns / total).toFixed(0) + "%" : ""))
+      .join(", ");
+    const links = tr.insertCell();
+    if (s.flamegraph) links.appendChild(flameLink("CPU", s.flamegraph));
+    if (s.flamegraph && s.off_cpu_flamegraph) links.append(" · ");
+    if (s.off_cpu_flamegraph) {
+      const a = flameLink("off-CPU", s.off_cpu_flamegraph);
+      a.className = "off-cpu-flame";
+      links.appendChild(a);
+    }
   }
 }
 

@@ -550,6 +550,22 @@ fn web_ui_in_headless_chromium() {
     let demo = Demo::build(4);
     demo.publish(&server);
     send_demo(&python, &server, &demo, "ui-svc", "default");
+    // Span A also waited: three 40 ms reads of a pipe.
+    let waits = json!({
+        "service": "ui-svc",
+        "type": "off_cpu",
+        "binary": {"path": "/usr/local/bin/demo", "build_id": demo.build_id},
+        "stacks": [{"frames": ["schedule", "pipe_read", demo.alpha, demo.main], "count": 3,
+                    "value": 40_000_000, "trace_id": TRACE, "span_id": SPAN_A}],
+    });
+    let spec = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(spec.path(), waits.to_string()).unwrap();
+    run(Command::new(&python)
+        .arg(otlp_client_script())
+        .arg("stacks")
+        .arg("--spec")
+        .arg(spec.path())
+        .args(["--grpc", &server.grpc_addr, "--http", &server.url]));
     let artifacts = artifacts_dir();
     let out = run(node_script(&modules, "ui.cjs").args([
         server.url.as_str(),
@@ -593,7 +609,35 @@ fn web_ui_in_headless_chromium() {
         diff_frames.contains("alpha_work") && diff_frames.contains("gamma_inline"),
         "{r}"
     );
-    assert_eq!(r["spans"].as_array().unwrap().len(), 2, "{r}");
+    // Span A's CPU and off-CPU rows, span B's CPU row.
+    assert_eq!(r["spans"].as_array().unwrap().len(), 3, "{r}");
+    let span_time: Vec<&str> = r["span_time"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let a = span_time
+        .iter()
+        .find(|t| t.contains(SPAN_A))
+        .expect("span A's time");
+    assert!(a.contains("pipe 100%") && a.contains("120"), "{r}");
+    assert!(
+        r["split_titles"].to_string().contains("% waiting"),
+        "the running/waiting bar: {r}"
+    );
+    assert!(
+        r["off_cpu_summary"]
+            .as_str()
+            .unwrap()
+            .contains("off_cpu:nanoseconds"),
+        "{r}"
+    );
+    let off_frames = r["off_cpu_frames"].to_string();
+    assert!(
+        off_frames.contains("pipe_read") && off_frames.contains("alpha_work"),
+        "{r}"
+    );
     assert!(
         r["spans"][0].as_str().unwrap().contains(SPAN_A),
         "heaviest first: {r}"
@@ -620,6 +664,7 @@ fn web_ui_in_headless_chromium() {
         "ui-diff.png",
         "ui-trace.png",
         "ui-span.png",
+        "ui-off-cpu.png",
         "ui-svg.png",
     ] {
         let size = std::fs::metadata(artifacts.join(shot)).map_or(0, |m| m.len());

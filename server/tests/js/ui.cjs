@@ -77,6 +77,15 @@ const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
     await svg.goto(url + svgUrl, { waitUntil: "load" });
     report.svg_texts = await svg.locator("text").allTextContents();
     await svg.screenshot({ path: path.join(artifacts, "ui-svg.png") });
+    // Each span's running and waiting time, and its off-CPU flamegraph.
+    await page.click('.tab[data-tab="trace"]');
+    report.span_time = await page.locator("#span-time tbody tr").allTextContents();
+    report.split_titles = await page.locator("#span-time .split").evaluateAll((els) => els.map((e) => e.title));
+    await page.locator("#span-time a.off-cpu-flame").first().click();
+    await page.waitForFunction(() => document.getElementById("summary").textContent.includes("off_cpu"));
+    report.off_cpu_summary = await page.textContent("#summary");
+    report.off_cpu_frames = await page.locator("#flame .frame").evaluateAll((els) => els.map((e) => e.dataset.name));
+    await page.screenshot({ path: path.join(artifacts, "ui-off-cpu.png"), fullPage: true });
     report.status_text = await page.textContent("#status");
   } finally {
     report.errors = errors;

@@ -296,19 +296,26 @@ def loop(args):
 
 def stacks(args):
     """Spec: {"service", "binary": {"path", "build_id"}, "period",
-    "stacks": [{"frames": [address or "kernel name", ...] (leaf first),
-    "count", "trace_id"?, "span_id"?, "labels"?: {k: v}}]}."""
+    "type"?: "off_cpu", "stacks": [{"frames": [address or "kernel name", ...]
+    (leaf first), "count", "value"? (off_cpu: nanoseconds per event),
+    "trace_id"?, "span_id"?, "labels"?: {k: v}}]}."""
     spec = json.load(open(args.spec))
     dic = Dictionary()
     request = svc.ExportProfilesServiceRequest()
     rp = request.resource_profiles.add()
     rp.resource.attributes.add(key="service.name").value.string_value = spec["service"]
     prof = rp.scope_profiles.add().profiles.add()
-    prof.sample_type.type_strindex = dic.string("samples")
-    prof.sample_type.unit_strindex = dic.string("count")
-    prof.period_type.type_strindex = dic.string("cpu")
-    prof.period_type.unit_strindex = dic.string("nanoseconds")
-    prof.period = spec.get("period", 52_631_578)
+    off_cpu = spec.get("type") == "off_cpu"
+    if off_cpu:
+        # The OpenTelemetry eBPF profiler's off-CPU profile: waits in ns.
+        prof.sample_type.type_strindex = dic.string("off_cpu")
+        prof.sample_type.unit_strindex = dic.string("nanoseconds")
+    else:
+        prof.sample_type.type_strindex = dic.string("samples")
+        prof.sample_type.unit_strindex = dic.string("count")
+        prof.period_type.type_strindex = dic.string("cpu")
+        prof.period_type.unit_strindex = dic.string("nanoseconds")
+        prof.period = spec.get("period", 52_631_578)
     now = time.time_ns()
     prof.time_unix_nano = now - 10_000_000_000
     prof.duration_nano = 10_000_000_000
@@ -345,6 +352,8 @@ def stacks(args):
             sample.link_index = len(dic.d.link_table) - 1
         step = 10_000_000_000 // (st["count"] + 1)
         sample.timestamps_unix_nano.extend(prof.time_unix_nano + step * (j + 1) + i for j in range(st["count"]))
+        if off_cpu:
+            sample.values.extend(st["value"] for _ in range(st["count"]))
         events += st["count"]
     request.dictionary.CopyFrom(dic.d)
     rejected, message = send(args.transport, request, args, args.tenant_prefix + spec.get("tenant", "default"))
