@@ -13,10 +13,30 @@
 # base, one after another in the same run, so the two are compared side by
 # side on the same machine state; the script prints both and their ratio.
 #
-#   bench/agent-overhead.sh [seconds per run]     (default 60; as root)
+# `switches` as the second argument measures the off-CPU sampler instead
+# (issue #22): a context-switch-heavy workload (pairs of threads ping-ponging
+# a byte over pipes, bench/workload/pingpong.c; 1 pair, or
+# SYMTRACE_BENCH_PINGPONG_PAIRS; one pair switches ~100,000 times a second
+# on 2 CPUs, two pairs ~1.7 million: each pair keeps to one CPU), run
+# with no agent, then the agent with off-CPU off, then with off-CPU at its
+# defaults (and the base agent, given SYMTRACE_BENCH_BASE_AGENT), one after
+# another: each run's switches/s, the workload's round trips/s, and the
+# agent's cost (its CPU and the BPF programs' run time, as a share of the
+# machine). The BPF run time the kernel counts includes two clock reads per
+# run of its own (run-time statistics are on only while measured): an empty
+# program on the same tracepoint (bench/workload/empty_switch*.c, libbpf)
+# runs beside the workload first, and each run's BPF time is also given
+# less that floor per run. SYMTRACE_BENCH_OFF_CPU_PROBABILITIES="1e-9 0.01 …"
+# adds a run per
+# --off-cpu-probability listed (also as the span probability; 1e-9 leaves
+# the program attached but recording next to nothing: its fixed cost per
+# switch).
+#
+#   bench/agent-overhead.sh [seconds per run] [busy|switches]   (default 60 busy; as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
+MODE=${2:-busy}
 cargo build --release -q -p symtrace-agent -p symtrace-server
 BIN=$PWD/target/release
 BASE=${SYMTRACE_BENCH_BASE_AGENT:-}
@@ -27,13 +47,72 @@ NCPU=$(nproc)
 cpu_ms() { awk '{print $1 / 1e6}' "/proc/$1/schedstat"; }
 rss_mb() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
-clang-19 -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
-  -fno-optimize-sibling-calls -pthread agent/tests/workload/cpu_split.c -o "$W/busy"
-for _ in $(seq $(( (NCPU + 1) / 2 ))); do "$W/busy" 1000000 1000000 >/dev/null & done
-
 "$BIN/symtrace-server" --data-dir "$W/data" --http-addr 127.0.0.1:18904 \
   --grpc-addr 127.0.0.1:14919 > "$W/server.log" 2>&1 &
 for _ in $(seq 100); do curl -sf http://127.0.0.1:18904/readyz >/dev/null && break; sleep 0.1; done
+
+if [ "$MODE" = switches ]; then
+  clang-19 -O2 -pthread bench/workload/pingpong.c -o "$W/pingpong"
+  [ -f /usr/include/bpf/libbpf.h ] || apt-get install -y -q libbpf-dev > /dev/null
+  clang-19 -O2 -g -target bpf -D__TARGET_ARCH_x86 -c bench/workload/empty_switch.bpf.c \
+    -o "$W/empty_switch.bpf.o"
+  clang-19 -O2 bench/workload/empty_switch.c -lbpf -o "$W/empty_switch"
+  ctxt() { awk '/^ctxt/ {print $2}' /proc/stat; }
+  # One run: the workload for $SECS s beside agent binary $1 with flags $3…
+  # (none: no agent), labelled $2.
+  switch_run() {
+    local bin=$1 label=$2; shift 2
+    local A= out="$W/sw-$label.out"
+    if [ -n "$bin" ]; then
+      "$bin" --server http://127.0.0.1:14919 --interval 5s --stats "$@" > "$out" 2> "$W/sw-$label.err" &
+      A=$!
+      for _ in $(seq 300); do grep -q "running processes in" "$W/sw-$label.err" && break; sleep 0.1; done
+    fi
+    local c0; c0=$(ctxt)
+    local trips; trips=$("$W/pingpong" "$SECS" "$PAIRS" | awk '{print $3}')
+    local c1; c1=$(ctxt)
+    local cost="agent off"
+    if [ -n "$A" ]; then
+      kill -INT "$A"; wait "$A" || true
+      # Steady intervals (every stats line but the first, which holds
+      # start-up): the agent's CPU and the BPF run time, as in busy mode.
+      cost=$(grep '^stats:' "$out" | tail -n +2 | awk '
+        { n++
+          match($0, /= [0-9.]+% of machine/); a += substr($0, RSTART + 2, RLENGTH - 14)
+          match($0, /BPF [0-9.]+ ms over [0-9]+ runs = [0-9.]+%/); x = substr($0, RSTART, RLENGTH)
+          sub(/.*= /, "", x); sub(/%/, "", x); b += x
+          match($0, /off-CPU waits [0-9]+ \([0-9.]+\/s\)/); w = substr($0, RSTART, RLENGTH)
+          match($0, /BPF [0-9.]+ ms over [0-9]+ runs/); y = substr($0, RSTART + 4, RLENGTH - 9)
+          split(y, f, " ms over "); ms += f[1]; runs += f[2] }
+        END { c = b * (1 - runs * floor / (ms * 1e6)); if (c < 0) c = 0
+              printf "agent CPU %.3f%% + BPF %.3f%% = %.3f%% of the machine; less the statistics floor: BPF %.3f%%, together %.3f%% (%d intervals; %s)",
+                     a / n, b / n, (a + b) / n, c / n, (a + c) / n, n, w }' floor="$FLOOR")
+    fi
+    awk -v l="$label" -v c="$((c1 - c0))" -v s="$SECS" -v t="$trips" -v cost="$cost" 'BEGIN {
+      printf "%-18s %8.0f switches/s | %7.0f round trips/s | %s\n", l, c / s, t, cost }'
+  }
+  PAIRS=${SYMTRACE_BENCH_PINGPONG_PAIRS:-1}
+  echo "machine: $NCPU CPUs; context-switch-heavy workload ($PAIRS ping-pong pairs); $SECS s per run"
+  switch_run "" "no agent"
+  "$W/pingpong" "$SECS" "$PAIRS" > /dev/null &
+  floor_line=$("$W/empty_switch" "$W/empty_switch.bpf.o" $((SECS - 2)))
+  wait $!
+  FLOOR=$(echo "$floor_line" | awk '{print $(NF - 3)}')
+  echo "statistics floor, $floor_line"
+  switch_run "$BIN/symtrace-agent" "off-CPU off" --off-cpu-probability 0 --off-cpu-span-probability 0
+  switch_run "$BIN/symtrace-agent" "off-CPU defaults"
+  for p in ${SYMTRACE_BENCH_OFF_CPU_PROBABILITIES:-}; do
+    switch_run "$BIN/symtrace-agent" "off-CPU p=$p" --off-cpu-probability "$p" \
+      --off-cpu-span-probability "$p"
+  done
+  [ -n "$BASE" ] && switch_run "$BASE" "base agent"
+  switch_run "" "no agent, again"
+  exit 0
+fi
+
+clang-19 -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
+  -fno-optimize-sibling-calls -pthread agent/tests/workload/cpu_split.c -o "$W/busy"
+for _ in $(seq $(( (NCPU + 1) / 2 ))); do "$W/busy" 1000000 1000000 >/dev/null & done
 
 echo "machine: $NCPU CPUs, all busy; $SECS s per run"
 # One run of agent binary $1 at $2 Hz, labelled $3: prints the averages of

@@ -47,15 +47,26 @@ struct {
 	__type(value, __s64);
 } thread_ctx_offsets SEC(".maps");
 
-/* Threads whose switch-out was recorded and that have not run since: tid →
- * switch-out time. Bounded (resized by the loader); an exiting thread's
- * entry is removed. */
+/* Per slot (tgid mod PUBLISHING_SLOTS): how many processes in
+ * thread_ctx_offsets fall in it, so the scheduler program's "is this thread
+ * in a span?" costs an array read (inlined) for the processes that publish
+ * nothing, not a hash lookup at every switch. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PUBLISHING_SLOTS);
 	__type(key, __u32);
+	__type(value, __u32);
+} publishing SEC(".maps");
+
+/* A thread whose switch-out was recorded and that has not run since: its
+ * switch-out time, in the thread's own storage (no lookup by key at every
+ * switch; freed with the thread). */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, __u64);
-} off_cpu_pending SEC(".maps");
+} off_cpu_start SEC(".maps");
 
 static __always_inline void count(__u32 which)
 {
@@ -255,10 +266,7 @@ SEC("raw_tracepoint/sched_process_exit")
 int on_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	/* An exiting thread never runs again: nothing to wait for. */
-	bpf_map_delete_elem(&off_cpu_pending, &tid);
-	if (tid != (__u32)(id >> 32))
+	if ((__u32)id != (__u32)(id >> 32))
 		return 0; /* a thread, not the process */
 	process_event(RECORD_EXIT);
 	return 0;
@@ -272,8 +280,8 @@ struct task_struct___old {
 static __always_inline long task_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___old *)t, state);
+		return t->__state;
+	return ((struct task_struct___old *)t)->state;
 }
 
 #define TASK_DEAD 0x80
@@ -282,6 +290,10 @@ static __always_inline long task_state(struct task_struct *t)
  * context (the same reads as read_trace_ctx, the header's `valid` only). */
 static __always_inline int in_span(struct task_struct *task, __u32 tgid)
 {
+	__u32 slot = tgid & (PUBLISHING_SLOTS - 1);
+	__u32 *publishers = bpf_map_lookup_elem(&publishing, &slot);
+	if (!publishers || !*publishers)
+		return 0;
 	__s64 *offset = bpf_map_lookup_elem(&thread_ctx_offsets, &tgid);
 	if (!offset)
 		return 0;
@@ -295,42 +307,34 @@ static __always_inline int in_span(struct task_struct *task, __u32 tgid)
 	return valid == 1;
 }
 
-/* Every context switch: `next`'s wait ends if its switch-out was recorded;
- * `prev` (the current thread) is recorded, with the probability of its
- * kind, when it blocks. Runnable threads that were preempted are counted,
- * not recorded: they wait for a CPU, not for an event. */
-SEC("raw_tracepoint/sched_switch")
-int on_switch(struct bpf_raw_tracepoint_args *ctx)
+/* Every context switch (a BTF tracepoint: the tasks are read directly, the
+ * cheapest hook the scheduler has): `next`'s wait ends if its switch-out
+ * was recorded; `prev` (the current thread) is recorded, with the
+ * probability of its kind, when it blocks. Runnable threads that were
+ * preempted are counted, not recorded: they wait for a CPU, not for an
+ * event. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct
-	 * *next, ...): read as plain words (`args` is a zero-length array in
-	 * the BTF, which CO-RE would refuse to index). */
-	__u64 *args = (__u64 *)ctx;
-	struct task_struct *prev = (struct task_struct *)args[1];
-	struct task_struct *next = (struct task_struct *)args[2];
-	__u64 now = bpf_ktime_get_boot_ns();
-
-	__u32 next_tid = BPF_CORE_READ(next, pid);
-	__u64 *start = next_tid ? bpf_map_lookup_elem(&off_cpu_pending, &next_tid) : 0;
-	if (start) {
+	__u64 *start = bpf_task_storage_get(&off_cpu_start, next, 0, 0);
+	if (start && *start) {
 		struct off_cpu_end *e = bpf_ringbuf_reserve(&records, sizeof(*e), 0);
 		if (e) {
 			e->kind = RECORD_OFF_CPU_END;
-			e->tid = next_tid;
+			e->tid = next->pid;
 			e->start_ns = *start;
-			e->end_ns = now;
+			e->end_ns = bpf_ktime_get_boot_ns();
 			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 		} else {
 			count(COUNTER_OFF_CPU_LOST);
 		}
-		bpf_map_delete_elem(&off_cpu_pending, &next_tid);
+		*start = 0;
 	}
 
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
+	__u32 tid = prev->pid;
 	if (tid == 0)
 		return 0; /* the idle task */
-	if (!record_kernel_threads && (BPF_CORE_READ(prev, flags) & PF_KTHREAD))
+	if (!record_kernel_threads && (prev->flags & PF_KTHREAD))
 		return 0;
 	long state = task_state(prev);
 	if (state == 0) {
@@ -339,20 +343,25 @@ int on_switch(struct bpf_raw_tracepoint_args *ctx)
 	}
 	if (state & TASK_DEAD)
 		return 0; /* its last switch-out */
-	__u64 threshold = in_span(prev, id >> 32) ? off_cpu_span_threshold : off_cpu_threshold;
-	if ((__u64)bpf_get_prandom_u32() >= threshold)
+	__u64 r = bpf_get_prandom_u32();
+	if (r >= off_cpu_threshold && r >= off_cpu_span_threshold)
+		return 0; /* recorded in no case: no need to know which */
+	__u32 tgid = prev->tgid;
+	if (r >= (in_span(prev, tgid) ? off_cpu_span_threshold : off_cpu_threshold))
 		return 0;
-	if (bpf_map_update_elem(&off_cpu_pending, &tid, &now, BPF_ANY)) {
+	start = bpf_task_storage_get(&off_cpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!start) {
 		count(COUNTER_OFF_CPU_FULL);
 		return 0;
 	}
 	struct cpu_sample *s = bpf_ringbuf_reserve(&records, sizeof(*s), 0);
 	if (!s) {
-		bpf_map_delete_elem(&off_cpu_pending, &tid);
 		count(COUNTER_OFF_CPU_LOST);
 		return 0;
 	}
-	sample_header(s, RECORD_OFF_CPU_START, id, prev, now);
+	__u64 now = bpf_ktime_get_boot_ns();
+	*start = now;
+	sample_header(s, RECORD_OFF_CPU_START, ((__u64)tgid << 32) | tid, prev, now);
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = saved_user_regs(&ip, &sp, &bp);
 	user_stack(ctx, have, ip, sp, bp, s);

@@ -15,6 +15,9 @@
  * leaf (or a function in its prologue or epilogue) keeps its return address.
  * Userspace finds it with the leaf's .eh_frame CFI. */
 #define USER_STACK_WINDOW 256
+/* Slots of the scheduler program's filter of publishing processes (a power
+ * of two). */
+#define PUBLISHING_SLOTS 65536
 
 /* Why the frame-pointer walk of the user stack ended. */
 enum user_stack_end {
@@ -170,7 +173,7 @@ enum counter {
 	COUNTER_CTX_UNREADABLE = 5,/* TLS slot or record not readable (garbage) */
 	COUNTER_OFF_CPU = 6,       /* blocked switch-outs recorded */
 	COUNTER_OFF_CPU_LOST = 7,  /* ... dropped: the ring buffer was full */
-	COUNTER_OFF_CPU_FULL = 8,  /* ... dropped: too many threads waiting at once */
+	COUNTER_OFF_CPU_FULL = 8,  /* ... dropped: no memory for the thread's start time */
 	COUNTER_PREEMPTED = 9,     /* switch-outs of runnable threads (not recorded) */
 	COUNTER_COUNT = 10,
 };

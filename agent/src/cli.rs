@@ -88,17 +88,22 @@ pub struct Args {
     /// its stacks and how long it waited until it ran again (profile type
     /// `off_cpu:nanoseconds`; each wait counts 1/p times, so totals stay
     /// unbiased). For threads outside any span; 0 records none of them.
-    #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_PROBABILITY", default_value_t = 0.01, value_parser = parse_probability)]
+    /// The default keeps the agent under 1% of a 2-CPU machine switching
+    /// 100,000 times a second (docs/BENCHMARKS.md).
+    #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_PROBABILITY", default_value_t = 0.001, value_parser = parse_probability)]
     pub off_cpu_probability: f64,
 
     /// The same for threads in a span (that publish an OpenTelemetry thread
-    /// context): where a slow span waited. 0 and an --off-cpu-probability
-    /// of 0 attach nothing to the scheduler.
+    /// context): where a slow span waited. Each recorded switch-out costs
+    /// about 20 µs of CPU: lower it for services that block thousands of
+    /// times a second inside spans. 0 and an --off-cpu-probability of 0
+    /// attach nothing to the scheduler.
     #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_SPAN_PROBABILITY", default_value_t = 1.0, value_parser = parse_probability)]
     pub off_cpu_span_probability: f64,
 
-    /// Recorded threads that may be waiting at once (a BPF map); beyond it
-    /// switch-outs are counted, not recorded.
+    /// Recorded waits kept open at once, until their thread runs again
+    /// (each holds its resolved stacks); beyond it the oldest are given
+    /// up (counted).
     #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_MAX_WAITING", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub off_cpu_max_waiting: u32,
 }

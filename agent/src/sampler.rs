@@ -9,11 +9,11 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use anyhow::Context;
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{
     PerfEvent, PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
 };
-use aya::programs::RawTracePoint;
+use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use crate::record::{self, Record};
@@ -47,7 +47,7 @@ pub struct Sampler {
     bpf: Ebpf,
     records: RingBuf<MapData>,
     counters: PerCpuArray<MapData, u64>,
-    thread_ctx_offsets: aya::maps::HashMap<MapData, u32, i64>,
+    thread_ctx: ThreadCtxMaps,
     frequency: u64,
     attached: BTreeMap<u32, PerfEventLinkId>,
     /// Keeps the kernel's BPF run-time accounting on while we live.
@@ -56,21 +56,53 @@ pub struct Sampler {
     pub malformed: u64,
 }
 
-/// The BPF map of trace-context offsets by pid.
-pub struct CtxOffsets<'a>(&'a mut aya::maps::HashMap<MapData, u32, i64>);
+/// The BPF maps of trace-context offsets by pid, and the filter the
+/// scheduler program checks before looking a pid up: per slot (pid mod
+/// PUBLISHING_SLOTS), how many publishing processes fall in it.
+pub struct ThreadCtxMaps {
+    offsets: aya::maps::HashMap<MapData, u32, i64>,
+    publishing: Array<MapData, u32>,
+}
+
+/// The trace-context offsets, as `drain`'s callback updates them.
+pub struct CtxOffsets<'a>(&'a mut ThreadCtxMaps);
 
 impl CtxOffsets<'_> {
     pub fn set(&mut self, pid: u32, offset: Option<i64>) {
-        let result = match offset {
-            Some(off) => self.0.insert(pid, off, 0),
-            None => match self.0.remove(&pid) {
-                Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-                other => other,
-            },
-        };
-        if let Err(e) = result {
+        if let Err(e) = self.update(pid, offset) {
             tracing::warn!(pid, "updating the trace-context offsets map: {e}");
         }
+    }
+
+    fn update(&mut self, pid: u32, offset: Option<i64>) -> Result<(), aya::maps::MapError> {
+        let maps = &mut *self.0;
+        let known = maps.offsets.get(&pid, 0).is_ok();
+        let change: i64 = match offset {
+            Some(off) => {
+                maps.offsets.insert(pid, off, 0)?;
+                if known {
+                    0
+                } else {
+                    1
+                }
+            }
+            None if known => {
+                maps.offsets.remove(&pid)?;
+                -1
+            }
+            None => 0,
+        };
+        if change != 0 {
+            let slot = pid % record::PUBLISHING_SLOTS as u32;
+            let n = maps.publishing.get(&slot, 0)?;
+            let n = if change > 0 {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            };
+            maps.publishing.set(slot, n, 0)?;
+        }
+        Ok(())
     }
 }
 
@@ -83,7 +115,8 @@ pub struct Options {
 
 /// Off-CPU sampling: the probability that a blocked thread's switch-out is
 /// recorded, outside any span and in one (0 and 0: off, nothing attached
-/// to the scheduler), and how many recorded threads may wait at once.
+/// to the scheduler), and how many recorded waits userspace keeps open at
+/// once (the oldest beyond are given up).
 #[derive(Debug, Clone, Copy)]
 pub struct OffCpu {
     pub probability: f64,
@@ -124,13 +157,17 @@ impl Sampler {
         );
         let mut bpf = EbpfLoader::new()
             .btf(Some(&btf))
+            // off_cpu_start is task storage, which aya has no typed map for;
+            // it is created all the same and only the BPF side uses it.
+            .allow_unsupported_maps()
             .map_max_entries("records", options.ring_buffer_bytes)
-            .map_max_entries("off_cpu_pending", off_cpu.max_waiting.max(1))
             .override_global("record_kernel_threads", &kernel_threads, true)
             .override_global("off_cpu_threshold", &plain, true)
             .override_global("off_cpu_span_threshold", &span, true)
             .load(BPF_OBJECT)
-            .map_err(|e| anyhow::anyhow!("loading the BPF object: {e:?}"))?;
+            .context(
+                "loading the BPF object (needs Linux ≥ 5.11: ring buffers, BTF, task storage)",
+            )?;
         for name in PROGRAMS {
             if name == OFF_CPU && !off_cpu.enabled() {
                 continue; // nothing runs at every context switch
@@ -139,6 +176,7 @@ impl Sampler {
             match program {
                 aya::programs::Program::PerfEvent(p) => p.load(),
                 aya::programs::Program::RawTracePoint(p) => p.load(),
+                aya::programs::Program::BtfTracePoint(p) => p.load("sched_switch", &btf),
                 _ => unreachable!("{name}: unexpected program type"),
             }
             .with_context(|| format!("verifying BPF program {name}"))?;
@@ -153,15 +191,17 @@ impl Sampler {
                 .with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
         }
         if off_cpu.enabled() {
-            let program: &mut RawTracePoint = bpf.program_mut(OFF_CPU).unwrap().try_into()?;
+            let program: &mut BtfTracePoint = bpf.program_mut(OFF_CPU).unwrap().try_into()?;
             program
-                .attach("sched_switch")
-                .context("attaching to raw tracepoint sched_switch (off-CPU sampling)")?;
+                .attach()
+                .context("attaching to tracepoint sched_switch (off-CPU sampling)")?;
         }
         let records = RingBuf::try_from(bpf.take_map("records").unwrap())?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").unwrap())?;
-        let thread_ctx_offsets =
-            aya::maps::HashMap::try_from(bpf.take_map("thread_ctx_offsets").unwrap())?;
+        let thread_ctx = ThreadCtxMaps {
+            offsets: aya::maps::HashMap::try_from(bpf.take_map("thread_ctx_offsets").unwrap())?,
+            publishing: Array::try_from(bpf.take_map("publishing").unwrap())?,
+        };
         let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
             .map_err(|e| tracing::warn!("BPF run-time statistics unavailable: {e}"))
             .ok();
@@ -169,7 +209,7 @@ impl Sampler {
             bpf,
             records,
             counters,
-            thread_ctx_offsets,
+            thread_ctx,
             frequency: options.frequency,
             attached: BTreeMap::new(),
             _stats: stats,
@@ -227,14 +267,13 @@ impl Sampler {
         self.attached.len()
     }
 
-    /// Hands every record in the ring buffer to `each`.
     /// Hands every record in the ring buffer to `each`, with the
     /// trace-context offsets map, so a process registered by its first
     /// sample has its contexts read from the next tick on, not from the
     /// next drain.
     pub fn drain(&mut self, mut each: impl FnMut(Record, &mut CtxOffsets<'_>)) -> usize {
         let mut n = 0;
-        let mut offsets = CtxOffsets(&mut self.thread_ctx_offsets);
+        let mut offsets = CtxOffsets(&mut self.thread_ctx);
         while let Some(item) = self.records.next() {
             n += 1;
             match Record::parse(&item) {
@@ -248,7 +287,7 @@ impl Sampler {
     /// Where process `pid`'s threads keep their trace-context pointer
     /// (relative to the thread pointer), or `None` to stop reading it.
     pub fn set_thread_ctx_offset(&mut self, pid: u32, offset: Option<i64>) {
-        CtxOffsets(&mut self.thread_ctx_offsets).set(pid, offset);
+        CtxOffsets(&mut self.thread_ctx).set(pid, offset);
     }
 
     pub fn counters(&self) -> Counters {

@@ -60,7 +60,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
          kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | \
-         off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, over the waiting bound {off_full}, open {waiting}, dropped {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
+         off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, no storage for the start {off_full}, open {waiting}, given up {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
@@ -172,7 +172,7 @@ mod tests {
         };
         let text = line(&before, &now, &g);
         assert!(text.contains("off-CPU waits 0 (0.0/s), lost 0"), "{text}");
-        assert!(text.contains("open 4, dropped 0, unmatched 1"), "{text}");
+        assert!(text.contains("open 4, given up 0, unmatched 1"), "{text}");
         // 40 ms of 20 CPU-seconds = 0.2%; 20 ms = 0.1%.
         assert!(text.contains("samples 194.0/s"), "{text}");
         assert!(

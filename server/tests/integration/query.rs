@@ -566,6 +566,18 @@ fn web_ui_in_headless_chromium() {
         .arg("--spec")
         .arg(spec.path())
         .args(["--grpc", &server.grpc_addr, "--http", &server.url]));
+    // Diff works on the off-CPU type: span B (no waits) against span A.
+    let diff = get_json(
+        &server,
+        "default",
+        &format!(
+            "/api/v1/diff?service=ui-svc&type=off_cpu:nanoseconds::&trace_id={TRACE}\
+             &baseline_span_id={SPAN_B}&comparison_span_id={SPAN_A}"
+        ),
+    );
+    assert_eq!(diff["baseline"]["total"], 0, "{diff}");
+    assert_eq!(diff["comparison"]["total"], 120_000_000, "{diff}");
+    assert!(diff.to_string().contains("pipe_read"), "{diff}");
     let artifacts = artifacts_dir();
     let out = run(node_script(&modules, "ui.cjs").args([
         server.url.as_str(),
