@@ -70,7 +70,10 @@ pub struct Args {
     pub host_name: Option<String>,
 
     /// Print, every interval, samples/s, lost samples, processes tracked,
-    /// delivery, the agent's own CPU and the BPF programs' run time.
+    /// delivery, the agent's own CPU and the BPF programs' run time. Turns
+    /// on the kernel's BPF run-time statistics (machine-wide: two clock
+    /// reads around every BPF program run) for as long as the agent runs;
+    /// without it the final `total:` line says the BPF time was not measured.
     #[arg(long, env = "SYMTRACE_AGENT_STATS")]
     pub stats: bool,
 
@@ -89,13 +92,13 @@ pub struct Args {
     /// `off_cpu:nanoseconds`; each wait counts 1/p times, so totals stay
     /// unbiased). For threads outside any span; 0 records none of them.
     /// The default keeps the agent under 1% of a 2-CPU machine switching
-    /// 100,000 times a second (docs/BENCHMARKS.md).
+    /// 70,000-90,000 times a second (docs/BENCHMARKS.md).
     #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_PROBABILITY", default_value_t = 0.001, value_parser = parse_probability)]
     pub off_cpu_probability: f64,
 
     /// The same for threads in a span (that publish an OpenTelemetry thread
     /// context): where a slow span waited. Each recorded switch-out costs
-    /// about 20 µs of CPU: lower it for services that block thousands of
+    /// tens of µs of CPU (BPF and agent): lower it for services that block thousands of
     /// times a second inside spans. 0 and an --off-cpu-probability of 0
     /// attach nothing to the scheduler.
     #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_SPAN_PROBABILITY", default_value_t = 1.0, value_parser = parse_probability)]

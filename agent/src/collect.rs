@@ -241,6 +241,7 @@ impl Collector {
             files_skipped: procs.files_skipped(),
             unwind: procs.unwind,
             cfi: procs.cfi_stats(),
+            bpf_measured: self.sampler.measures_run_time(),
             delivery: self.queue.stats(),
             waiting: waits.len(),
             waits_dropped: waits.dropped,

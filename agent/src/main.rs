@@ -47,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         ring_buffer_bytes: args.ring_buffer_bytes,
         kernel_threads: args.kernel_threads,
         off_cpu,
+        run_time_stats: args.stats,
     })?;
     tracing::info!(
         "sampling {} CPUs at {} Hz (BPF loaded and attached in {:?}); exporting every {:?} to {}",

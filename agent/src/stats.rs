@@ -47,6 +47,8 @@ pub struct Gauges {
     pub waiting: usize,
     pub waits_dropped: u64,
     pub waits_unmatched: u64,
+    /// The kernel's BPF run-time statistics are on (`--stats`).
+    pub bpf_measured: bool,
 }
 
 /// One line: rates and shares over `[before, now]`, totals since start.
@@ -65,8 +67,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
-         agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, BPF {bpf_ms:.1} ms over {runs} runs \
-         = {bpf_pct:.3}%",
+         agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, {bpf_text}",
         cpus = g.cpus,
         hz = g.frequency,
         rate = (now.counters.samples - before.counters.samples) as f64 / wall,
@@ -116,9 +117,16 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         failed = d.failed_attempts,
         agent_ms = agent.as_secs_f64() * 1e3,
         agent_pct = share(agent),
-        bpf_ms = bpf.as_secs_f64() * 1e3,
-        runs = now.bpf_runs - before.bpf_runs,
-        bpf_pct = share(bpf),
+        bpf_text = if g.bpf_measured {
+            format!(
+                "BPF {:.1} ms over {} runs = {:.3}%",
+                bpf.as_secs_f64() * 1e3,
+                now.bpf_runs - before.bpf_runs,
+                share(bpf)
+            )
+        } else {
+            "BPF run time not measured (--stats)".to_string()
+        },
     )
 }
 
@@ -169,6 +177,7 @@ mod tests {
             waiting: 4,
             waits_dropped: 0,
             waits_unmatched: 1,
+            bpf_measured: true,
         };
         let text = line(&before, &now, &g);
         assert!(text.contains("off-CPU waits 0 (0.0/s), lost 0"), "{text}");
@@ -184,6 +193,19 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
+        // Without --stats the kernel's statistics are off: no made-up zero.
+        let unmeasured = line(
+            &before,
+            &now,
+            &Gauges {
+                bpf_measured: false,
+                ..g
+            },
+        );
+        assert!(
+            unmeasured.ends_with("BPF run time not measured (--stats)"),
+            "{unmeasured}"
+        );
         assert!(text.contains("leaf callers recovered 7"), "{text}");
         assert!(
             text.contains("files skipped 1 (Unreachable 0, NotRegular 1"),
