@@ -82,14 +82,7 @@ fn folded(server: &Server, service: &str) -> Vec<(String, f64)> {
     if resp.status() != 200 {
         return Vec::new(); // not ingested yet
     }
-    resp.text()
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (frames, n) = l.rsplit_once(' ').unwrap();
-            (frames.to_owned(), n.parse().unwrap())
-        })
-        .collect()
+    kit::folded(&resp.text().unwrap())
 }
 
 /// Nanoseconds of the loop's stacks (under `sleeper_loop`) that hold

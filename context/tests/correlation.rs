@@ -101,14 +101,7 @@ fn folded(server: &Server, query: &str) -> Vec<(String, u64)> {
     if resp.status() != 200 {
         return vec![];
     }
-    resp.text()
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (frames, n) = l.rsplit_once(' ').unwrap();
-            (frames.to_owned(), n.parse().unwrap())
-        })
-        .collect()
+    kit::folded(&resp.text().unwrap())
 }
 
 /// Samples whose stack holds `function` (by name, or `crate::function`).
@@ -515,15 +508,7 @@ fn each_spans_waits_are_in_the_trace_view_and_its_off_cpu_flamegraph() {
         let url = row["off_cpu_flamegraph"].as_str().unwrap();
         let resp = server.get(&format!("{url}&format=folded"));
         assert_eq!(resp.status(), 200);
-        let stacks: Vec<(String, f64)> = resp
-            .text()
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (frames, n) = l.rsplit_once(' ').unwrap();
-                (frames.to_owned(), n.parse().unwrap())
-            })
-            .collect();
+        let stacks: Vec<(String, f64)> = kit::folded(&resp.text().unwrap());
         let total: f64 = stacks.iter().map(|(_, n)| n).sum();
         let in_mine: f64 = stacks
             .iter()

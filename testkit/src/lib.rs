@@ -462,6 +462,22 @@ impl Drop for Server {
     }
 }
 
+/// The lines of a folded flamegraph (`frame;frame;… value`) as (stack,
+/// value) pairs; panics on a line without a value.
+pub fn folded<T: std::str::FromStr>(text: &str) -> Vec<(String, T)>
+where
+    T::Err: std::fmt::Debug,
+{
+    text.lines()
+        .map(|l| {
+            let (frames, n) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("no value in {l:?}"));
+            (frames.to_owned(), n.parse().unwrap())
+        })
+        .collect()
+}
+
 /// A blocking HTTP client with a 60 s timeout that ignores proxy settings.
 pub fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
