@@ -40,6 +40,11 @@ if ! command -v docker-compose >/dev/null 2>&1; then
 fi
 # The agent's BPF program is C compiled by clang-19 against libbpf's headers.
 [ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
+# symtrace-alloc's LD_PRELOAD library is C with <sys/sdt.h> USDT probes,
+# built with make; its tests read the probes with bpftrace.
+[ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || need_apt+=(systemtap-sdt-dev)
+command -v bpftrace >/dev/null 2>&1 || need_apt+=(bpftrace)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
 # debuginfod (the server) is what the benchmark compares against.
 command -v debuginfod >/dev/null 2>&1 || need_apt+=(debuginfod)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1,0 +1,70 @@
+//! What both programs' tests read with bpftrace.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use symtrace_testkit as kit;
+
+/// Runs `program` (which prints `NAME BYTES` per allocating thread) with
+/// `env` while bpftrace sums `otel_memory:alloc`'s weight (arg2) in
+/// `probe_file` by thread name — the probe as any USDT consumer sees it,
+/// attached by file for every process, as a profiler attaches — and checks
+/// each thread's weights against the bytes it says it allocated, within
+/// 10%. Returns the weights by name.
+pub fn check_weights(
+    probe_file: &Path,
+    program: &Path,
+    env: &[(&str, &str)],
+    names: &[&str],
+) -> Vec<f64> {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("bpftrace.out");
+    let script = format!(
+        "BEGIN {{ printf(\"attached\\n\"); }} \
+         usdt:{}:otel_memory:alloc {{ @w[comm] = sum(arg2); }}",
+        probe_file.display()
+    );
+    let mut tracer = Command::new("bpftrace")
+        .args(["-e", &script])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&out_path)
+        .unwrap()
+        .contains("attached")
+    {
+        assert!(Instant::now() < deadline, "bpftrace did not attach");
+        assert!(tracer.try_wait().unwrap().is_none(), "bpftrace exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut cmd = Command::new(program);
+    cmd.envs(env.iter().copied());
+    let printed = String::from_utf8(kit::run(&mut cmd).stdout).unwrap();
+    // SAFETY: signals our own child, which has not been waited for.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    assert!(tracer.wait().unwrap().success());
+    let traced = std::fs::read_to_string(&out_path).unwrap();
+    let value = |text: &str, prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    names
+        .iter()
+        .map(|name| {
+            let weights = value(&traced, &format!("@w[{name}]: "));
+            let bytes = value(&printed, &format!("{name} "));
+            assert!(
+                (weights / bytes - 1.0).abs() < 0.1,
+                "{name}: weights {weights} for {bytes} bytes\n{traced}"
+            );
+            weights
+        })
+        .collect()
+}
