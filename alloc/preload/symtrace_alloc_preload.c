@@ -252,7 +252,16 @@ EXPORT void *calloc(size_t n, size_t each)
 	return sampled_block(size, HEADER, points, 1);
 }
 
+/* glibc's malloc_usable_size (it has no __libc_ name), found once at load
+ * time: a dlsym later, from inside an allocation, would reset the thread's
+ * dlerror state — a program that allocates between a failed dlopen and its
+ * dlerror() would get a freed message (bash's `enable -f` did). */
 static size_t (*real_usable_size)(void *);
+
+__attribute__((constructor)) static void find_usable_size(void)
+{
+	real_usable_size = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+}
 
 EXPORT size_t malloc_usable_size(void *p)
 {
@@ -264,7 +273,7 @@ EXPORT size_t malloc_usable_size(void *p)
 		return size;
 	}
 	if (!real_usable_size)
-		real_usable_size = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+		find_usable_size(); /* called before our constructor ran */
 	return real_usable_size ? real_usable_size(p) : 0;
 }
 
@@ -278,7 +287,9 @@ EXPORT void *realloc(void *p, size_t size)
 		return NULL;
 	}
 	uint64_t points = sampled ? 0 : sample(size);
-	if (LIKELY(!sampled && points == 0))
+	/* (Before our constructor, an unsampled block's size is not known:
+	 * such a realloc stays glibc's.) */
+	if (LIKELY(!sampled && (points == 0 || !real_usable_size)))
 		return __libc_realloc(p, size);
 	/* A sampled block moves with its header; a block that becomes sampled
 	 * moves into one with a header: a free and an allocation. */

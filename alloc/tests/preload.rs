@@ -80,6 +80,7 @@ fn the_probes_are_real_usdt_notes() {
     }
     assert_eq!(notes.matches("Provider: otel_memory").count(), 2, "{notes}");
     assert!(notes.contains("Build ID"), "{notes}");
+    common::check_parsed_probes(&lib, &notes);
     let listed = String::from_utf8(
         kit::run(
             Command::new("bpftrace")
@@ -116,6 +117,15 @@ fn every_allocation_function_stays_correct_sampled_or_not() {
         sampled as f64 > 0.85 * blocks as f64,
         "{sampled} of {blocks} sampled at interval 1"
     );
+    // Mixed: sampled and unsampled blocks side by side, reallocated into
+    // each other.
+    for interval in ["64", "4096"] {
+        let (blocks, sampled) = counts(&run_with(&bin, Some(&lib), Some(interval)));
+        assert!(
+            sampled > 0 && sampled < blocks,
+            "{sampled} of {blocks} at {interval}"
+        );
+    }
     // The default (512 KiB): ~one block in a few dozen here (their mean
     // size is ~16 KiB); the exact share is the sampler's unit tests' job.
     let (blocks, sampled) = counts(&run_with(&bin, Some(&lib), None));

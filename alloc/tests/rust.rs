@@ -72,6 +72,7 @@ fn a_program_built_with_it_fires_the_probes_with_unbiased_weights() {
         String::from_utf8(kit::run(Command::new("readelf").arg("-n").arg(&bin)).stdout).unwrap();
     assert_eq!(notes.matches("Provider: otel_memory").count(), 2, "{notes}");
     assert!(notes.contains("Name: alloc") && notes.contains("Name: free"));
+    common::check_parsed_probes(&bin, &notes);
 
     let Some(_one) = bpf_test(&["bpftrace"]) else {
         return;

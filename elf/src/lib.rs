@@ -16,7 +16,9 @@
 //! - [`BuildId`] is a validated, lowercase-hex GNU build-ID;
 //! - [`section_data`] and [`check_section`] decompress (or check) a
 //!   compressed section within a [`Budget`] of decompressed bytes, so that a
-//!   header claiming a terabyte is refused before anything is allocated.
+//!   header claiming a terabyte is refused before anything is allocated;
+//! - [`usdt_probes`] reads the USDT probes (`.note.stapsdt`) a profiler
+//!   attaches to: where each is in the file, its semaphore, its arguments.
 
 mod build_id;
 mod bundle;
@@ -26,6 +28,7 @@ mod inspect;
 mod path;
 mod rewrite;
 mod sources;
+pub mod usdt;
 
 pub use build_id::{BuildId, BuildIdError};
 pub use bundle::{read_bundle, BundleError, RejectedMember};
@@ -37,6 +40,7 @@ pub use inspect::{inspect, inspect_with, ElfInfo, FileKind, Quality, SectionEntr
 pub use path::{canonical_path, escape_path};
 pub use rewrite::{debuglink_section, only_keep_debug, strip_debug, Input};
 pub use sources::{source_files, source_files_with, SourceFiles};
+pub use usdt::{usdt_probes, UsdtError, UsdtProbe};
 
 /// Why a file could not be read as ELF or DWARF.
 #[derive(Debug, thiserror::Error)]

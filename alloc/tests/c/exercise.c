@@ -4,6 +4,7 @@
  * tag MAGIC ^ ptr before the pointer, as alloc/src/header.rs lays it out).
  * Prints "blocks N sampled M"; exits 1 on the first wrong answer. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -164,8 +165,30 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* A program may allocate between a failed dlopen and its dlerror(): the
+ * message must survive (the library once looked a symbol up with dlsym
+ * inside realloc, which reset it). */
+static void dlerror_survives_allocations(void)
+{
+	if (dlopen("/nonexistent/symtrace-test.so", RTLD_LAZY))
+		fail("dlopen of a missing file", 0, 0);
+	void *p = NULL;
+	for (size_t size = 16; size < (1 << 20); size += size / 2 + 16) {
+		void *q = malloc(size / 2 + 1);
+		p = realloc(p, size);
+		free(q);
+		if (!p)
+			fail("realloc", size, 16);
+	}
+	free(p);
+	const char *message = dlerror();
+	if (!message || !strstr(message, "symtrace-test"))
+		fail("dlerror lost its message", 0, 0);
+}
+
 int main(void)
 {
+	dlerror_survives_allocations();
 	pthread_t t[4];
 	for (uintptr_t i = 0; i < 4; i++)
 		pthread_create(&t[i], NULL, worker, (void *)(i + 1));

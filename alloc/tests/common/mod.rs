@@ -4,7 +4,39 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use symtrace_elf::usdt::{usdt_probes, ArgLocation};
 use symtrace_testkit as kit;
+
+/// symtrace-elf's reading of the file's `otel_memory` probes agrees with
+/// `readelf -n` (`notes`): the same locations and argument text, every
+/// argument readable, three for `alloc` and one for `free`, and the
+/// probe's file offset on its `nop`.
+pub fn check_parsed_probes(file: &Path, notes: &str) {
+    let data = std::fs::read(file).unwrap();
+    let probes: Vec<_> = usdt_probes(&data)
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.provider == "otel_memory")
+        .collect();
+    assert_eq!(probes.len(), 2, "{probes:?}");
+    for p in &probes {
+        let location = format!("Location: 0x{:016x}", p.address);
+        assert!(notes.contains(&location), "{location} not in {notes}");
+        assert!(
+            notes.contains(&format!("Arguments: {}", p.args_text)),
+            "{p:?}"
+        );
+        let args = p.args.as_ref().unwrap_or_else(|e| panic!("{p:?}: {e}"));
+        let want = if p.name == "alloc" { 3 } else { 1 };
+        assert_eq!(args.len(), want, "{p:?}");
+        assert!(args
+            .iter()
+            .all(|a| a.size == 8 && !matches!(a.location, ArgLocation::Constant(_))));
+        let at = p.file_offset.expect("a probe in a loadable segment") as usize;
+        assert_eq!(data[at], 0x90, "{p:?}: no nop at its file offset");
+        assert_eq!(p.semaphore, None);
+    }
+}
 
 /// Runs `program` (which prints `NAME BYTES` per allocating thread) with
 /// `env` while bpftrace sums `otel_memory:alloc`'s weight (arg2) in
