@@ -50,8 +50,7 @@ pub struct Sampler {
     thread_ctx: ThreadCtxMaps,
     frequency: u64,
     attached: BTreeMap<u32, PerfEventLinkId>,
-    /// Keeps the kernel's BPF run-time accounting on while we live.
-    /// Held while the kernel's BPF run-time statistics are on.
+    /// Held while the kernel's BPF run-time statistics are on (`--stats`).
     run_time_stats: Option<OwnedFd>,
     /// Records of an unknown kind (a BPF object of another layout: a bug).
     pub malformed: u64,

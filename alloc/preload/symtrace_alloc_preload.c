@@ -48,7 +48,8 @@ extern void *__libc_memalign(size_t, size_t);
 #define MAGIC 0x5a3da11c0ffee5a5ull
 #define HEADER 16u
 #define PAGE 4096u
-#define MAX_DRAW ((double)(1ull << 40))
+#define MAX_DRAW ((double)(1ull << 62))
+#define BULK 64 /* intervals past the first point counted at once */
 
 struct countdown {
 	int64_t left; /* bytes to the next sample point; 0: not seeded */
@@ -76,7 +77,9 @@ static uint64_t interval(void)
 	uint64_t v = __atomic_load_n(&interval_bytes, __ATOMIC_RELAXED);
 	if (v)
 		return v;
-	const char *s = getenv("OTEL_MEMORY_SAMPLING_INTERVAL");
+	/* secure_getenv: a setuid program under /etc/ld.so.preload does not
+	 * take it from the user. */
+	const char *s = secure_getenv("OTEL_MEMORY_SAMPLING_INTERVAL");
 	v = DEFAULT_INTERVAL;
 	if (s && *s) {
 		uint64_t n = 0;
@@ -95,8 +98,8 @@ static uint64_t interval(void)
 	return v;
 }
 
-/* An exponentially distributed distance with mean `mean`, >= 1. */
-static int64_t draw(uint64_t mean)
+/* A uniform number in (0, 1] (xorshift64*: 53 bits). */
+static double uniform(void)
 {
 	uint64_t x = cd.rng;
 	x ^= x >> 12;
@@ -104,8 +107,17 @@ static int64_t draw(uint64_t mean)
 	x ^= x >> 27;
 	cd.rng = x;
 	uint64_t bits = (x * 0x2545f4914f6cdd1dull) >> 11;
-	double u = (double)(bits + 1) / (double)(1ull << 53);
-	double d = -log(u) * (double)mean;
+	return (double)(bits + 1) / (double)(1ull << 53);
+}
+
+/* The distance to the next point: geometric with mean exactly `mean`
+ * (1 + floor(ln u / ln(1 - 1/mean)), >= 1). */
+static int64_t draw(uint64_t mean)
+{
+	double u = uniform();
+	if (mean <= 1)
+		return 1;
+	double d = 1.0 + floor(log(u) / log1p(-1.0 / (double)mean));
 	if (d < 1.0)
 		d = 1.0;
 	if (d > MAX_DRAW)
@@ -130,6 +142,16 @@ __attribute__((noinline, cold)) static uint64_t crossed(size_t size)
 	int64_t s = size > (size_t)INT64_MAX ? INT64_MAX : (int64_t)size;
 	int64_t left = cd.left - s; /* cd.left > 0, s >= 0: no overflow */
 	uint64_t points = 0;
+	/* Past the first point the process is memoryless: a huge request gets
+	 * the expected count of the rest at once (randomized rounding keeps it
+	 * unbiased), not a draw per point. */
+	if (left <= 0) {
+		uint64_t rest = (uint64_t)(-left); /* bytes past the first point */
+		if (rest / BULK > mean) {
+			points = 1 + (uint64_t)((double)rest / (double)mean + uniform());
+			left = draw(mean);
+		}
+	}
 	while (left <= 0) {
 		points++;
 		left += draw(mean);
@@ -224,6 +246,8 @@ static void free_sampled(void *p)
 
 EXPORT void *malloc(size_t size)
 {
+	/* (A huge request is sampled: its points are counted at once and
+	 * glibc fails it in sampled_block.) */
 	uint64_t points = sample(size);
 	if (LIKELY(points == 0))
 		return __libc_malloc(size);
@@ -342,13 +366,12 @@ EXPORT void *memalign(size_t align, size_t size)
 	return aligned(align, size);
 }
 
+/* glibc before 2.38 makes aligned_alloc memalign (any alignment, rounded
+ * up); the library keeps the running glibc's answer for valid requests
+ * and memalign's for the rest. */
 EXPORT void *aligned_alloc(size_t align, size_t size)
 {
-	if (align == 0 || (align & (align - 1))) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return aligned(align, size);
+	return memalign(align, size);
 }
 
 EXPORT int posix_memalign(void **out, size_t align, size_t size)

@@ -17,7 +17,10 @@
 
 /// The tag's constant part; the tag is `MAGIC ^ ptr`, so it differs per
 /// block and a stale copy in freed memory does not match a new pointer.
-pub const MAGIC: u64 = 0x5a3d_a11c_0ffe_e5a5;
+/// The `LD_PRELOAD` library uses another constant (`0x5a3da11c0ffee5a5`)
+/// and another header: a Rust program under the library has both layers,
+/// and each must see only its own blocks.
+pub const MAGIC: u64 = 0x7a3d_a11c_0ffe_e5a5;
 
 /// The header's size: the distance word and the tag.
 pub const HEADER: usize = 16;
@@ -90,6 +93,12 @@ pub unsafe fn is_sampled(ptr: *const u8) -> bool {
 /// `ptr` must be a sampled block ([`is_sampled`]).
 pub unsafe fn take(ptr: *mut u8) -> *mut u8 {
     let offset = usize::from_ne_bytes((ptr.sub(16) as *const [u8; 8]).read());
+    // A tag in place with an offset [`place`] never writes is not ours: a
+    // block's own bytes that happen to (or were made to) look like a
+    // header. Freeing `ptr - offset` then would free a wild pointer.
+    if !(HEADER..=PAGE).contains(&offset) || offset % HEADER != 0 {
+        std::process::abort();
+    }
     (ptr.sub(8) as *mut [u8; 8]).write([0; 8]);
     ptr.sub(offset)
 }
@@ -100,8 +109,10 @@ mod tests {
 
     #[test]
     fn a_header_is_recognised_and_cleared() {
-        let mut block = vec![0u64; 16]; // 8-aligned, 128 bytes
-        let raw = block.as_mut_ptr() as *mut u8;
+        // A page-aligned buffer, so `raw + 32` never starts a page.
+        let layout = std::alloc::Layout::from_size_align(PAGE, PAGE).unwrap();
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!raw.is_null());
         unsafe {
             let ptr = write(raw, 32);
             assert_eq!(ptr as usize - raw as usize, 32);
@@ -109,6 +120,7 @@ mod tests {
             assert!(!is_sampled(ptr.add(8)), "another pointer, another tag");
             assert_eq!(take(ptr), raw);
             assert!(!is_sampled(ptr), "the tag is cleared");
+            std::alloc::dealloc(raw, layout);
         }
     }
 

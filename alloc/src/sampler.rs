@@ -19,8 +19,8 @@
 pub const DEFAULT_INTERVAL: u64 = 512 * 1024;
 
 /// The longest distance drawn, so one draw never overflows the countdown
-/// (the exponential tail beyond 2^40 bytes is ~e^-2,000,000 at 512 KiB).
-const MAX_DRAW: f64 = (1u64 << 40) as f64;
+/// (intervals are at most 2^40: the tail beyond 2^62 is ~e^-4,000,000).
+const MAX_DRAW: f64 = (1u64 << 62) as f64;
 
 /// One thread's sampling state: the bytes left to the next sample point and
 /// its random generator. `Countdown::UNSEEDED` (all zero) is the state of
@@ -66,6 +66,16 @@ impl Countdown {
         }
         let mut left = self.left.saturating_sub(size);
         let mut points = 0;
+        // Beyond the first point the process is memoryless: a huge request
+        // gets the expected count of the rest at once (randomized rounding
+        // keeps it unbiased) instead of a draw per point — 2^44 of them
+        // for a malloc(SIZE_MAX).
+        let rest = left.unsigned_abs(); // bytes past the first point
+        if left <= 0 && rest > BULK * interval {
+            let u = self.uniform();
+            points = 1 + (rest as f64 / interval as f64 + u) as u64;
+            left = self.draw(interval);
+        }
         while left <= 0 {
             points += 1;
             left = left.saturating_add(self.draw(interval));
@@ -74,20 +84,34 @@ impl Countdown {
         points
     }
 
-    /// An exponentially distributed distance with mean `interval`, ≥ 1.
-    fn draw(&mut self, interval: u64) -> i64 {
-        // xorshift64* (Vigna): 53 bits make a uniform u in (0, 1].
+    /// A uniform number in (0, 1] (xorshift64*, Vigna: 53 bits).
+    fn uniform(&mut self) -> f64 {
         let mut x = self.rng;
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;
         self.rng = x;
         let bits = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
-        let u = (bits + 1) as f64 / (1u64 << 53) as f64;
-        let d = -u.ln() * interval as f64;
+        (bits + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The distance to the next point: geometric over bytes with mean
+    /// exactly `interval` (`1 + ⌊ln u / ln(1 − 1/interval)⌋`, ≥ 1; the
+    /// discrete form of an exponential, so small intervals are not biased
+    /// by rounding).
+    fn draw(&mut self, interval: u64) -> i64 {
+        let u = self.uniform();
+        if interval <= 1 {
+            return 1;
+        }
+        let d = 1.0 + (u.ln() / (-1.0 / interval as f64).ln_1p()).floor();
         d.clamp(1.0, MAX_DRAW) as i64
     }
 }
+
+/// Beyond this many intervals past its first sample point, a request's
+/// remaining points are counted at once.
+const BULK: u64 = 64;
 
 /// The weight of an allocation that crossed `points` sample points: what
 /// `otel_memory:alloc` reports (`nsamples × sampling_interval`).
@@ -216,6 +240,32 @@ mod tests {
             Some(DEFAULT_INTERVAL)
         );
         assert_eq!(parse_interval(Some(b"1")), Some(1));
+    }
+
+    #[test]
+    fn small_intervals_keep_their_mean() {
+        for interval in [1u64, 2, 3, 64] {
+            let (_, weights, bytes) = run(std::iter::repeat_n(1, 2_000_000), interval, 5);
+            let ratio = weights as f64 / bytes as f64;
+            assert!(
+                (0.98..1.02).contains(&ratio),
+                "interval {interval}: {ratio}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_request_is_counted_at_once_and_without_bias() {
+        let mut c = Countdown::UNSEEDED;
+        let mut total = 0;
+        for _ in 0..1000 {
+            total += c.crossed(1 << 50, DEFAULT_INTERVAL, 9);
+        }
+        // 1000 × 2^50 / 2^19 = 2^31 × 1000 points (a draw per point would
+        // take days: this test would not end).
+        let want = 1000.0 * (1u64 << 31) as f64;
+        assert!((total as f64 / want - 1.0).abs() < 1e-3, "{total}");
+        assert!(c.crossed(usize::MAX, DEFAULT_INTERVAL, 9) > 0);
     }
 
     #[test]

@@ -156,6 +156,19 @@ fn real_programs_run_unchanged_under_it() {
         kit::run(&mut cmd).stdout
     };
     assert_eq!(sort(Some(&lib)), sort(None));
+    // A Rust program with SampledAllocator under the library: both layers
+    // sample, each recognising only its own blocks.
+    let rust = kit::target_dir().join("examples/big_small");
+    let out = kit::run(
+        Command::new(&rust)
+            .env("LD_PRELOAD", &lib)
+            .env("OTEL_MEMORY_SAMPLING_INTERVAL", "64"),
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.contains("big ") && printed.contains("small "),
+        "{printed}"
+    );
     if kit::have("python3") {
         let script = "import json; d = {str(i): [i] * (i % 50) for i in range(100000)}; \
                       s = json.dumps(d); print(len(s), sum(len(v) for v in json.loads(s).values()))";

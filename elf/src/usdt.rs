@@ -141,10 +141,11 @@ impl Reg {
     pub fn from_name(name: &str) -> Option<Reg> {
         use Reg::*;
         Some(match name {
-            "rax" | "eax" | "ax" | "al" | "ah" => Rax,
-            "rbx" | "ebx" | "bx" | "bl" | "bh" => Rbx,
-            "rcx" | "ecx" | "cx" | "cl" | "ch" => Rcx,
-            "rdx" | "edx" | "dx" | "dl" | "dh" => Rdx,
+            // (%ah & co. are bits 8-15, not the low byte: not read.)
+            "rax" | "eax" | "ax" | "al" => Rax,
+            "rbx" | "ebx" | "bx" | "bl" => Rbx,
+            "rcx" | "ecx" | "cx" | "cl" => Rcx,
+            "rdx" | "edx" | "dx" | "dl" => Rdx,
             "rsi" | "esi" | "si" | "sil" => Rsi,
             "rdi" | "edi" | "di" | "dil" => Rdi,
             "rbp" | "ebp" | "bp" | "bpl" => Rbp,
@@ -179,15 +180,26 @@ pub fn usdt_probes(data: &[u8]) -> Result<Vec<UsdtProbe>, UsdtError> {
     // Where .stapsdt.base is now; the notes say where it was at link time.
     let base_now = file.section_by_name(".stapsdt.base").map(|s| s.address());
     let little = file.is_little_endian();
-    let offset_of = |vaddr: u64| {
-        file.segments().find_map(|seg| {
+    // Loadable segments by address, for a binary search per probe (a
+    // hostile file may have as many segments as probes).
+    let mut segments: Vec<(u64, u64, u64)> = file
+        .segments()
+        .map(|seg| {
             let (start, size) = seg.file_range();
-            let at = vaddr.checked_sub(seg.address())?;
-            (at < size.min(seg.size())).then(|| start + at)
+            (seg.address(), size.min(seg.size()), start)
         })
+        .collect();
+    segments.sort_unstable();
+    let file_len = data.len() as u64;
+    let offset_of = |vaddr: u64| {
+        let i = segments.partition_point(|s| s.0 <= vaddr).checked_sub(1)?;
+        let (address, size, start) = segments[i];
+        let at = vaddr - address;
+        let offset = start.checked_add(at)?;
+        (at < size && offset < file_len).then_some(offset)
     };
     let mut probes = Vec::new();
-    for note in parse_notes(notes, little)? {
+    for note in parse_notes(notes, little, file.is_64())? {
         if probes.len() == MAX_PROBES {
             return Err(UsdtError::TooMany);
         }
@@ -225,7 +237,7 @@ struct RawNote {
 const NT_STAPSDT: u32 = 3;
 
 /// The stapsdt notes of a note section (other owners and types skipped).
-fn parse_notes(mut data: &[u8], little: bool) -> Result<Vec<RawNote>, UsdtError> {
+fn parse_notes(mut data: &[u8], little: bool, is_64: bool) -> Result<Vec<RawNote>, UsdtError> {
     let word = |b: &[u8]| {
         let a: [u8; 4] = b.try_into().unwrap();
         if little {
@@ -234,15 +246,21 @@ fn parse_notes(mut data: &[u8], little: bool) -> Result<Vec<RawNote>, UsdtError>
             u32::from_be_bytes(a)
         }
     };
+    // Addresses are 8 bytes in 64-bit files, 4 in 32-bit ones.
+    let width = if is_64 { 8 } else { 4 };
     let addr = |b: &[u8]| {
-        let a: [u8; 8] = b.try_into().unwrap();
-        if little {
-            u64::from_le_bytes(a)
+        if width == 4 {
+            u64::from(word(b))
         } else {
-            u64::from_be_bytes(a)
+            let a: [u8; 8] = b.try_into().unwrap();
+            if little {
+                u64::from_le_bytes(a)
+            } else {
+                u64::from_be_bytes(a)
+            }
         }
     };
-    let pad = |n: usize| n.div_ceil(4) * 4;
+    let pad = |n: usize| n.div_ceil(4).saturating_mul(4);
     let mut notes = Vec::new();
     while !data.is_empty() {
         if data.len() < 12 {
@@ -271,12 +289,12 @@ fn parse_notes(mut data: &[u8], little: bool) -> Result<Vec<RawNote>, UsdtError>
         if notes.len() == MAX_PROBES {
             return Err(UsdtError::TooMany);
         }
-        if desc.len() < 24 {
+        if desc.len() < 3 * width {
             return Err(UsdtError::Malformed(
                 "a probe descriptor is shorter than its addresses",
             ));
         }
-        let mut strings = desc[24..].split(|b| *b == 0);
+        let mut strings = desc[3 * width..].split(|b| *b == 0);
         let mut text = || {
             strings
                 .next()
@@ -285,9 +303,9 @@ fn parse_notes(mut data: &[u8], little: bool) -> Result<Vec<RawNote>, UsdtError>
         };
         let (provider, name, args) = (text()?, text()?, text().unwrap_or_default());
         notes.push(RawNote {
-            pc: addr(&desc[0..8]),
-            base: addr(&desc[8..16]),
-            semaphore: addr(&desc[16..24]),
+            pc: addr(&desc[0..width]),
+            base: addr(&desc[width..2 * width]),
+            semaphore: addr(&desc[2 * width..3 * width]),
             provider,
             name,
             args,
@@ -353,11 +371,20 @@ fn parse_int(s: &str) -> Option<i64> {
         Some(d) => (true, d),
         None => (false, s),
     };
-    let v = match digits.strip_prefix("0x") {
-        Some(hex) => i64::from_str_radix(hex, 16).ok()?,
-        None => digits.parse().ok()?,
+    let (radix, digits) = match digits.strip_prefix("0x") {
+        Some(hex) => (16, hex),
+        None => (10, digits),
     };
-    Some(if neg { -v } else { v })
+    // from_str_radix takes a sign of its own: no second one.
+    if !digits.chars().next()?.is_ascii_hexdigit() {
+        return None;
+    }
+    let v = i64::from_str_radix(digits, radix).ok()?;
+    if neg {
+        v.checked_neg()
+    } else {
+        Some(v)
+    }
 }
 
 #[cfg(test)]
@@ -403,7 +430,7 @@ mod tests {
             3,
             &probe_desc(0x1b78, 0x2081, 0x4010, "otel_memory\0free\0-8@-8(%rbp)\0"),
         ));
-        let notes = parse_notes(&section, true).unwrap();
+        let notes = parse_notes(&section, true, true).unwrap();
         assert_eq!(notes.len(), 2);
         assert_eq!(notes[0].name, "alloc");
         assert_eq!(notes[0].pc, 0x1b60);
@@ -415,17 +442,16 @@ mod tests {
     fn cut_or_lying_notes_are_errors_not_panics() {
         let good = note(b"stapsdt\0", 3, &probe_desc(1, 2, 0, "p\0n\0\0"));
         for cut in 0..good.len() {
-            let r = parse_notes(&good[..cut], true);
+            let r = parse_notes(&good[..cut], true, true);
             assert!(cut == 0 || r.is_err(), "cut at {cut}: {r:?}");
         }
         let mut lying = good.clone();
         lying[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(parse_notes(&lying, true).is_err());
+        assert!(parse_notes(&lying, true, true).is_err());
         let short = note(b"stapsdt\0", 3, &[0; 10]);
-        assert!(parse_notes(&short, true).is_err());
+        assert!(parse_notes(&short, true, true).is_err());
         let no_strings = note(b"stapsdt\0", 3, &[0; 24]);
-        // An empty string list still names an empty provider: no panic.
-        let _ = parse_notes(&no_strings, true);
+        assert!(parse_notes(&no_strings, true, true).is_err());
     }
 
     #[test]
@@ -470,8 +496,45 @@ mod tests {
         assert!(parse_args("3@%rax").is_err());
         assert!(parse_args("8@%xmm0").is_err());
         assert!(parse_args("rdi").is_err());
+        assert!(
+            parse_args("1@%ah").is_err(),
+            "bits 8-15 are not the low byte"
+        );
+        for bad in [
+            "8@$--9223372036854775808",
+            "8@$-0x-8",
+            "8@$--5",
+            "8@$0x+5",
+            "8@$+5",
+        ] {
+            assert!(parse_args(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_args("8@$-9223372036854775807").unwrap()[0].location,
+            ArgLocation::Constant(-i64::MAX)
+        );
+        assert_eq!(
+            parse_args("8@$0x10").unwrap()[0].location,
+            ArgLocation::Constant(16)
+        );
         assert_eq!(parse_args("").unwrap(), vec![]);
         assert_eq!(Reg::Rdi.pt_regs_offset(), 112);
+    }
+
+    #[test]
+    fn notes_of_32_bit_files_have_4_byte_addresses() {
+        let mut desc = Vec::new();
+        desc.extend(0x1000u32.to_le_bytes());
+        desc.extend(0x2000u32.to_le_bytes());
+        desc.extend(0u32.to_le_bytes());
+        desc.extend(b"p\0n\0");
+        desc.extend(b"4@8(%esp)\0");
+        let notes = parse_notes(&note(b"stapsdt\0", 3, &desc), true, false).unwrap();
+        assert_eq!(
+            (notes[0].pc, notes[0].base, notes[0].semaphore),
+            (0x1000, 0x2000, 0)
+        );
+        assert_eq!(notes[0].args, "4@8(%esp)");
     }
 
     #[test]

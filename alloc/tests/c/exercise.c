@@ -158,6 +158,13 @@ static void *worker(void *arg)
 	if (sink)
 		fail("reallocarray overflow", 0, 0);
 	void *p;
+	/* Huge requests fail at once (a sample point per 512 KiB of them is
+	 * counted at once, not drawn one by one). */
+	volatile size_t big = (size_t)1 << 60;
+	if ((sink = malloc(big)) || (sink = calloc(1, big)) || (sink = malloc(SIZE_MAX - 4096)))
+		fail("a huge request", big, 16);
+	if ((sink = memalign(64, big)))
+		fail("a huge aligned request", big, 64);
 	volatile size_t odd = 24;
 	if (posix_memalign(&p, odd, 8) != EINVAL)
 		fail("posix_memalign(24)", 8, 24);
