@@ -12,16 +12,21 @@ fn process(pid: u32) -> Arc<ProcessInfo> {
     })
 }
 
-#[test]
-fn aggregates_samples_and_keeps_frames_raw() {
-    let p = process(7);
-    let exe = Arc::new(procs::Mapping {
+/// The executable both tests sample: /usr/bin/checkout, build-ID abcd.
+fn checkout_exe() -> Arc<procs::Mapping> {
+    Arc::new(procs::Mapping {
         path: "/usr/bin/checkout".into(),
         build_id: Some("abcd".into()),
         start: 0x1000,
         limit: 0x9000,
         file_offset: 0x1000,
-    });
+    })
+}
+
+#[test]
+fn aggregates_samples_and_keeps_frames_raw() {
+    let p = process(7);
+    let exe = checkout_exe();
     let frame = |address| UserFrame {
         mapping: exe.clone(),
         address,
@@ -208,13 +213,7 @@ fn names_vdso_frames_and_marks_cut_stacks() {
 #[test]
 fn waits_are_their_own_off_cpu_profile_beside_the_cpu_samples() {
     let p = process(7);
-    let exe = Arc::new(procs::Mapping {
-        path: "/usr/bin/checkout".into(),
-        build_id: Some("abcd".into()),
-        start: 0x1000,
-        limit: 0x9000,
-        file_offset: 0x1000,
-    });
+    let exe = checkout_exe();
     let user = [UserFrame {
         mapping: exe,
         address: 0x1234,

@@ -88,23 +88,14 @@ static void *worker(void *arg)
 		size_t align = (size_t)32 << (next(&x) % 8); /* 32 .. 4096 */
 		if (s->p && next(&x) % 3 == 0) {
 			verify(s, s->size);
-			if (next(&x) % 2) {
-				unsigned char *q = realloc(s->p, size);
-				struct slot old = *s;
-				old.p = q;
-				if (!q)
-					fail("realloc", size, 1);
-				verify(&old, old.size < size ? old.size : size);
-				take(s, q, size, 16, fill);
-			} else {
-				unsigned char *q = reallocarray(s->p, size, 1);
-				struct slot old = *s;
-				old.p = q;
-				if (!q)
-					fail("reallocarray", size, 1);
-				verify(&old, old.size < size ? old.size : size);
-				take(s, q, size, 16, fill);
-			}
+			int array = next(&x) % 2;
+			unsigned char *q = array ? reallocarray(s->p, size, 1) : realloc(s->p, size);
+			struct slot old = *s;
+			old.p = q;
+			if (!q)
+				fail(array ? "reallocarray" : "realloc", size, 1);
+			verify(&old, old.size < size ? old.size : size);
+			take(s, q, size, 16, fill);
 			continue;
 		}
 		if (s->p) {
