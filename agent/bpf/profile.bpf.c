@@ -6,6 +6,10 @@
  * can drop cached mappings. Off-CPU (when the loader enables it): at a
  * sampled switch-out of a blocked thread, the same record with the switch-out
  * time, and at its next switch-in a small record with the switch-in time.
+ * Memory (when userspace attaches it): at the otel_memory:alloc USDT probe
+ * of a sampled allocation, the same record with the probe's arguments, the
+ * allocation kept in a map of live ones; at otel_memory:free of one in the
+ * map, a small record.
  * GPL: bpf_get_stack and probe reads of user memory are GPL-only. */
 #include <vmlinux.h>
 #include <bpf/bpf_helpers.h>
@@ -67,6 +71,24 @@ struct {
 	__type(key, int);
 	__type(value, __u64);
 } off_cpu_start SEC(".maps");
+
+/* The otel_memory probe sites' argument specs, by BPF cookie. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, USDT_SPECS);
+	__type(key, __u32);
+	__type(value, struct usdt_spec);
+} usdt_specs SEC(".maps");
+
+/* Live sampled allocations (pid, pointer) → weight; bounded (resized by
+ * the loader), allocated on insert. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct live_key);
+	__type(value, __u64);
+} live_allocs SEC(".maps");
 
 static __always_inline void count(__u32 which)
 {
@@ -368,5 +390,103 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	count(COUNTER_OFF_CPU);
+	return 0;
+}
+
+/* One USDT argument as its spec says (libbpf's usdt.bpf.h does the same):
+ * the register, or the memory it points at plus the displacement, or the
+ * constant; then cut to its size and sign- or zero-extended. */
+static __always_inline int usdt_arg(struct pt_regs *ctx, const struct usdt_arg *a, __u64 *out)
+{
+	__u64 v = 0;
+	switch (a->kind) {
+	case USDT_ARG_CONST:
+		*out = a->value;
+		return 0;
+	case USDT_ARG_REG:
+	case USDT_ARG_MEM:
+		if (a->reg_off > sizeof(struct pt_regs) - sizeof(__u64))
+			return -1;
+		if (bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + a->reg_off))
+			return -1;
+		if (a->kind == USDT_ARG_MEM &&
+		    bpf_probe_read_user(&v, sizeof(v), (void *)(v + a->value)))
+			return -1;
+		break;
+	default:
+		return -1;
+	}
+	int bytes = a->size < 0 ? -a->size : a->size;
+	if (bytes > 0 && bytes < 8) {
+		int shift = 64 - 8 * bytes;
+		if (a->size < 0)
+			v = (__u64)(((__s64)(v << shift)) >> shift);
+		else
+			v = (v << shift) >> shift;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Every otel_memory probe site: the cookie says which probe it is and
+ * where its arguments are. */
+SEC("uprobe")
+int on_usdt(struct pt_regs *ctx)
+{
+	__u32 index = (__u32)bpf_get_attach_cookie(ctx);
+	struct usdt_spec *spec = bpf_map_lookup_elem(&usdt_specs, &index);
+	if (!spec || !spec->probe)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct live_key key = {.pid = id >> 32};
+	if (usdt_arg(ctx, &spec->args[0], &key.ptr)) {
+		count(COUNTER_USDT_UNREADABLE);
+		return 0;
+	}
+	if (spec->probe == USDT_PROBE_FREE) {
+		/* Reserved before the delete: a free follows its allocation in
+		 * the ring buffer, and a free that cannot be reported leaves the
+		 * allocation in both maps rather than in one. */
+		struct alloc_free *f = bpf_ringbuf_reserve(&records, sizeof(*f), 0);
+		if (!f) {
+			if (bpf_map_lookup_elem(&live_allocs, &key))
+				count(COUNTER_FREES_LOST);
+			return 0;
+		}
+		if (bpf_map_delete_elem(&live_allocs, &key)) {
+			bpf_ringbuf_discard(f, BPF_RB_NO_WAKEUP);
+			return 0; /* not one we saw allocated */
+		}
+		f->kind = RECORD_FREE;
+		f->pid = key.pid;
+		f->ptr = key.ptr;
+		bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
+		count(COUNTER_FREES);
+		return 0;
+	}
+	if (spec->probe != USDT_PROBE_ALLOC)
+		return 0;
+	struct alloc_sample *a = bpf_ringbuf_reserve(&records, sizeof(*a), 0);
+	if (!a) {
+		count(COUNTER_ALLOCS_LOST);
+		return 0;
+	}
+	a->size = 0;
+	a->weight = 0;
+	usdt_arg(ctx, &spec->args[1], &a->size);
+	usdt_arg(ctx, &spec->args[2], &a->weight);
+	a->ptr = key.ptr;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	sample_header(&a->sample, RECORD_ALLOC, id, task, bpf_ktime_get_boot_ns());
+	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample);
+	a->sample.kernel_bytes = 0;
+	__u64 weight = a->weight;
+	/* After the reserve: the free's record comes after this one. */
+	a->tracked = bpf_map_update_elem(&live_allocs, &key, &weight, BPF_ANY) == 0;
+	if (!a->tracked)
+		count(COUNTER_LIVE_FULL);
+	a->pad = 0;
+	bpf_ringbuf_submit(a, BPF_RB_NO_WAKEUP);
+	count(COUNTER_ALLOCS);
 	return 0;
 }

@@ -36,7 +36,10 @@ enum record_kind {
 	RECORD_OFF_CPU_START = 4, /* a thread blocked: a cpu_sample of its
 				     stacks and context, boot_ns = switch-out */
 	RECORD_OFF_CPU_END = 5,   /* it ran again: struct off_cpu_end */
+	RECORD_ALLOC = 6,  /* a sampled allocation: struct alloc_sample */
+	RECORD_FREE = 7,   /* a tracked sampled allocation was freed: struct alloc_free */
 };
+
 
 #define TRACE_CTX_HEADER 28      /* OTEP 4947 record header */
 #define TRACE_CTX_ATTRS 100      /* attribute bytes copied per sample */
@@ -90,6 +93,66 @@ struct off_cpu_end {
 	__u64 end_ns;        /* and at the switch-in */
 };
 
+/* The otel_memory USDT probes (memory allocation profiling). Userspace
+ * attaches one uprobe per probe site and file, its BPF cookie the index of
+ * the site's struct usdt_spec in `usdt_specs`: which probe it is and where
+ * its arguments are (the note's argument spec, decoded). */
+#define USDT_ARGS 3
+#define USDT_SPECS 4096
+
+enum usdt_arg_kind {
+	USDT_ARG_NONE = 0,
+	USDT_ARG_CONST = 1,  /* value */
+	USDT_ARG_REG = 2,    /* the register at reg_off in struct pt_regs */
+	USDT_ARG_MEM = 3,    /* memory at that register + value */
+};
+
+enum usdt_probe {
+	USDT_PROBE_ALLOC = 1,  /* otel_memory:alloc(ptr, size, weight) */
+	USDT_PROBE_FREE = 2,   /* otel_memory:free(ptr) */
+};
+
+struct usdt_arg {
+	__s64 value;         /* the constant, or the memory displacement */
+	__u32 kind;          /* enum usdt_arg_kind */
+	__u16 reg_off;       /* byte offset in struct pt_regs */
+	__s8 size;           /* 1, 2, 4, 8 bytes; negative: signed */
+	__u8 pad;
+};
+
+struct usdt_spec {
+	struct usdt_arg args[USDT_ARGS];
+	__u32 probe;         /* enum usdt_probe; 0: a free slot */
+	__u32 pad;
+};
+
+/* A sampled allocation: the thread's stacks and context as a cpu_sample
+ * (kind RECORD_ALLOC, no kernel stack), and the probe's arguments.
+ * `tracked` is 1 when it was added to the map of live allocations (its
+ * free will be reported), 0 when the map was full. */
+struct alloc_sample {
+	struct cpu_sample sample;
+	__u64 ptr;
+	__u64 size;
+	__u64 weight;        /* bytes it stands for */
+	__u32 tracked;
+	__u32 pad;
+};
+
+/* A tracked allocation was freed. */
+struct alloc_free {
+	__u32 kind;          /* RECORD_FREE */
+	__u32 pid;
+	__u64 ptr;
+};
+
+/* The key of the map of live sampled allocations. */
+struct live_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 ptr;
+};
+
 /* The layout, byte for byte: the size and every field's offset. Changing a
  * struct above means changing these numbers, and record.rs with them (both
  * compilers check). */
@@ -125,6 +188,23 @@ struct off_cpu_end {
 #define LAYOUT_OFF_CPU_END_TID 4
 #define LAYOUT_OFF_CPU_END_START_NS 8
 #define LAYOUT_OFF_CPU_END_END_NS 16
+#define LAYOUT_USDT_ARG_SIZE 16
+#define LAYOUT_USDT_ARG_VALUE 0
+#define LAYOUT_USDT_ARG_KIND 8
+#define LAYOUT_USDT_ARG_REG_OFF 12
+#define LAYOUT_USDT_ARG_SIZE_FIELD 14
+#define LAYOUT_USDT_SPEC_SIZE 56
+#define LAYOUT_USDT_SPEC_PROBE 48
+#define LAYOUT_ALLOC_SAMPLE_SIZE 2016
+#define LAYOUT_ALLOC_SAMPLE_PTR 1984
+#define LAYOUT_ALLOC_SAMPLE_SIZE_FIELD 1992
+#define LAYOUT_ALLOC_SAMPLE_WEIGHT 2000
+#define LAYOUT_ALLOC_SAMPLE_TRACKED 2008
+#define LAYOUT_ALLOC_FREE_SIZE 16
+#define LAYOUT_ALLOC_FREE_KIND 0
+#define LAYOUT_ALLOC_FREE_PID 4
+#define LAYOUT_ALLOC_FREE_PTR 8
+#define LAYOUT_LIVE_KEY_SIZE 16
 
 #define LAYOUT_CHECK(what, value, expected) \
 	_Static_assert((value) == (expected), \
@@ -162,6 +242,23 @@ LAYOUT_CHECK("off_cpu_end.kind", __builtin_offsetof(struct off_cpu_end, kind), L
 LAYOUT_CHECK("off_cpu_end.tid", __builtin_offsetof(struct off_cpu_end, tid), LAYOUT_OFF_CPU_END_TID);
 LAYOUT_CHECK("off_cpu_end.start_ns", __builtin_offsetof(struct off_cpu_end, start_ns), LAYOUT_OFF_CPU_END_START_NS);
 LAYOUT_CHECK("off_cpu_end.end_ns", __builtin_offsetof(struct off_cpu_end, end_ns), LAYOUT_OFF_CPU_END_END_NS);
+LAYOUT_CHECK("sizeof(struct usdt_arg)", sizeof(struct usdt_arg), LAYOUT_USDT_ARG_SIZE);
+LAYOUT_CHECK("usdt_arg.value", __builtin_offsetof(struct usdt_arg, value), LAYOUT_USDT_ARG_VALUE);
+LAYOUT_CHECK("usdt_arg.kind", __builtin_offsetof(struct usdt_arg, kind), LAYOUT_USDT_ARG_KIND);
+LAYOUT_CHECK("usdt_arg.reg_off", __builtin_offsetof(struct usdt_arg, reg_off), LAYOUT_USDT_ARG_REG_OFF);
+LAYOUT_CHECK("usdt_arg.size", __builtin_offsetof(struct usdt_arg, size), LAYOUT_USDT_ARG_SIZE_FIELD);
+LAYOUT_CHECK("sizeof(struct usdt_spec)", sizeof(struct usdt_spec), LAYOUT_USDT_SPEC_SIZE);
+LAYOUT_CHECK("usdt_spec.probe", __builtin_offsetof(struct usdt_spec, probe), LAYOUT_USDT_SPEC_PROBE);
+LAYOUT_CHECK("sizeof(struct alloc_sample)", sizeof(struct alloc_sample), LAYOUT_ALLOC_SAMPLE_SIZE);
+LAYOUT_CHECK("alloc_sample.ptr", __builtin_offsetof(struct alloc_sample, ptr), LAYOUT_ALLOC_SAMPLE_PTR);
+LAYOUT_CHECK("alloc_sample.size", __builtin_offsetof(struct alloc_sample, size), LAYOUT_ALLOC_SAMPLE_SIZE_FIELD);
+LAYOUT_CHECK("alloc_sample.weight", __builtin_offsetof(struct alloc_sample, weight), LAYOUT_ALLOC_SAMPLE_WEIGHT);
+LAYOUT_CHECK("alloc_sample.tracked", __builtin_offsetof(struct alloc_sample, tracked), LAYOUT_ALLOC_SAMPLE_TRACKED);
+LAYOUT_CHECK("sizeof(struct alloc_free)", sizeof(struct alloc_free), LAYOUT_ALLOC_FREE_SIZE);
+LAYOUT_CHECK("alloc_free.kind", __builtin_offsetof(struct alloc_free, kind), LAYOUT_ALLOC_FREE_KIND);
+LAYOUT_CHECK("alloc_free.pid", __builtin_offsetof(struct alloc_free, pid), LAYOUT_ALLOC_FREE_PID);
+LAYOUT_CHECK("alloc_free.ptr", __builtin_offsetof(struct alloc_free, ptr), LAYOUT_ALLOC_FREE_PTR);
+LAYOUT_CHECK("sizeof(struct live_key)", sizeof(struct live_key), LAYOUT_LIVE_KEY_SIZE);
 
 /* Indices of the per-CPU `counters` array. */
 enum counter {
@@ -175,7 +272,13 @@ enum counter {
 	COUNTER_OFF_CPU_LOST = 7,  /* ... dropped: the ring buffer was full */
 	COUNTER_OFF_CPU_FULL = 8,  /* ... dropped: no memory for the thread's start time */
 	COUNTER_PREEMPTED = 9,     /* switch-outs of runnable threads (not recorded) */
-	COUNTER_COUNT = 10,
+	COUNTER_ALLOCS = 10,       /* sampled allocations recorded */
+	COUNTER_ALLOCS_LOST = 11,  /* ... dropped: the ring buffer was full */
+	COUNTER_LIVE_FULL = 12,    /* ... not tracked: the live map was full */
+	COUNTER_FREES = 13,        /* frees of tracked allocations recorded */
+	COUNTER_FREES_LOST = 14,   /* ... dropped: the ring buffer was full */
+	COUNTER_USDT_UNREADABLE = 15, /* a probe's pointer argument unreadable */
+	COUNTER_COUNT = 16,
 };
 
 #endif

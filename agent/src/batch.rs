@@ -3,7 +3,11 @@
 //! in it a `samples/count` profile with period `cpu/nanoseconds` (every
 //! sample with its timestamps) and, when the process waited, an
 //! `off_cpu/nanoseconds` profile (each wait a timestamp and a value, the
-//! OpenTelemetry eBPF profiler's off-CPU type), sharing one dictionary.
+//! OpenTelemetry eBPF profiler's off-CPU type), and, when its allocations
+//! are sampled, `alloc_space/bytes` and `alloc_objects/count` (each sampled
+//! allocation a timestamp and a value) and `inuse_space/bytes` and
+//! `inuse_objects/count` (one snapshot: every value at the same time),
+//! sharing one dictionary.
 //! Native frames are left unsymbolized (an address and a mapping carrying
 //! `process.executable.build_id.gnu`); kernel frames are named. Samples with
 //! the same stack, thread and trace link share one `Sample` with one
@@ -69,12 +73,26 @@ pub struct Observed<'a> {
 /// A sample's identity: (stack, attributes, link).
 type SampleKey = (i32, Vec<i32>, i32);
 
+/// A memory profile's event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    /// A sampled allocation: the bytes and allocations it stands for.
+    Alloc { bytes: i64, objects: i64 },
+    /// What is live from one site at a snapshot.
+    InUse { bytes: i64, objects: i64 },
+}
+
+#[derive(Default)]
 struct ProcessSamples {
     info: Arc<ProcessInfo>,
     /// On-CPU: timestamps.
     samples: HashMap<SampleKey, Vec<u64>>,
     /// Off-CPU: (time the wait began, nanoseconds it stands for).
     waits: HashMap<SampleKey, Vec<(u64, i64)>>,
+    /// Allocations: (time, bytes, objects).
+    allocs: HashMap<SampleKey, Vec<(u64, i64, i64)>>,
+    /// In use at a snapshot: (time, bytes, objects).
+    inuse: HashMap<SampleKey, (u64, i64, i64)>,
 }
 
 pub struct Batch {
@@ -256,6 +274,46 @@ impl Batch {
     /// nanoseconds. The stack is kernel frames (leaf first) then user
     /// frames, as one leaf-first location list.
     pub fn add(&mut self, s: &Observed<'_>, off_cpu_ns: Option<i64>) {
+        let key = self.key(s);
+        let process = self.process(s.process);
+        match off_cpu_ns {
+            None => process.samples.entry(key).or_default().push(s.unix_ns),
+            Some(ns) => process.waits.entry(key).or_default().push((s.unix_ns, ns)),
+        }
+        self.samples += 1;
+    }
+
+    /// Adds a memory event: a sampled allocation, or a site's live bytes
+    /// at a snapshot (added up when the same key comes twice).
+    pub fn add_memory(&mut self, s: &Observed<'_>, memory: Memory) {
+        let key = self.key(s);
+        let process = self.process(s.process);
+        match memory {
+            Memory::Alloc { bytes, objects } => process
+                .allocs
+                .entry(key)
+                .or_default()
+                .push((s.unix_ns, bytes, objects)),
+            Memory::InUse { bytes, objects } => {
+                let e = process.inuse.entry(key).or_insert((s.unix_ns, 0, 0));
+                e.1 = e.1.saturating_add(bytes);
+                e.2 = e.2.saturating_add(objects);
+            }
+        }
+        self.samples += 1;
+    }
+
+    fn process(&mut self, info: &Arc<ProcessInfo>) -> &mut ProcessSamples {
+        self.processes
+            .entry(Arc::as_ptr(info) as usize)
+            .or_insert_with(|| ProcessSamples {
+                info: info.clone(),
+                ..Default::default()
+            })
+    }
+
+    /// A sample's identity: its stack, attributes and link, interned.
+    fn key(&mut self, s: &Observed<'_>) -> SampleKey {
         let mut stack = std::mem::take(&mut self.scratch);
         stack.clear();
         for &(address, name) in s.kernel {
@@ -301,20 +359,7 @@ impl Batch {
             }
             None => 0,
         };
-        let process = self
-            .processes
-            .entry(Arc::as_ptr(s.process) as usize)
-            .or_insert_with(|| ProcessSamples {
-                info: s.process.clone(),
-                samples: HashMap::new(),
-                waits: HashMap::new(),
-            });
-        let key = (stack_index, attributes, link);
-        match off_cpu_ns {
-            None => process.samples.entry(key).or_default().push(s.unix_ns),
-            Some(ns) => process.waits.entry(key).or_default().push((s.unix_ns, ns)),
-        }
-        self.samples += 1;
+        (stack_index, attributes, link)
     }
 
     /// The export request of everything added, `None` when nothing was.
@@ -331,6 +376,12 @@ impl Batch {
             value_type("cpu", "nanoseconds"),
         );
         let off_cpu = value_type("off_cpu", "nanoseconds");
+        let memory = [
+            value_type("alloc_space", "bytes"),
+            value_type("alloc_objects", "count"),
+            value_type("inuse_space", "bytes"),
+            value_type("inuse_objects", "count"),
+        ];
         let (start_ns, period_ns) = (self.start_ns, self.period_ns);
         let duration_nano = end_ns.saturating_sub(start_ns);
         let mut processes: Vec<ProcessSamples> = self.processes.into_values().collect();
@@ -367,6 +418,46 @@ impl Batch {
                         samples: sorted(samples),
                         ..Default::default()
                     });
+                }
+                if !p.allocs.is_empty() {
+                    let mut space = Vec::with_capacity(p.allocs.len());
+                    let mut objects = Vec::with_capacity(p.allocs.len());
+                    for (key, mut events) in p.allocs {
+                        events.sort_unstable();
+                        let times: Vec<u64> = events.iter().map(|e| e.0).collect();
+                        space.push(sample(
+                            key.clone(),
+                            times.clone(),
+                            events.iter().map(|e| e.1).collect(),
+                        ));
+                        objects.push(sample(key, times, events.iter().map(|e| e.2).collect()));
+                    }
+                    for (ty, samples) in [(memory[0], space), (memory[1], objects)] {
+                        profiles.push(Profile {
+                            sample_type: Some(ty),
+                            time_unix_nano: start_ns,
+                            duration_nano,
+                            samples: sorted(samples.into_iter()),
+                            ..Default::default()
+                        });
+                    }
+                }
+                if !p.inuse.is_empty() {
+                    let mut space = Vec::with_capacity(p.inuse.len());
+                    let mut objects = Vec::with_capacity(p.inuse.len());
+                    for (key, (t, bytes, n)) in p.inuse {
+                        space.push(sample(key.clone(), vec![t], vec![bytes]));
+                        objects.push(sample(key, vec![t], vec![n]));
+                    }
+                    for (ty, samples) in [(memory[2], space), (memory[3], objects)] {
+                        profiles.push(Profile {
+                            sample_type: Some(ty),
+                            time_unix_nano: start_ns,
+                            duration_nano,
+                            samples: sorted(samples.into_iter()),
+                            ..Default::default()
+                        });
+                    }
                 }
                 ResourceProfiles {
                     resource: Some(Resource {

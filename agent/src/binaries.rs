@@ -34,6 +34,8 @@ pub struct Binary {
     pub eh_frame_hdr: Option<SectionRef>,
     /// `.text`'s address (a base of CFI pointer encodings).
     pub text_address: u64,
+    /// Its `otel_memory` USDT probe sites (memory profiling), if any.
+    pub memory_probes: Vec<crate::usdt::MemoryProbe>,
 }
 
 impl Binary {
@@ -64,6 +66,7 @@ impl Binary {
             text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
             thread_ctx_offset: crate::threadctx::executable_offset(&file, data),
             thread_ctx_tlsdesc_got: crate::threadctx::library_tlsdesc_got(&file),
+            memory_probes: crate::usdt::memory_probes(&file, data),
         })
     }
 
@@ -262,6 +265,7 @@ mod tests {
             eh_frame: None,
             eh_frame_hdr: None,
             text_address: 0,
+            memory_probes: Vec::new(),
         };
         assert_eq!(binary.vaddr_of_mapping(0x1d000), 0x1e000);
         assert_eq!(binary.vaddr_of_mapping(0), 0);

@@ -109,6 +109,21 @@ pub struct Args {
     /// up (counted).
     #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_MAX_WAITING", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub off_cpu_max_waiting: u32,
+
+    /// Turn memory allocation profiling off. When on (the default), the
+    /// agent attaches to the `otel_memory:alloc` and `otel_memory:free`
+    /// USDT probes of every file that has them (the symtrace-alloc
+    /// `LD_PRELOAD` library, a Rust program with `SampledAllocator`, any
+    /// other writer of the OpenTelemetry design) and sends `alloc_space`,
+    /// `alloc_objects`, `inuse_space` and `inuse_objects` profiles.
+    /// Processes without the probes cost nothing. Needs Linux ≥ 5.15.
+    #[arg(long, env = "SYMTRACE_AGENT_NO_MEMORY")]
+    pub no_memory: bool,
+
+    /// Live sampled allocations tracked at once (for the in-use profiles;
+    /// beyond it new ones count as allocated but not as in use, counted).
+    #[arg(long, env = "SYMTRACE_AGENT_MEMORY_MAX_LIVE", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    pub memory_max_live: u32,
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {

@@ -7,14 +7,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::batch::{Batch, Observed};
+use crate::batch::{Batch, Memory, Observed};
 use crate::export::Queue;
 use crate::kallsyms::KernelSymbols;
+use crate::memory::{self, Live, Site};
 use crate::offcpu::{self, Waiting, Waits};
 use crate::procs::{Processes, UserStack};
 use crate::record::{self, Record};
 use crate::sampler::{OffCpu, Sampler};
 use crate::stats;
+use crate::usdt::MemoryProbes;
 
 /// How often the ring buffer is drained (the BPF side never wakes us); also
 /// how long a new process's first samples can go without its trace context.
@@ -68,6 +70,21 @@ impl Collector {
         for (pid, offset) in publishing {
             self.sampler.set_thread_ctx_offset(pid, offset);
         }
+        let mut probes = MemoryProbes::new(Path::new("/proc"));
+        let mut live = Live::default();
+        if self.sampler.memory_enabled() {
+            let scanning = Instant::now();
+            probes.scan(true, &mut procs, &mut self.sampler);
+            let found = probes.stats();
+            tracing::info!(
+                "memory profiling: otel_memory probes in {} files ({} sites) after {:?}",
+                found.files,
+                found.sites,
+                scanning.elapsed()
+            );
+        }
+        let mut gone: Vec<u32> = Vec::new();
+        let mut execs: Vec<u32> = Vec::new();
         let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
         let mut waits = Waits::new(self.off_cpu.max_waiting as usize);
         let mut boot_to_unix = boot_to_unix_ns();
@@ -171,12 +188,66 @@ impl Collector {
                         Some(value),
                     );
                 }
-                Record::Exec(pid) | Record::Exit(pid) => procs.forget(pid),
+                Record::Alloc(a) => {
+                    let s = &a.sample;
+                    let thread_name = s.thread_name();
+                    let mut frames = Vec::new();
+                    let stack = UserStack {
+                        chain: s.user_stack(),
+                        end: s.user_end,
+                        bp: s.user_bp,
+                        window: s.window(),
+                    };
+                    let (process, cut) = procs.resolve(s.pid, &thread_name, &stack, &mut frames);
+                    for (pid, offset) in procs.take_tls_changes() {
+                        offsets.set(pid, offset);
+                    }
+                    let site = live.site(Site {
+                        process,
+                        thread_name,
+                        user: frames,
+                        cut,
+                        trace: s.trace,
+                    });
+                    let objects = memory::objects(a.size, a.weight).round() as i64;
+                    let bytes = a.weight.min(i64::MAX as u64) as i64;
+                    add_site(
+                        &mut batch,
+                        &site,
+                        s.boot_ns.saturating_add_signed(boot_to_unix),
+                        Memory::Alloc { bytes, objects },
+                    );
+                    if a.tracked == 1 {
+                        live.alloc(s.pid, a.ptr, a.size, a.weight, site);
+                    }
+                }
+                Record::Free(f) => live.free(f.pid, f.ptr),
+                Record::Exec(pid) => {
+                    procs.forget(pid);
+                    gone.push(pid);
+                    execs.push(pid);
+                }
+                Record::Exit(pid) => {
+                    procs.forget(pid);
+                    gone.push(pid);
+                }
             });
+            if self.sampler.memory_enabled() {
+                for pid in execs.drain(..) {
+                    probes.exec(pid);
+                }
+            }
+            for pid in gone.drain(..) {
+                let ptrs = live.forget_process(pid);
+                self.sampler.forget_live(pid, &ptrs);
+            }
             for (pid, offset) in procs.take_tls_changes() {
                 self.sampler.set_thread_ctx_offset(pid, offset);
             }
             let now = Instant::now();
+            if self.sampler.memory_enabled() {
+                probes.tick(now, &mut procs, &mut self.sampler);
+            }
             if now >= next_cpu_sync {
                 next_cpu_sync = now + CPU_SYNC;
                 if let Err(e) = self.sampler.sync_cpus() {
@@ -186,6 +257,9 @@ impl Collector {
             if now >= next_flush {
                 next_flush = now + self.interval;
                 let end = unix_now_ns();
+                for (site, bytes, objects) in live.snapshot() {
+                    add_site(&mut batch, &site, end, Memory::InUse { bytes, objects });
+                }
                 let done =
                     std::mem::replace(&mut batch, Batch::new(end, self.frequency, &self.host_name));
                 self.flush(done, end);
@@ -195,19 +269,27 @@ impl Collector {
                     let reading = self.reading();
                     println!(
                         "{}",
-                        stats::line(&last, &reading, &self.gauges(&procs, &waits))
+                        stats::line(
+                            &last,
+                            &reading,
+                            &self.gauges(&procs, &waits, &live, &probes)
+                        )
                     );
                     last = reading;
                 }
             }
         }
         self.sampler.drain(|_, _| {});
-        self.flush(batch, unix_now_ns());
+        let end = unix_now_ns();
+        for (site, bytes, objects) in live.snapshot() {
+            add_site(&mut batch, &site, end, Memory::InUse { bytes, objects });
+        }
+        self.flush(batch, end);
         self.queue.close();
         Ok(Totals {
             first,
             last: self.reading(),
-            gauges: self.gauges(&procs, &waits),
+            gauges: self.gauges(&procs, &waits, &live, &probes),
         })
     }
 
@@ -230,7 +312,13 @@ impl Collector {
         }
     }
 
-    fn gauges(&self, procs: &Processes, waits: &Waits) -> stats::Gauges {
+    fn gauges<L>(
+        &self,
+        procs: &Processes,
+        waits: &Waits,
+        live: &Live,
+        probes: &MemoryProbes<L>,
+    ) -> stats::Gauges {
         stats::Gauges {
             cpus: self.sampler.cpus(),
             frequency: self.frequency,
@@ -246,8 +334,27 @@ impl Collector {
             waiting: waits.len(),
             waits_dropped: waits.dropped,
             waits_unmatched: waits.unmatched,
+            live_allocs: live.len(),
+            unknown_frees: live.unknown_frees,
+            probes: probes.stats(),
         }
     }
+}
+
+/// A memory event of an allocation site.
+fn add_site(batch: &mut Batch, site: &Site, unix_ns: u64, memory: Memory) {
+    batch.add_memory(
+        &Observed {
+            process: &site.process,
+            thread_name: &site.thread_name,
+            unix_ns,
+            user: &site.user,
+            cut: site.cut,
+            kernel: &[],
+            trace: &site.trace,
+        },
+        memory,
+    );
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i64 {

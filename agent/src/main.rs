@@ -10,6 +10,7 @@ mod collect;
 mod export;
 mod kallsyms;
 mod maps;
+mod memory;
 mod offcpu;
 mod procs;
 mod record;
@@ -19,6 +20,7 @@ mod sampler;
 mod stats;
 mod threadctx;
 mod unwind;
+mod usdt;
 mod vdso;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         kernel_threads: args.kernel_threads,
         off_cpu,
         run_time_stats: args.stats,
+        memory_max_live: (!args.no_memory).then_some(args.memory_max_live),
     })?;
     tracing::info!(
         "sampling {} CPUs at {} Hz (BPF loaded and attached in {:?}); exporting every {:?} to {}",

@@ -166,6 +166,11 @@ impl Processes {
         self.binaries.skipped
     }
 
+    /// The file of mapping `map` of process `pid`, read once per file.
+    pub fn binary(&mut self, pid: u32, map: &MapEntry) -> Option<Arc<crate::binaries::Binary>> {
+        self.binaries.get(&self.proc_root, pid, map)
+    }
+
     /// exec: new mappings, maybe a new service name.
     pub fn forget(&mut self, pid: u32) {
         if let Some(p) = self.by_pid.remove(&pid) {

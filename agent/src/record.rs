@@ -145,6 +145,29 @@ layout_check!(offset_of!(OffCpuEnd, kind), LAYOUT_OFF_CPU_END_KIND);
 layout_check!(offset_of!(OffCpuEnd, tid), LAYOUT_OFF_CPU_END_TID);
 layout_check!(offset_of!(OffCpuEnd, start_ns), LAYOUT_OFF_CPU_END_START_NS);
 layout_check!(offset_of!(OffCpuEnd, end_ns), LAYOUT_OFF_CPU_END_END_NS);
+layout_check!(size_of::<UsdtArgSpec>(), LAYOUT_USDT_ARG_SIZE);
+layout_check!(offset_of!(UsdtArgSpec, value), LAYOUT_USDT_ARG_VALUE);
+layout_check!(offset_of!(UsdtArgSpec, kind), LAYOUT_USDT_ARG_KIND);
+layout_check!(offset_of!(UsdtArgSpec, reg_off), LAYOUT_USDT_ARG_REG_OFF);
+layout_check!(offset_of!(UsdtArgSpec, size), LAYOUT_USDT_ARG_SIZE_FIELD);
+layout_check!(size_of::<UsdtSpec>(), LAYOUT_USDT_SPEC_SIZE);
+layout_check!(offset_of!(UsdtSpec, probe), LAYOUT_USDT_SPEC_PROBE);
+layout_check!(size_of::<AllocSample>(), LAYOUT_ALLOC_SAMPLE_SIZE);
+layout_check!(offset_of!(AllocSample, ptr), LAYOUT_ALLOC_SAMPLE_PTR);
+layout_check!(
+    offset_of!(AllocSample, size),
+    LAYOUT_ALLOC_SAMPLE_SIZE_FIELD
+);
+layout_check!(offset_of!(AllocSample, weight), LAYOUT_ALLOC_SAMPLE_WEIGHT);
+layout_check!(
+    offset_of!(AllocSample, tracked),
+    LAYOUT_ALLOC_SAMPLE_TRACKED
+);
+layout_check!(size_of::<AllocFree>(), LAYOUT_ALLOC_FREE_SIZE);
+layout_check!(offset_of!(AllocFree, kind), LAYOUT_ALLOC_FREE_KIND);
+layout_check!(offset_of!(AllocFree, pid), LAYOUT_ALLOC_FREE_PID);
+layout_check!(offset_of!(AllocFree, ptr), LAYOUT_ALLOC_FREE_PTR);
+layout_check!(size_of::<LiveKey>(), LAYOUT_LIVE_KEY_SIZE);
 
 /// `struct process_event_record`: an exec or exit.
 #[repr(C)]
@@ -164,6 +187,64 @@ pub struct OffCpuEnd {
     pub end_ns: u64,
 }
 
+/// `struct usdt_arg`: where a USDT argument is at the probe.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsdtArgSpec {
+    pub value: i64,
+    pub kind: u32,
+    pub reg_off: u16,
+    pub size: i8,
+    pub pad: u8,
+}
+
+/// `struct usdt_spec`: a probe site's probe and arguments.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsdtSpec {
+    pub args: [UsdtArgSpec; USDT_ARGS],
+    pub probe: u32,
+    pub pad: u32,
+}
+
+// SAFETY: plain old data (integers only, no padding the C side leaves
+// undefined: every field is written), as aya's maps need.
+unsafe impl aya::Pod for UsdtSpec {}
+
+/// `struct alloc_sample`: a sampled allocation's stacks, context and
+/// arguments.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AllocSample {
+    pub sample: CpuSample,
+    pub ptr: u64,
+    pub size: u64,
+    pub weight: u64,
+    pub tracked: u32,
+    pub pad: u32,
+}
+
+/// `struct alloc_free`: a tracked allocation was freed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocFree {
+    pub kind: u32,
+    pub pid: u32,
+    pub ptr: u64,
+}
+
+/// `struct live_key`: the live-allocation map's key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveKey {
+    pub pid: u32,
+    pub pad: u32,
+    pub ptr: u64,
+}
+
+// SAFETY: integers only.
+unsafe impl aya::Pod for LiveKey {}
+
 /// A record as read from the ring buffer.
 pub enum Record {
     Sample(Box<CpuSample>),
@@ -173,6 +254,10 @@ pub enum Record {
     /// the time it left the CPU.
     OffCpuStart(Box<CpuSample>),
     OffCpuEnd(OffCpuEnd),
+    /// A sampled allocation.
+    Alloc(Box<AllocSample>),
+    /// A tracked allocation was freed.
+    Free(AllocFree),
 }
 
 impl Record {
@@ -198,6 +283,17 @@ impl Record {
                 // SAFETY: as above, OffCpuEnd is integers only.
                 let end = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<OffCpuEnd>()) };
                 Some(Record::OffCpuEnd(end))
+            }
+            RECORD_ALLOC if bytes.len() == size_of::<AllocSample>() => {
+                // SAFETY: as a sample: integers and byte arrays only.
+                Some(Record::Alloc(Box::new(unsafe {
+                    std::ptr::read_unaligned(bytes.as_ptr().cast::<AllocSample>())
+                })))
+            }
+            RECORD_FREE if bytes.len() == size_of::<AllocFree>() => {
+                // SAFETY: integers only.
+                let f = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<AllocFree>()) };
+                Some(Record::Free(f))
             }
             RECORD_EXEC => Some(Record::Exec(word(offset_of!(ProcessEvent, pid))?)),
             RECORD_EXIT => Some(Record::Exit(word(offset_of!(ProcessEvent, pid))?)),
@@ -339,6 +435,42 @@ mod tests {
             )
         };
         assert!(matches!(Record::parse(bytes), Some(Record::OffCpuStart(s)) if s.tid == 9));
+    }
+
+    #[test]
+    fn parses_memory_records() {
+        let mut a: AllocSample = unsafe { std::mem::zeroed() };
+        a.sample.kind = RECORD_ALLOC;
+        a.sample.pid = 5;
+        a.ptr = 0x1000;
+        a.size = 64;
+        a.weight = 524288;
+        a.tracked = 1;
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&a as *const AllocSample).cast::<u8>(),
+                size_of::<AllocSample>(),
+            )
+        };
+        assert!(matches!(Record::parse(bytes),
+            Some(Record::Alloc(r)) if r.ptr == 0x1000 && r.weight == 524288 && r.sample.pid == 5));
+        assert!(
+            Record::parse(&bytes[..size_of::<CpuSample>()]).is_none(),
+            "an allocation cut to a sample's size is refused"
+        );
+        let f = AllocFree {
+            kind: RECORD_FREE,
+            pid: 5,
+            ptr: 0x1000,
+        };
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&f as *const AllocFree).cast::<u8>(),
+                size_of::<AllocFree>(),
+            )
+        };
+        assert!(matches!(Record::parse(bytes), Some(Record::Free(g)) if g == f));
+        assert!(Record::parse(&bytes[..12]).is_none());
     }
 
     #[test]

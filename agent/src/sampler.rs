@@ -1,8 +1,8 @@
 //! The BPF side, from userspace: loads `bpf/profile.bpf.c` (CO-RE, relocated
 //! against the running kernel's BTF), attaches the sampler to a CPU-clock
 //! perf event on every online CPU (again as CPUs come and go), hooks exec and
-//! exit, and the scheduler's switch when off-CPU sampling is on, and drains
-//! the ring buffer.
+//! exit, and the scheduler's switch when off-CPU sampling is on, attaches
+//! the memory probes' program where `usdt` says, and drains the ring buffer.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -13,7 +13,8 @@ use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{
     PerfEvent, PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
 };
-use aya::programs::{BtfTracePoint, RawTracePoint};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
+use aya::programs::{BtfTracePoint, RawTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use crate::record::{self, Record};
@@ -22,7 +23,8 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 
 const SAMPLER: &str = "on_cpu_sample";
 const OFF_CPU: &str = "on_switch";
-const PROGRAMS: [&str; 4] = [SAMPLER, "on_exec", "on_exit", OFF_CPU];
+const MEMORY: &str = "on_usdt";
+const PROGRAMS: [&str; 5] = [SAMPLER, "on_exec", "on_exit", OFF_CPU, MEMORY];
 
 /// Counters kept by the BPF program (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
@@ -41,6 +43,16 @@ pub struct Counters {
     pub off_cpu_full: u64,
     /// Switch-outs of runnable threads (preempted; counted only).
     pub preempted: u64,
+    /// Sampled allocations recorded, dropped (ring buffer full), and not
+    /// tracked as live (the live map was full).
+    pub allocs: u64,
+    pub allocs_lost: u64,
+    pub live_full: u64,
+    /// Frees of tracked allocations recorded, and dropped.
+    pub frees: u64,
+    pub frees_lost: u64,
+    /// Memory probes whose pointer argument could not be read.
+    pub usdt_unreadable: u64,
 }
 
 pub struct Sampler {
@@ -54,6 +66,14 @@ pub struct Sampler {
     run_time_stats: Option<OwnedFd>,
     /// Records of an unknown kind (a BPF object of another layout: a bug).
     pub malformed: u64,
+    /// Memory profiling's maps, when it is on.
+    memory: Option<MemoryMaps>,
+}
+
+/// The probe sites' specs and the live allocations (memory profiling).
+struct MemoryMaps {
+    specs: Array<MapData, record::UsdtSpec>,
+    live: aya::maps::HashMap<MapData, record::LiveKey, u64>,
 }
 
 /// The BPF maps of trace-context offsets by pid, and the filter the
@@ -115,6 +135,9 @@ pub struct Options {
     /// `--stats`). They are machine-wide and cost two clock reads around
     /// every run of every BPF program (~35–55 ns here), so off otherwise.
     pub run_time_stats: bool,
+    /// Memory allocation profiling: the live sampled allocations tracked at
+    /// most (`None`: off, the probe program not loaded).
+    pub memory_max_live: Option<u32>,
 }
 
 /// Off-CPU sampling: the probability that a blocked thread's switch-out is
@@ -165,6 +188,7 @@ impl Sampler {
             // it is created all the same and only the BPF side uses it.
             .allow_unsupported_maps()
             .map_max_entries("records", options.ring_buffer_bytes)
+            .map_max_entries("live_allocs", options.memory_max_live.unwrap_or(1).max(1))
             .override_global("record_kernel_threads", &kernel_threads, true)
             .override_global("off_cpu_threshold", &plain, true)
             .override_global("off_cpu_span_threshold", &span, true)
@@ -176,11 +200,15 @@ impl Sampler {
             if name == OFF_CPU && !off_cpu.enabled() {
                 continue; // nothing runs at every context switch
             }
+            if name == MEMORY && options.memory_max_live.is_none() {
+                continue;
+            }
             let program = bpf.program_mut(name).expect("program in the object");
             match program {
                 aya::programs::Program::PerfEvent(p) => p.load(),
                 aya::programs::Program::RawTracePoint(p) => p.load(),
                 aya::programs::Program::BtfTracePoint(p) => p.load("sched_switch", &btf),
+                aya::programs::Program::UProbe(p) => p.load(),
                 _ => unreachable!("{name}: unexpected program type"),
             }
             .with_context(|| format!("verifying BPF program {name}"))?;
@@ -206,6 +234,13 @@ impl Sampler {
             offsets: aya::maps::HashMap::try_from(bpf.take_map("thread_ctx_offsets").unwrap())?,
             publishing: Array::try_from(bpf.take_map("publishing").unwrap())?,
         };
+        let memory = match options.memory_max_live {
+            Some(_) => Some(MemoryMaps {
+                specs: Array::try_from(bpf.take_map("usdt_specs").unwrap())?,
+                live: aya::maps::HashMap::try_from(bpf.take_map("live_allocs").unwrap())?,
+            }),
+            None => None,
+        };
         let stats = if options.run_time_stats {
             aya::sys::enable_stats(aya::sys::Stats::RunTime)
                 .map_err(|e| tracing::warn!("BPF run-time statistics unavailable: {e}"))
@@ -222,6 +257,7 @@ impl Sampler {
             attached: BTreeMap::new(),
             run_time_stats: stats,
             malformed: 0,
+            memory,
         };
         sampler.sync_cpus()?;
         Ok(sampler)
@@ -316,6 +352,27 @@ impl Sampler {
             off_cpu_lost: sum(record::COUNTER_OFF_CPU_LOST),
             off_cpu_full: sum(record::COUNTER_OFF_CPU_FULL),
             preempted: sum(record::COUNTER_PREEMPTED),
+            allocs: sum(record::COUNTER_ALLOCS),
+            allocs_lost: sum(record::COUNTER_ALLOCS_LOST),
+            live_full: sum(record::COUNTER_LIVE_FULL),
+            frees: sum(record::COUNTER_FREES),
+            frees_lost: sum(record::COUNTER_FREES_LOST),
+            usdt_unreadable: sum(record::COUNTER_USDT_UNREADABLE),
+        }
+    }
+
+    /// Whether memory allocation profiling is on.
+    pub fn memory_enabled(&self) -> bool {
+        self.memory.is_some()
+    }
+
+    /// A process is gone: its live allocations leave the BPF side's map.
+    pub fn forget_live(&mut self, pid: u32, ptrs: &[u64]) {
+        let Some(m) = &mut self.memory else {
+            return;
+        };
+        for &ptr in ptrs {
+            let _ = m.live.remove(&record::LiveKey { pid, pad: 0, ptr });
         }
     }
 
@@ -333,5 +390,51 @@ impl Sampler {
             .fold((Duration::ZERO, 0), |(t, n), info| {
                 (t + info.run_time(), n + info.run_count())
             })
+    }
+}
+
+impl crate::usdt::Attach for Sampler {
+    type Link = UProbeLinkId;
+
+    fn attach(
+        &mut self,
+        path: &std::path::Path,
+        offset: u64,
+        slot: u32,
+        spec: &record::UsdtSpec,
+    ) -> anyhow::Result<UProbeLinkId> {
+        let Some(m) = &mut self.memory else {
+            anyhow::bail!("memory profiling is off");
+        };
+        m.specs
+            .set(slot, *spec, 0)
+            .context("writing the probe's spec")?;
+        let program: &mut UProbe = self
+            .bpf
+            .program_mut(MEMORY)
+            .expect("program in the object")
+            .try_into()?;
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: Some(u64::from(slot)),
+        };
+        program
+            .attach(point, path, UProbeScope::AllProcesses)
+            .with_context(|| {
+                format!(
+                    "uprobe at {offset:#x} of {} (needs Linux ≥ 5.15 for its cookie)",
+                    path.display()
+                )
+            })
+    }
+
+    fn detach(&mut self, link: UProbeLinkId, slot: u32) {
+        if let Ok(program) = <&mut UProbe>::try_from(self.bpf.program_mut(MEMORY).expect("program"))
+        {
+            let _ = program.detach(link);
+        }
+        if let Some(m) = &mut self.memory {
+            let _ = m.specs.set(slot, record::UsdtSpec::default(), 0);
+        }
     }
 }

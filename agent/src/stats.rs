@@ -49,6 +49,11 @@ pub struct Gauges {
     pub waits_unmatched: u64,
     /// The kernel's BPF run-time statistics are on (`--stats`).
     pub bpf_measured: bool,
+    /// Memory profiling: live sampled allocations held, frees of ones not
+    /// held, and the probes attached.
+    pub live_allocs: usize,
+    pub unknown_frees: u64,
+    pub probes: crate::usdt::ProbeStats,
 }
 
 /// One line: rates and shares over `[before, now]`, totals since start.
@@ -65,6 +70,9 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, no storage for the start {off_full}, open {waiting}, given up {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
+         memory: sampled allocations {allocs}, allocations lost {allocs_lost}, untracked (live map full) {live_full}, \
+         frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
+         probe files {probe_files}, probe sites {probe_sites}, sites refused {refused} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, {bpf_text}",
@@ -108,6 +116,17 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         cfi_files = g.cfi.files,
         cfi_kb = g.cfi.bytes / 1024,
         cfi_resets = g.cfi.resets,
+        allocs = now.counters.allocs,
+        allocs_lost = now.counters.allocs_lost,
+        live_full = now.counters.live_full,
+        frees = now.counters.frees,
+        frees_lost = now.counters.frees_lost,
+        usdt_bad = now.counters.usdt_unreadable,
+        live = g.live_allocs,
+        unknown_frees = g.unknown_frees,
+        probe_files = g.probes.files,
+        probe_sites = g.probes.sites,
+        refused = g.probes.refused,
         delivered = d.delivered_samples,
         batches = d.delivered_batches,
         queued = d.queued_batches,
@@ -178,6 +197,13 @@ mod tests {
             waits_dropped: 0,
             waits_unmatched: 1,
             bpf_measured: true,
+            live_allocs: 12,
+            unknown_frees: 0,
+            probes: crate::usdt::ProbeStats {
+                files: 1,
+                sites: 2,
+                refused: 0,
+            },
         };
         let text = line(&before, &now, &g);
         assert!(text.contains("off-CPU waits 0 (0.0/s), lost 0"), "{text}");
@@ -193,6 +219,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
+        assert!(
+            text.contains("live 12, frees unknown 0, probe files 1, probe sites 2"),
+            "{text}"
+        );
         // Without --stats the kernel's statistics are off: no made-up zero.
         let unmeasured = line(
             &before,

@@ -176,21 +176,48 @@ pub fn usdt_probes(data: &[u8]) -> Result<Vec<UsdtProbe>, UsdtError> {
     let Some(section) = file.section_by_name(".note.stapsdt") else {
         return Ok(Vec::new());
     };
-    let notes = section.data()?;
+    let layout = NoteLayout {
+        little_endian: file.is_little_endian(),
+        is_64: file.is_64(),
+        stapsdt_base: file.section_by_name(".stapsdt.base").map(|s| s.address()),
+        segments: file
+            .segments()
+            .map(|seg| {
+                let (start, size) = seg.file_range();
+                (seg.address(), size.min(seg.size()), start)
+            })
+            .collect(),
+        file_len: data.len() as u64,
+    };
+    probes_from_notes(section.data()?, layout)
+}
+
+/// What [`probes_from_notes`] needs of the file besides its notes: for a
+/// reader that parses the ELF file itself (with another `object` version,
+/// or through a bounded read cache).
+#[derive(Debug, Clone, Default)]
+pub struct NoteLayout {
+    /// The file's byte order.
+    pub little_endian: bool,
+    /// ELFCLASS64 (8-byte addresses in the notes).
+    pub is_64: bool,
+    /// The address of `.stapsdt.base` in the file, when it has one.
+    pub stapsdt_base: Option<u64>,
+    /// Loadable segments: (virtual address, file bytes, file offset).
+    pub segments: Vec<(u64, u64, u64)>,
+    /// The file's length.
+    pub file_len: u64,
+}
+
+/// The probes of a `.note.stapsdt` section's bytes.
+pub fn probes_from_notes(notes: &[u8], layout: NoteLayout) -> Result<Vec<UsdtProbe>, UsdtError> {
     // Where .stapsdt.base is now; the notes say where it was at link time.
-    let base_now = file.section_by_name(".stapsdt.base").map(|s| s.address());
-    let little = file.is_little_endian();
+    let base_now = layout.stapsdt_base;
     // Loadable segments by address, for a binary search per probe (a
     // hostile file may have as many segments as probes).
-    let mut segments: Vec<(u64, u64, u64)> = file
-        .segments()
-        .map(|seg| {
-            let (start, size) = seg.file_range();
-            (seg.address(), size.min(seg.size()), start)
-        })
-        .collect();
+    let mut segments = layout.segments;
     segments.sort_unstable();
-    let file_len = data.len() as u64;
+    let file_len = layout.file_len;
     let offset_of = |vaddr: u64| {
         let i = segments.partition_point(|s| s.0 <= vaddr).checked_sub(1)?;
         let (address, size, start) = segments[i];
@@ -199,7 +226,7 @@ pub fn usdt_probes(data: &[u8]) -> Result<Vec<UsdtProbe>, UsdtError> {
         (at < size && offset < file_len).then_some(offset)
     };
     let mut probes = Vec::new();
-    for note in parse_notes(notes, little, file.is_64())? {
+    for note in parse_notes(notes, layout.little_endian, layout.is_64)? {
         if probes.len() == MAX_PROBES {
             return Err(UsdtError::TooMany);
         }

@@ -10,6 +10,7 @@ use indexmap::IndexMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::frame_table::{FrameTable, SegmentFrames};
+use crate::gauge::{self, GaugeMode, Gauges};
 use crate::model::{BuildIdKind, SegmentData};
 use crate::selection::Selection;
 use crate::strings::Strings;
@@ -62,6 +63,10 @@ pub struct Aggregate {
     pub types: FxHashMap<u32, TypeInfo>,
     /// Events (samples) per profile type and side.
     pub points: FxHashMap<u32, [u64; 2]>,
+    /// Gauge types' snapshots, until they are settled into `pending`.
+    gauges: Gauges,
+    /// How they combine (the first selection's mode).
+    gauge_mode: GaugeMode,
     /// Segments read into this aggregate.
     pub segments_read: usize,
     /// Compressed bytes of those segments.
@@ -158,6 +163,37 @@ impl Aggregate {
         if series_type.iter().all(Option::is_none) {
             return Ok(());
         }
+        if side == 0 {
+            self.gauge_mode = sel.gauge;
+        }
+        // Gauge series (in-use memory): their identity, as a string of
+        // this aggregate (service and resource labels).
+        let gauge_series: Vec<Option<u32>> = data
+            .series
+            .iter()
+            .zip(&series_type)
+            .map(|(s, ty)| {
+                ty.filter(|_| gauge::is_gauge(data.str(s.sample_type)))?;
+                let mut id = data.str(s.service).to_owned();
+                let mut labels: Vec<(&str, &str)> = data
+                    .label_sets
+                    .get(s.labels as usize)
+                    .map(|set| {
+                        set.iter()
+                            .map(|&(k, v)| (data.str(k), data.str(v)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                labels.sort_unstable();
+                for (k, v) in labels {
+                    id.push('\u{1}');
+                    id.push_str(k);
+                    id.push('=');
+                    id.push_str(v);
+                }
+                Some(self.intern(&id))
+            })
+            .collect();
         let whole: Vec<bool> = data
             .series
             .iter()
@@ -198,6 +234,26 @@ impl Aggregate {
                 if !ok {
                     continue;
                 }
+            }
+            if let Some(id) = gauge_series[sample.series as usize] {
+                let stack = frames.stacks[sample.stack as usize];
+                let series = &data.series[sample.series as usize];
+                if sample.timestamps.is_empty() {
+                    // One profile is one snapshot: at its end.
+                    let t = series.end_ns.saturating_sub(1);
+                    if (sel.from_ns..sel.to_ns).contains(&(t as i64)) {
+                        self.gauges
+                            .add(sel.gauge, side, ty, id, stack, t, sample.total());
+                    }
+                    continue;
+                }
+                for (i, &t) in sample.timestamps.iter().enumerate() {
+                    if (sel.from_ns..sel.to_ns).contains(&(t as i64)) {
+                        let v = sample.values.get(i).copied().unwrap_or(1);
+                        self.gauges.add(sel.gauge, side, ty, id, stack, t, v);
+                    }
+                }
+                continue;
             }
             let (value, points) = if whole[sample.series as usize] || sample.timestamps.is_empty() {
                 (sample.total(), sample.points())
@@ -247,6 +303,7 @@ impl Aggregate {
     /// (numbered locally, in order of first use), their strings into this
     /// aggregate's.
     pub fn finish(&mut self, table: &FrameTable) -> Result<(), AggregateError> {
+        self.settle_gauges()?;
         let t = table.read();
         if self.generation.is_some_and(|g| g != t.generation) {
             return Err(AggregateError::GenerationChanged);
@@ -296,6 +353,29 @@ impl Aggregate {
         Ok(())
     }
 
+    /// Moves the gauge types' combined snapshots into the stacks (before
+    /// choosing a type or finishing; again is a no-op).
+    fn settle_gauges(&mut self) -> Result<(), AggregateError> {
+        if self.gauges.is_empty() {
+            return Ok(());
+        }
+        for (side, ty, stack, value, points) in self.gauges.settle(self.gauge_mode) {
+            self.points.entry(ty).or_default()[side] += points;
+            match self.pending.get_mut(&(ty, stack)) {
+                Some(v) => v[side] = v[side].saturating_add(value),
+                None => {
+                    if self.pending.len() >= MAX_STACKS {
+                        return Err(AggregateError::TooManyStacks);
+                    }
+                    let mut v = [0; 2];
+                    v[side] = value;
+                    self.pending.insert((ty, stack), v);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The profile types the stacks have (before [`Aggregate::finish`]).
     pub fn pending_types(&self) -> BTreeSet<u32> {
         self.pending.keys().map(|&(t, _)| t).collect()
@@ -316,6 +396,7 @@ impl Aggregate {
         requested: Option<&str>,
         default: &str,
     ) -> Result<Option<String>, AggregateError> {
+        self.settle_gauges()?;
         if let Some(t) = requested {
             return Ok(Some(t.to_owned()));
         }

@@ -14,6 +14,7 @@ pub mod aggregate;
 pub mod answer;
 pub mod decode;
 pub mod frame_table;
+pub mod gauge;
 mod memo;
 pub mod model;
 pub mod normalize;

@@ -3,6 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::gauge::GaugeMode;
 use crate::selector::Selector;
 
 /// Default time range when `from` is absent: the last hour.
@@ -31,6 +32,8 @@ pub struct Selection {
     pub trace_id: Option<[u8; 16]>,
     /// Only samples linked to this span (needs `trace_id`).
     pub span_id: Option<[u8; 8]>,
+    /// How gauge types' (in-use memory) snapshots in the range combine.
+    pub gauge: GaugeMode,
 }
 
 /// The raw parameters of one selection.
@@ -50,6 +53,8 @@ pub struct RawSelection<'a> {
     pub trace_id: Option<&'a str>,
     /// `span_id`: 16 hex digits.
     pub span_id: Option<&'a str>,
+    /// `gauge`: `latest` (default) or `average`.
+    pub gauge: Option<&'a str>,
 }
 
 impl RawSelection<'_> {
@@ -110,6 +115,7 @@ impl RawSelection<'_> {
             selector: Selector::parse(self.selector.unwrap_or(""))?,
             trace_id,
             span_id,
+            gauge: GaugeMode::parse(self.gauge.unwrap_or(""))?,
         })
     }
 }

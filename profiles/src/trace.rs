@@ -20,6 +20,11 @@ pub struct SpanRow {
     pub off_cpu_ns: Option<i64>,
     /// Of those, by what was waited on ([`crate::waits::classify`]).
     pub waiting: BTreeMap<String, i64>,
+    /// Bytes allocated, when the type counts them (`alloc_space:bytes`).
+    pub alloc_bytes: Option<i64>,
+    /// For a gauge type (in-use memory): the time of the latest snapshot,
+    /// the only one `value` holds.
+    pub snapshot_ns: Option<u64>,
     /// The earliest and latest sample time, when samples have times.
     pub first_ns: Option<u64>,
     /// See `first_ns`.
@@ -58,12 +63,34 @@ impl TraceSpans {
                 data.profile_type(series),
             );
             let row = self.rows.entry(key).or_default();
+            if crate::gauge::is_gauge(data.str(series.sample_type)) {
+                // Not a sum over snapshots: the latest one's value.
+                for (i, &t) in sample.timestamps.iter().enumerate() {
+                    let v = sample.values.get(i).copied().unwrap_or(1);
+                    if row.snapshot_ns.is_none_or(|l| t > l) {
+                        row.snapshot_ns = Some(t);
+                        row.value = 0;
+                        row.samples = 0;
+                    }
+                    if row.snapshot_ns == Some(t) {
+                        row.value = row.value.saturating_add(v);
+                        row.samples += 1;
+                    }
+                }
+                continue;
+            }
             let total = sample.total();
             row.samples += sample.points() as u64;
             row.value = row.value.saturating_add(total);
             if let Some(ns) = cpu_ns(data, series, total) {
                 let sum = row.cpu_ns.get_or_insert(0);
                 *sum = sum.saturating_add(ns);
+            }
+            if data.str(series.sample_type) == "alloc_space"
+                && data.str(series.sample_unit) == "bytes"
+            {
+                let sum = row.alloc_bytes.get_or_insert(0);
+                *sum = sum.saturating_add(total);
             }
             if is_off_cpu(data, series) {
                 let sum = row.off_cpu_ns.get_or_insert(0);
@@ -169,6 +196,8 @@ mod tests {
         };
         let cpu = series(&mut b, "samples", "count", "cpu", "nanoseconds");
         let off = series(&mut b, "off_cpu", "nanoseconds", "", "");
+        let alloc = series(&mut b, "alloc_space", "bytes", "", "");
+        let inuse = series(&mut b, "inuse_space", "bytes", "", "");
         let mut link = [1u8; 24];
         link[16..].copy_from_slice(&[2; 8]);
         let link = b.link(link);
@@ -176,6 +205,8 @@ mod tests {
             (cpu, sleep_stack, vec![], vec![5, 6, 7]),
             (off, sleep_stack, vec![30_000_000, 30_000_000], vec![1, 2]),
             (off, read_stack, vec![10_000_000], vec![3]),
+            (alloc, read_stack, vec![4096, 8192], vec![1, 2]),
+            (inuse, read_stack, vec![100, 200, 50], vec![10, 20, 20]),
         ] {
             b.add_sample(Sample {
                 series,
@@ -190,7 +221,12 @@ mod tests {
         let mut spans = TraceSpans::default();
         spans.add_segment(&data, &[1; 16]);
         let rows: Vec<&SpanRow> = spans.rows.values().collect();
-        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.len(), 4);
+        let alloc_row = rows.iter().find(|r| r.alloc_bytes.is_some()).unwrap();
+        assert_eq!(alloc_row.alloc_bytes, Some(12288));
+        // In use: the latest snapshot (time 20), not the sum of both.
+        let inuse_row = rows.iter().find(|r| r.snapshot_ns.is_some()).unwrap();
+        assert_eq!((inuse_row.value, inuse_row.snapshot_ns), (250, Some(20)));
         let cpu_row = rows.iter().find(|r| r.cpu_ns.is_some()).unwrap();
         assert_eq!(
             (cpu_row.cpu_ns, cpu_row.off_cpu_ns),

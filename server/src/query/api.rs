@@ -75,6 +75,7 @@ fn selection(params: &Params, prefix: &str, tenant: &str) -> Result<Selection, A
         selector: get("selector"),
         trace_id: get("trace_id"),
         span_id: get("span_id"),
+        gauge: get("gauge"),
     }
     .parse(tenant)
     .map_err(|e| {
@@ -87,7 +88,7 @@ fn selection(params: &Params, prefix: &str, tenant: &str) -> Result<Selection, A
 }
 
 const SELECTION: &[&str] = &[
-    "service", "type", "from", "to", "selector", "trace_id", "span_id",
+    "service", "type", "from", "to", "selector", "trace_id", "span_id", "gauge",
 ];
 
 async fn series(

@@ -33,6 +33,10 @@ pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<V
         .iter()
         .filter_map(|s| s["off_cpu_ns"].as_i64())
         .fold(0, i64::saturating_add);
+    let total_alloc: i64 = by_span
+        .iter()
+        .filter_map(|s| s["alloc_bytes"].as_i64())
+        .fold(0, i64::saturating_add);
     let mut spans: Vec<Value> = spans
         .rows
         .into_iter()
@@ -48,6 +52,7 @@ pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<V
                 "cpu_share": r.cpu_ns.filter(|_| total_cpu > 0)
                     .map(|ns| ns as f64 / total_cpu as f64),
                 "off_cpu_ns": r.off_cpu_ns,
+                "alloc_bytes": r.alloc_bytes,
                 "first_ns": r.first_ns.map(|t| t.to_string()),
                 "last_ns": r.last_ns.map(|t| t.to_string()),
                 "flamegraph": format!(
@@ -72,6 +77,7 @@ pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<V
         "bytes_read": bytes,
         "cpu_ns": total_cpu,
         "off_cpu_ns": total_off_cpu,
+        "alloc_bytes": total_alloc,
         "spans": spans,
         "by_span": by_span,
         "flamegraph": format!("/api/v1/flamegraph?trace_id={trace_hex}"),
@@ -89,6 +95,8 @@ fn span_summaries(spans: &TraceSpans, trace_hex: &str) -> Vec<Value> {
         waiting: BTreeMap<String, i64>,
         cpu_type: Option<String>,
         off_cpu_type: Option<String>,
+        alloc_bytes: Option<i64>,
+        alloc_type: Option<String>,
     }
     let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (None, None) => None,
@@ -100,6 +108,10 @@ fn span_summaries(spans: &TraceSpans, trace_hex: &str) -> Vec<Value> {
         if r.cpu_ns.is_some() {
             s.cpu_ns = add(s.cpu_ns, r.cpu_ns);
             s.cpu_type.get_or_insert_with(|| ty.clone());
+        }
+        if r.alloc_bytes.is_some() {
+            s.alloc_bytes = add(s.alloc_bytes, r.alloc_bytes);
+            s.alloc_type.get_or_insert_with(|| ty.clone());
         }
         if r.off_cpu_ns.is_some() {
             s.off_cpu_ns = add(s.off_cpu_ns, r.off_cpu_ns);
@@ -137,6 +149,8 @@ fn span_summaries(spans: &TraceSpans, trace_hex: &str) -> Vec<Value> {
                 "waiting": waiting.into_iter().map(|(on, ns)| json!({"on": on, "ns": ns})).collect::<Vec<_>>(),
                 "flamegraph": flamegraph(&s.cpu_type),
                 "off_cpu_flamegraph": flamegraph(&s.off_cpu_type),
+                "alloc_bytes": s.alloc_bytes,
+                "alloc_flamegraph": flamegraph(&s.alloc_type),
             })
         })
         .collect();

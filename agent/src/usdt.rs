@@ -1,0 +1,469 @@
+//! Memory profiling's probes: the `otel_memory:alloc` and `otel_memory:free`
+//! USDT probe sites of the files processes map (read with the rest of a
+//! binary, from its `.note.stapsdt`), and attaching one uprobe per site and
+//! file — not per process: the kernel puts the breakpoint in every process
+//! that maps the file, running or started later — each with its argument
+//! spec in the BPF program's `usdt_specs` map, found by the link's cookie.
+//!
+//! Which files: every executable file mapping of every process, read once
+//! per (device, inode) with the binaries the agent reads anyway. A process
+//! that exec'd is looked at [`AFTER_EXEC`] later (once the dynamic loader
+//! has mapped its libraries), new processes every [`SCAN`] (twice), every
+//! process every
+//! [`FULL_SCAN`] (libraries loaded later with `dlopen`), and files no
+//! process maps any more are detached then.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use object::{Object, ObjectSection, ObjectSegment, ReadRef};
+use symtrace_elf::usdt::{ArgLocation, NoteLayout, Reg, UsdtArg};
+
+use crate::binaries::Binary;
+use crate::maps::{self, MapEntry};
+use crate::procs::Processes;
+use crate::record::{
+    UsdtArgSpec, UsdtSpec, USDT_ARGS, USDT_ARG_CONST, USDT_ARG_MEM, USDT_ARG_REG, USDT_PROBE_ALLOC,
+    USDT_PROBE_FREE, USDT_SPECS,
+};
+
+/// How long after its exec a process is looked at.
+pub const AFTER_EXEC: Duration = Duration::from_millis(100);
+/// Exec'd processes waiting for their look, at most (a fork bomb's are
+/// left to the scans).
+const MAX_SOON: usize = 4096;
+/// How often new processes are looked at.
+pub const SCAN: Duration = Duration::from_secs(1);
+/// How often every process is.
+pub const FULL_SCAN: Duration = Duration::from_secs(30);
+/// Probe sites of one file beyond which it is not attached (a hostile or
+/// broken file; ours have one site per probe).
+pub const MAX_SITES_PER_FILE: usize = 64;
+/// Bytes of `.note.stapsdt` read at most.
+const MAX_NOTES_BYTES: u64 = 1 << 20;
+
+/// One `otel_memory` probe site of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryProbe {
+    /// Where the uprobe goes: the site's offset in the file.
+    pub file_offset: u64,
+    /// `USDT_PROBE_ALLOC` or `USDT_PROBE_FREE`.
+    pub probe: u32,
+    /// Its arguments, as the BPF program reads them.
+    pub spec: UsdtSpec,
+    /// The site has a semaphore (a counter that enables it, which the
+    /// agent does not set: such sites are not attached).
+    pub semaphore: bool,
+}
+
+/// The `otel_memory` probe sites of a parsed ELF file (empty for most).
+/// A site whose arguments cannot be read (another architecture's spec,
+/// `%rip`-relative memory) is left out, with a debug log.
+pub fn memory_probes<'d, R: ReadRef<'d>>(file: &object::File<'d, R>, data: R) -> Vec<MemoryProbe> {
+    let Some(section) = file.section_by_name(".note.stapsdt") else {
+        return Vec::new();
+    };
+    let Some((offset, size)) = section.file_range() else {
+        return Vec::new();
+    };
+    if size > MAX_NOTES_BYTES {
+        tracing::debug!(size, "a .note.stapsdt too large to read");
+        return Vec::new();
+    }
+    let Ok(notes) = data.read_bytes_at(offset, size) else {
+        return Vec::new();
+    };
+    let layout = NoteLayout {
+        little_endian: file.is_little_endian(),
+        is_64: file.is_64(),
+        stapsdt_base: file.section_by_name(".stapsdt.base").map(|s| s.address()),
+        segments: file
+            .segments()
+            .map(|s| {
+                let (start, size) = s.file_range();
+                (s.address(), size.min(s.size()), start)
+            })
+            .collect(),
+        file_len: data.len().unwrap_or(0),
+    };
+    let probes = match symtrace_elf::usdt::probes_from_notes(notes, layout) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::debug!("unreadable USDT notes: {e}");
+            return Vec::new();
+        }
+    };
+    probes
+        .into_iter()
+        .filter(|p| p.provider == "otel_memory")
+        .filter_map(|p| {
+            let probe = match p.name.as_str() {
+                "alloc" => USDT_PROBE_ALLOC,
+                "free" => USDT_PROBE_FREE,
+                _ => return None,
+            };
+            let wanted = if probe == USDT_PROBE_ALLOC { 3 } else { 1 };
+            let spec = match p.args.as_deref().map_err(String::clone).and_then(|args| {
+                if args.len() < wanted {
+                    return Err(format!("{} arguments, {wanted} needed", args.len()));
+                }
+                spec_of(probe, &args[..wanted])
+            }) {
+                Ok(spec) => spec,
+                Err(why) => {
+                    tracing::debug!(probe = %p.name, args = %p.args_text, "probe left out: {why}");
+                    return None;
+                }
+            };
+            Some(MemoryProbe {
+                file_offset: p.file_offset?,
+                probe,
+                spec,
+                semaphore: p.semaphore.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// The BPF program's spec of a probe's arguments.
+pub fn spec_of(probe: u32, args: &[UsdtArg]) -> Result<UsdtSpec, String> {
+    let mut spec = UsdtSpec {
+        probe,
+        ..Default::default()
+    };
+    for (slot, arg) in spec.args.iter_mut().zip(args).take(USDT_ARGS) {
+        let size = i8::try_from(arg.size).map_err(|_| "an argument wider than 8 bytes")?;
+        if !matches!(arg.size, 1 | 2 | 4 | 8) {
+            return Err(format!("an argument of {} bytes", arg.size));
+        }
+        *slot = match arg.location {
+            ArgLocation::Constant(value) => UsdtArgSpec {
+                value,
+                kind: USDT_ARG_CONST,
+                ..Default::default()
+            },
+            ArgLocation::Register(Reg::Rip) | ArgLocation::Memory { base: Reg::Rip, .. } => {
+                return Err("a %rip-relative argument".into())
+            }
+            ArgLocation::Register(reg) => UsdtArgSpec {
+                kind: USDT_ARG_REG,
+                reg_off: reg.pt_regs_offset() as u16,
+                ..Default::default()
+            },
+            ArgLocation::Memory { base, offset } => UsdtArgSpec {
+                value: offset,
+                kind: USDT_ARG_MEM,
+                reg_off: base.pt_regs_offset() as u16,
+                ..Default::default()
+            },
+        };
+        slot.size = if arg.signed { -size } else { size };
+    }
+    Ok(spec)
+}
+
+/// What attaching is done through (the BPF side, or a test's record).
+pub trait Attach {
+    type Link;
+    /// Attaches the probe program at `offset` of the file at `path`, its
+    /// cookie `slot`, after writing `spec` at `slot`.
+    fn attach(
+        &mut self,
+        path: &Path,
+        offset: u64,
+        slot: u32,
+        spec: &UsdtSpec,
+    ) -> anyhow::Result<Self::Link>;
+    fn detach(&mut self, link: Self::Link, slot: u32);
+}
+
+struct AttachedFile<L> {
+    path: String,
+    links: Vec<(L, u32)>,
+    /// The scan generation it was last seen mapped in.
+    seen: u64,
+}
+
+/// Counts of what the probe manager did, for the stats line.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProbeStats {
+    /// Files with probes attached now, and their sites.
+    pub files: usize,
+    pub sites: usize,
+    /// Sites not attached: a semaphore, no free spec slot, or attaching
+    /// failed.
+    pub refused: u64,
+}
+
+/// The files whose probes are attached, by (device, inode).
+pub struct MemoryProbes<L> {
+    proc_root: PathBuf,
+    files: HashMap<(u64, u64), AttachedFile<L>>,
+    /// Files looked at and found without usable probes (or refused).
+    without: HashSet<(u64, u64)>,
+    free_slots: Vec<u32>,
+    /// Pids looked at, and how many more looks each new one gets.
+    known: HashMap<u32, u8>,
+    /// Exec'd processes and when to look at them.
+    soon: std::collections::VecDeque<(u32, Instant)>,
+    generation: u64,
+    next_scan: Instant,
+    next_full: Instant,
+    refused: u64,
+}
+
+impl<L> MemoryProbes<L> {
+    pub fn new(proc_root: &Path) -> Self {
+        let now = Instant::now();
+        Self {
+            proc_root: proc_root.to_owned(),
+            files: HashMap::new(),
+            without: HashSet::new(),
+            free_slots: (0..USDT_SPECS as u32).rev().collect(),
+            known: HashMap::new(),
+            soon: std::collections::VecDeque::new(),
+            generation: 0,
+            next_scan: now,
+            next_full: now,
+            refused: 0,
+        }
+    }
+
+    pub fn stats(&self) -> ProbeStats {
+        ProbeStats {
+            files: self.files.len(),
+            sites: self.files.values().map(|f| f.links.len()).sum(),
+            refused: self.refused,
+        }
+    }
+
+    /// A process exec'd (or exited: its pid is looked at, and skipped if
+    /// gone): its new mappings are looked at soon, and at the next scans.
+    pub fn exec(&mut self, pid: u32) {
+        self.known.insert(pid, 2);
+        if self.soon.len() < MAX_SOON {
+            self.soon.push_back((pid, Instant::now() + AFTER_EXEC));
+        }
+    }
+
+    /// Looks at processes when it is time: new ones every [`SCAN`], all
+    /// every [`FULL_SCAN`] (then detaching what no process maps).
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        procs: &mut Processes,
+        attach: &mut impl Attach<Link = L>,
+    ) {
+        while self.soon.front().is_some_and(|&(_, due)| due <= now) {
+            let (pid, _) = self.soon.pop_front().expect("front");
+            self.look_at_process(pid, procs, attach);
+        }
+        if now < self.next_scan {
+            return;
+        }
+        self.next_scan = now + SCAN;
+        let full = now >= self.next_full;
+        if full {
+            self.next_full = now + FULL_SCAN;
+        }
+        self.scan(full, procs, attach);
+    }
+
+    /// One look at the processes (all of them when `full`).
+    pub fn scan(&mut self, full: bool, procs: &mut Processes, attach: &mut impl Attach<Link = L>) {
+        self.generation += 1;
+        let Ok(dir) = std::fs::read_dir(&self.proc_root) else {
+            return;
+        };
+        let pids: Vec<u32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let alive: HashSet<u32> = pids.iter().copied().collect();
+        self.known.retain(|pid, _| alive.contains(pid));
+        for pid in pids {
+            let looks = self.known.entry(pid).or_insert(2);
+            if !full && *looks == 0 {
+                continue;
+            }
+            *looks = looks.saturating_sub(1);
+            self.look_at_process(pid, procs, attach);
+        }
+        if full {
+            let generation = self.generation;
+            let gone: Vec<(u64, u64)> = self
+                .files
+                .iter()
+                .filter(|(_, f)| f.seen != generation)
+                .map(|(k, _)| *k)
+                .collect();
+            for key in gone {
+                let file = self.files.remove(&key).expect("listed");
+                tracing::info!(path = %file.path, "no process maps it any more: memory probes detached");
+                for (link, slot) in file.links {
+                    attach.detach(link, slot);
+                    self.free_slots.push(slot);
+                }
+            }
+            // Files seen without probes are looked at again (an inode can
+            // be another file by now).
+            self.without.clear();
+        }
+    }
+
+    fn look_at_process(
+        &mut self,
+        pid: u32,
+        procs: &mut Processes,
+        attach: &mut impl Attach<Link = L>,
+    ) {
+        let Ok(entries) = maps::read(&self.proc_root, pid) else {
+            return;
+        };
+        for map in entries.iter().filter(|m| m.is_file()) {
+            self.look_at(pid, map, procs, attach);
+        }
+    }
+
+    fn look_at(
+        &mut self,
+        pid: u32,
+        map: &MapEntry,
+        procs: &mut Processes,
+        attach: &mut impl Attach<Link = L>,
+    ) {
+        let key = (map.dev, map.inode);
+        if let Some(file) = self.files.get_mut(&key) {
+            file.seen = self.generation;
+            return;
+        }
+        if self.without.contains(&key) {
+            return;
+        }
+        let binary: Option<Arc<Binary>> = procs.binary(pid, map);
+        let probes = binary.as_ref().map_or(&[][..], |b| &b.memory_probes[..]);
+        if probes.is_empty() {
+            self.without.insert(key);
+            return;
+        }
+        let path = self
+            .proc_root
+            .join(pid.to_string())
+            .join("root")
+            .join(map.path.trim_start_matches('/'));
+        if !same_file(&path, map) {
+            tracing::debug!(pid, path = %map.path, "not the mapped file at its path: not attached");
+            return; // looked at again with the next process mapping it
+        }
+        let mut links = Vec::new();
+        for probe in probes.iter().take(MAX_SITES_PER_FILE) {
+            if probe.semaphore {
+                self.refused += 1;
+                continue;
+            }
+            let Some(slot) = self.free_slots.pop() else {
+                self.refused += 1;
+                continue;
+            };
+            match attach.attach(&path, probe.file_offset, slot, &probe.spec) {
+                Ok(link) => links.push((link, slot)),
+                Err(e) => {
+                    self.free_slots.push(slot);
+                    self.refused += 1;
+                    tracing::warn!(path = %map.path, offset = probe.file_offset, "attaching a memory probe: {e:#}");
+                }
+            }
+        }
+        self.refused += probes.len().saturating_sub(MAX_SITES_PER_FILE) as u64;
+        if links.is_empty() {
+            self.without.insert(key);
+            return;
+        }
+        tracing::info!(
+            pid,
+            path = %map.path,
+            sites = links.len(),
+            "otel_memory probes attached (memory allocation profiling)"
+        );
+        self.files.insert(
+            key,
+            AttachedFile {
+                path: map.path.clone(),
+                links,
+                seen: self.generation,
+            },
+        );
+    }
+}
+
+/// Whether `path` is the file `map` maps (its device and inode).
+fn same_file(path: &Path, map: &MapEntry) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
+    meta.ino() == map.inode && ((major << 32) | minor) == map.dev
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symtrace_elf::usdt::parse_args;
+
+    #[test]
+    fn argument_specs_for_the_bpf_program() {
+        let args = parse_args("8@%rdi -4@-20(%rbp) 8@$5").unwrap();
+        let spec = spec_of(USDT_PROBE_ALLOC, &args).unwrap();
+        assert_eq!(spec.probe, USDT_PROBE_ALLOC);
+        assert_eq!(
+            spec.args[0],
+            UsdtArgSpec {
+                value: 0,
+                kind: USDT_ARG_REG,
+                reg_off: Reg::Rdi.pt_regs_offset() as u16,
+                size: 8,
+                pad: 0
+            }
+        );
+        assert_eq!(
+            (spec.args[1].kind, spec.args[1].value, spec.args[1].size),
+            (USDT_ARG_MEM, -20, -4)
+        );
+        assert_eq!((spec.args[2].kind, spec.args[2].value), (USDT_ARG_CONST, 5));
+        let rip = parse_args("8@16(%rip)").unwrap();
+        assert!(spec_of(USDT_PROBE_FREE, &rip).is_err());
+    }
+
+    #[test]
+    fn reads_the_probes_of_the_preload_library() {
+        // Built by alloc/tests (or the Makefile); not every unit-test run
+        // has it, so the check is on a file built here from the same source.
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("make")
+            .args(["-s", "-C"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../alloc/preload"))
+            .arg(format!("O={}", dir.path().display()))
+            .status();
+        let Ok(status) = status else {
+            panic!("make is needed to build the preload library")
+        };
+        assert!(status.success());
+        let lib = std::fs::read(dir.path().join("libsymtrace_alloc_preload.so")).unwrap();
+        let file = object::File::parse(&lib[..]).unwrap();
+        let probes = memory_probes(&file, &lib[..]);
+        let kinds: Vec<u32> = probes.iter().map(|p| p.probe).collect();
+        assert!(kinds.contains(&USDT_PROBE_ALLOC) && kinds.contains(&USDT_PROBE_FREE));
+        for p in &probes {
+            assert!(!p.semaphore);
+            assert!(p.file_offset > 0 && (p.file_offset as usize) < lib.len());
+            assert!(p.spec.args[0].kind != 0);
+        }
+        // Our own test binary has no notes.
+        let me = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&me[..]).unwrap();
+        assert!(memory_probes(&file, &me[..]).is_empty());
+    }
+}
