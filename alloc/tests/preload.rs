@@ -16,18 +16,6 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `make -C alloc/preload` into `dir`, as a user builds it.
-fn build_preload(dir: &Path) -> PathBuf {
-    kit::run(
-        Command::new("make")
-            .arg("-C")
-            .arg(root().join("preload"))
-            .arg(format!("O={}", dir.display()))
-            .arg("CC=clang-19"),
-    );
-    dir.join("libsymtrace_alloc_preload.so")
-}
-
 fn build_c(dir: &Path, name: &str) -> PathBuf {
     let out = dir.join(name);
     kit::run(
@@ -66,7 +54,7 @@ fn the_probes_are_real_usdt_notes() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let lib = build_preload(dir.path());
+    let lib = common::build_preload(dir.path());
     let notes =
         String::from_utf8(kit::run(Command::new("readelf").arg("-n").arg(&lib)).stdout).unwrap();
     for probe in ["alloc", "free"] {
@@ -100,7 +88,7 @@ fn every_allocation_function_stays_correct_sampled_or_not() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let lib = build_preload(dir.path());
+    let lib = common::build_preload(dir.path());
     let bin = build_c(dir.path(), "exercise");
 
     // Without the library: nothing carries a header.
@@ -141,7 +129,7 @@ fn real_programs_run_unchanged_under_it() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let lib = build_preload(dir.path());
+    let lib = common::build_preload(dir.path());
     let input = dir.path().join("input");
     let lines: String = (0..200_000u64)
         .map(|i| format!("{:016x} {}\n", i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i))
@@ -191,7 +179,7 @@ fn weights_add_up_to_the_bytes_each_thread_allocated() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let lib = build_preload(dir.path());
+    let lib = common::build_preload(dir.path());
     let bin = build_c(dir.path(), "big_small");
     // A point every 64 KiB: ~16,000 samples, so ±10% is many deviations.
     let lib_path = lib.to_str().unwrap();

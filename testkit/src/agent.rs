@@ -82,6 +82,11 @@ impl Agent {
         agent
     }
 
+    /// The agent's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
     /// Everything the agent has written to stderr (its log) so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()

@@ -1,11 +1,25 @@
-//! What both programs' tests read with bpftrace.
+//! What the tests share: the preload library's build, and what both
+//! programs' tests read with bpftrace. (Each test file uses some of it.)
+#![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use symtrace_elf::usdt::{usdt_probes, ArgLocation};
 use symtrace_testkit as kit;
+
+/// `make -C alloc/preload` into `dir`, as a user builds it.
+pub fn build_preload(dir: &Path) -> PathBuf {
+    kit::run(
+        Command::new("make")
+            .arg("-C")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("preload"))
+            .arg(format!("O={}", dir.display()))
+            .arg("CC=clang-19"),
+    );
+    dir.join("libsymtrace_alloc_preload.so")
+}
 
 /// symtrace-elf's reading of the file's `otel_memory` probes agrees with
 /// `readelf -n` (`notes`): the same locations and argument text, every

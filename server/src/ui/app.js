@@ -33,13 +33,43 @@ async function api(path, retried) {
   return body;
 }
 
-function fmtValue(v, unit) {
+// The profile types symtrace's agent sends, by name; others show as sent.
+const TYPE_NAMES = {
+  "samples:count:cpu:nanoseconds": "CPU",
+  "off_cpu:nanoseconds::": "Off-CPU time",
+  "alloc_space:bytes::": "Allocated bytes",
+  "alloc_objects:count::": "Allocated objects",
+  "inuse_space:bytes::": "In-use bytes",
+  "inuse_objects:count::": "In-use objects",
+};
+
+function typeLabel(t) {
+  return TYPE_NAMES[t] ? TYPE_NAMES[t] + " (" + t.split(":")[0] + ")" : t;
+}
+
+// In-use memory is a level at each snapshot, not an amount: the server
+// answers the latest snapshot (or the average) per process.
+function isGauge(t) {
+  return (t || "").startsWith("inuse_");
+}
+
+function fmtBytes(v) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let x = v;
+  while (Math.abs(x) >= 1024 && i < units.length - 1) { x /= 1024; i++; }
+  return (i ? x.toFixed(1) : String(x)) + " " + units[i];
+}
+
+function fmtValue(v, unit, type) {
   if (unit === "nanoseconds") {
     if (v >= 1e9) return (v / 1e9).toFixed(2) + " s";
     if (v >= 1e6) return (v / 1e6).toFixed(1) + " ms";
     return v + " ns";
   }
-  return v.toLocaleString("en-US") + (unit === "count" ? " samples" : unit ? " " + unit : "");
+  if (unit === "bytes") return fmtBytes(v);
+  if (unit === "count") return v.toLocaleString("en-US") + ((type || "").includes("objects") ? " objects" : " samples");
+  return v.toLocaleString("en-US") + (unit ? " " + unit : "");
 }
 
 function pct(part, whole) {
@@ -56,6 +86,7 @@ function selectionParams() {
   p.set("to", "now");
   const sel = $("selector").value.trim();
   if (sel) p.set("selector", sel);
+  if (isGauge($("type").value)) p.set("gauge", $("gauge").value);
   return p;
 }
 
@@ -95,10 +126,15 @@ function fillTypes() {
   for (const t of types) {
     const o = document.createElement("option");
     o.value = t;
-    o.textContent = t;
+    o.textContent = typeLabel(t);
     select.appendChild(o);
   }
   if (types.includes("samples:count:cpu:nanoseconds")) select.value = "samples:count:cpu:nanoseconds";
+  showGauge();
+}
+
+function showGauge() {
+  $("gauge-label").classList.toggle("hidden", !isGauge($("type").value));
 }
 
 // ---- flamegraph rendering ----
@@ -190,8 +226,8 @@ function tooltipText(n, diff) {
     t += "\ncomparison " + n.comparison + " (" + pct(n.comparison, state.diffTree.comparison) + ")";
   } else {
     const total = state.tree.total;
-    t += "\ntotal " + fmtValue(n.total, state.unit) + " (" + pct(n.total, total) + ")";
-    t += "\nself " + fmtValue(n.self, state.unit) + " (" + pct(n.self, total) + ")";
+    t += "\ntotal " + fmtValue(n.total, state.unit, state.type) + " (" + pct(n.total, total) + ")";
+    t += "\nself " + fmtValue(n.self, state.unit, state.type) + " (" + pct(n.self, total) + ")";
   }
   return t;
 }
@@ -265,10 +301,13 @@ async function loadFlame(params) {
     state.tree = body.tree;
     state.focus = body.tree;
     state.unit = body.unit;
+    state.type = body.profile_type;
+    const objects = (body.profile_type || "").includes("objects");
     const what = params.get("span_id") ? "span " + params.get("span_id") : params.get("trace_id") ? "trace " + params.get("trace_id") : body.service || "all services";
     $("summary").textContent =
       what + " · " + (body.profile_type || "no data") + " · " + body.samples.toLocaleString("en-US") + " samples · " +
-      (body.unit === "count" ? "" : fmtValue(body.total, body.unit) + " · ") + body.nodes + " nodes" + (body.folded_subtrees ? " (" + body.folded_subtrees + " subtrees folded)" : "") +
+      (body.unit === "count" && !objects ? "" : fmtValue(body.total, body.unit, body.profile_type) + " · ") +
+      (isGauge(body.profile_type) ? (params.get("gauge") === "average" ? "average of snapshots · " : "latest snapshot · ") : "") + body.nodes + " nodes" + (body.folded_subtrees ? " (" + body.folded_subtrees + " subtrees folded)" : "") +
       " · " + body.segments_read + " segment(s)";
     for (const [id, fmt] of [["download-svg", "svg"], ["download-pprof", "pprof"], ["download-folded", "folded"]]) {
       const p = new URLSearchParams(params);
@@ -353,7 +392,8 @@ async function openTrace(id) {
     const body = await api("/api/v1/traces/" + encodeURIComponent(id));
     $("trace-summary").textContent =
       "trace " + body.trace_id + " · " + (body.by_span || body.spans).length + " span(s) with samples · CPU " + fmtValue(body.cpu_ns, "nanoseconds") +
-      (body.off_cpu_ns ? " · off-CPU " + fmtValue(body.off_cpu_ns, "nanoseconds") : "");
+      (body.off_cpu_ns ? " · off-CPU " + fmtValue(body.off_cpu_ns, "nanoseconds") : "") +
+      (body.alloc_bytes ? " · allocated " + fmtBytes(body.alloc_bytes) : "");
     renderSpanTime(body);
     const tbody = $("spans").tBodies[0];
     tbody.textContent = "";
@@ -417,13 +457,22 @@ function renderSpanTime(body) {
     tr.insertCell().textContent = (s.waiting || []).slice(0, 4)
       .map((w) => w.on + " " + (total ? (100 * w.ns / total).toFixed(0) + "%" : ""))
       .join(", ");
+    const alloc = tr.insertCell(); alloc.className = "num alloc"; alloc.textContent = s.alloc_bytes == null ? "" : fmtBytes(s.alloc_bytes);
     const links = tr.insertCell();
-    if (s.flamegraph) links.appendChild(flameLink("CPU", s.flamegraph));
-    if (s.flamegraph && s.off_cpu_flamegraph) links.append(" · ");
+    const add = (a) => {
+      if (links.childNodes.length) links.append(" · ");
+      links.appendChild(a);
+    };
+    if (s.flamegraph) add(flameLink("CPU", s.flamegraph));
     if (s.off_cpu_flamegraph) {
       const a = flameLink("off-CPU", s.off_cpu_flamegraph);
       a.className = "off-cpu-flame";
-      links.appendChild(a);
+      add(a);
+    }
+    if (s.alloc_flamegraph) {
+      const a = flameLink("allocations", s.alloc_flamegraph);
+      a.className = "alloc-flame";
+      add(a);
     }
   }
 }
@@ -438,6 +487,7 @@ function showTab(name) {
 document.addEventListener("DOMContentLoaded", () => {
   for (const t of document.querySelectorAll(".tab")) t.addEventListener("click", () => showTab(t.dataset.tab));
   $("service").addEventListener("change", fillTypes);
+  $("type").addEventListener("change", showGauge);
   $("range").addEventListener("change", loadServices);
   $("load").addEventListener("click", () => loadFlame(selectionParams()));
   $("selector").addEventListener("keydown", (e) => e.key === "Enter" && loadFlame(selectionParams()));

@@ -15,6 +15,7 @@ mod federation;
 mod gdb;
 mod hostile;
 mod limits;
+mod memory;
 mod profiles;
 mod profiles_bad_input;
 mod quality;

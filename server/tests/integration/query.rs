@@ -578,6 +578,18 @@ fn web_ui_in_headless_chromium() {
     assert_eq!(diff["baseline"]["total"], 0, "{diff}");
     assert_eq!(diff["comparison"]["total"], 120_000_000, "{diff}");
     assert!(diff.to_string().contains("pipe_read"), "{diff}");
+    // Memory: span A allocated 3 MiB; two processes' in-use snapshots.
+    crate::memory::send_allocations(&python, &server, &demo, "ui-svc");
+    crate::memory::send_in_use(&python, &server, &demo, "ui-svc");
+    crate::memory::send(
+        &python,
+        &server,
+        json!({
+            "service": "ui-svc", "type": "alloc_objects:count",
+            "binary": {"path": "/usr/local/bin/demo", "build_id": demo.build_id},
+            "stacks": [{"frames": [demo.alpha, demo.main], "count": 2, "value": 4096}],
+        }),
+    );
     let artifacts = artifacts_dir();
     let out = run(node_script(&modules, "ui.cjs").args([
         server.url.as_str(),
@@ -621,8 +633,8 @@ fn web_ui_in_headless_chromium() {
         diff_frames.contains("alpha_work") && diff_frames.contains("gamma_inline"),
         "{r}"
     );
-    // Span A's CPU and off-CPU rows, span B's CPU row.
-    assert_eq!(r["spans"].as_array().unwrap().len(), 3, "{r}");
+    // Span A's CPU, off-CPU and allocation rows, span B's CPU row.
+    assert_eq!(r["spans"].as_array().unwrap().len(), 4, "{r}");
     let span_time: Vec<&str> = r["span_time"]
         .as_array()
         .unwrap()
@@ -634,6 +646,49 @@ fn web_ui_in_headless_chromium() {
         .find(|t| t.contains(SPAN_A))
         .expect("span A's time");
     assert!(a.contains("pipe 100%") && a.contains("120"), "{r}");
+    assert!(a.contains("3.0 MiB"), "span A's allocated bytes: {r}");
+    let labels = r["type_labels"].to_string();
+    for name in [
+        "In-use bytes",
+        "Allocated bytes",
+        "Allocated objects",
+        "CPU",
+    ] {
+        assert!(labels.contains(name), "{name} in {labels}");
+    }
+    assert_eq!(r["gauge_hidden_for_cpu"], true, "{r}");
+    assert_eq!(r["gauge_shown_for_inuse"], true, "{r}");
+    let inuse = r["inuse_summary"].as_str().unwrap();
+    assert!(
+        inuse.contains("15.0 MiB") && inuse.contains("latest snapshot"),
+        "{r}"
+    );
+    let average = r["inuse_average_summary"].as_str().unwrap();
+    assert!(
+        average.contains("17.0 MiB") && average.contains("average"),
+        "{r}"
+    );
+    assert!(
+        r["objects_summary"]
+            .as_str()
+            .unwrap()
+            .contains("8,192 objects"),
+        "{r}"
+    );
+    assert!(
+        r["trace_summary"]
+            .as_str()
+            .unwrap()
+            .contains("allocated 3.0 MiB"),
+        "{r}"
+    );
+    assert!(
+        r["alloc_span_summary"]
+            .as_str()
+            .unwrap()
+            .contains("3.0 MiB"),
+        "{r}"
+    );
     assert!(
         r["split_titles"].to_string().contains("% waiting"),
         "the running/waiting bar: {r}"
@@ -677,6 +732,7 @@ fn web_ui_in_headless_chromium() {
         "ui-trace.png",
         "ui-span.png",
         "ui-off-cpu.png",
+        "ui-memory.png",
         "ui-svg.png",
     ] {
         let size = std::fs::metadata(artifacts.join(shot)).map_or(0, |m| m.len());

@@ -86,6 +86,32 @@ const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
     report.off_cpu_summary = await page.textContent("#summary");
     report.off_cpu_frames = await page.locator("#flame .frame").evaluateAll((els) => els.map((e) => e.dataset.name));
     await page.screenshot({ path: path.join(artifacts, "ui-off-cpu.png"), fullPage: true });
+    // Memory: the types by name, bytes in MiB, in-use as a gauge.
+    await page.click('.tab[data-tab="flame"]');
+    report.type_labels = await page.locator("#type option").allTextContents();
+    report.gauge_hidden_for_cpu = await page.isHidden("#gauge-label");
+    await page.selectOption("#type", "inuse_space:bytes::");
+    report.gauge_shown_for_inuse = await page.isVisible("#gauge-label");
+    await page.click("#load");
+    await page.waitForFunction(() => document.getElementById("summary").textContent.includes("inuse_space"));
+    report.inuse_summary = await page.textContent("#summary");
+    await page.selectOption("#gauge", "average");
+    await page.click("#load");
+    await page.waitForFunction(() => document.getElementById("summary").textContent.includes("average"));
+    report.inuse_average_summary = await page.textContent("#summary");
+    await page.selectOption("#type", "alloc_objects:count::");
+    await page.click("#load");
+    await page.waitForFunction(() => document.getElementById("summary").textContent.includes("alloc_objects"));
+    report.objects_summary = await page.textContent("#summary");
+    await page.screenshot({ path: path.join(artifacts, "ui-memory.png"), fullPage: true });
+    // A span's allocations from the trace view.
+    await page.fill("#trace-id", traceId);
+    await page.click("#open-trace");
+    await page.waitForSelector("#span-time a.alloc-flame");
+    report.trace_summary = await page.textContent("#trace-summary");
+    await page.locator("#span-time a.alloc-flame").first().click();
+    await page.waitForFunction(() => document.getElementById("summary").textContent.includes("alloc_space"));
+    report.alloc_span_summary = await page.textContent("#summary");
     report.status_text = await page.textContent("#status");
   } finally {
     report.errors = errors;

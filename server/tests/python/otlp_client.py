@@ -296,20 +296,30 @@ def loop(args):
 
 def stacks(args):
     """Spec: {"service", "binary": {"path", "build_id"}, "period",
-    "type"?: "off_cpu", "stacks": [{"frames": [address or "kernel name", ...]
-    (leaf first), "count", "value"? (off_cpu: nanoseconds per event),
-    "trace_id"?, "span_id"?, "labels"?: {k: v}}]}."""
+    "type"?: "off_cpu" or "TYPE:UNIT" (alloc_space:bytes, inuse_space:bytes,
+    ...), "resource"?: {k: v}, "stacks": [{"frames": [address or "kernel
+    name", ...] (leaf first), "count", "value"? (with a type: per event),
+    "trace_id"?, "span_id"?, "labels"?: {k: v}}]}. Events of one stack are
+    spread over the profile's 10 s; "snapshots"?: N puts each stack's
+    events at N fixed times (gauge snapshots) instead."""
     spec = json.load(open(args.spec))
     dic = Dictionary()
     request = svc.ExportProfilesServiceRequest()
     rp = request.resource_profiles.add()
     rp.resource.attributes.add(key="service.name").value.string_value = spec["service"]
     prof = rp.scope_profiles.add().profiles.add()
-    off_cpu = spec.get("type") == "off_cpu"
-    if off_cpu:
+    for k, v in sorted(spec.get("resource", {}).items()):
+        rp.resource.attributes.add(key=k).value.string_value = v
+    kind = spec.get("type")
+    valued = kind is not None
+    if kind == "off_cpu":
         # The OpenTelemetry eBPF profiler's off-CPU profile: waits in ns.
         prof.sample_type.type_strindex = dic.string("off_cpu")
         prof.sample_type.unit_strindex = dic.string("nanoseconds")
+    elif kind:
+        name, unit = kind.split(":")
+        prof.sample_type.type_strindex = dic.string(name)
+        prof.sample_type.unit_strindex = dic.string(unit)
     else:
         prof.sample_type.type_strindex = dic.string("samples")
         prof.sample_type.unit_strindex = dic.string("count")
@@ -351,8 +361,12 @@ def stacks(args):
             dic.d.link_table.add(trace_id=bytes.fromhex(st["trace_id"]), span_id=bytes.fromhex(st["span_id"]))
             sample.link_index = len(dic.d.link_table) - 1
         step = 10_000_000_000 // (st["count"] + 1)
-        sample.timestamps_unix_nano.extend(prof.time_unix_nano + step * (j + 1) + i for j in range(st["count"]))
-        if off_cpu:
+        if spec.get("snapshots"):
+            step = 10_000_000_000 // (spec["snapshots"] + 1)
+            sample.timestamps_unix_nano.extend(prof.time_unix_nano + step * (j + 1) for j in range(st["count"]))
+        else:
+            sample.timestamps_unix_nano.extend(prof.time_unix_nano + step * (j + 1) + i for j in range(st["count"]))
+        if valued:
             sample.values.extend(st["value"] for _ in range(st["count"]))
         events += st["count"]
     request.dictionary.CopyFrom(dic.d)
