@@ -4,8 +4,9 @@
 //! sample with its timestamps) and, when the process waited, an
 //! `off_cpu/nanoseconds` profile (each wait a timestamp and a value, the
 //! OpenTelemetry eBPF profiler's off-CPU type), and, when its allocations
-//! are sampled, `alloc_space/bytes` and `alloc_objects/count` (each sampled
-//! allocation a timestamp and a value) and `inuse_space/bytes` and
+//! are sampled, `alloc_space/bytes` and `alloc_objects/count` (the sampled
+//! allocations of the interval added up per stack, thread and span: one
+//! value, at the latest one's time) and `inuse_space/bytes` and
 //! `inuse_objects/count` (one snapshot: every value at the same time),
 //! sharing one dictionary.
 //! Native frames are left unsymbolized (an address and a mapping carrying
@@ -13,7 +14,7 @@
 //! the same stack, thread and trace link share one `Sample` with one
 //! timestamp per occurrence.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ struct Table<K> {
 impl<K: Hash + Eq> Table<K> {
     fn new() -> Self {
         Self {
-            index: HashMap::new(),
+            index: HashMap::default(),
             len: 1,
         }
     }
@@ -89,8 +90,9 @@ struct ProcessSamples {
     samples: HashMap<SampleKey, Vec<u64>>,
     /// Off-CPU: (time the wait began, nanoseconds it stands for).
     waits: HashMap<SampleKey, Vec<(u64, i64)>>,
-    /// Allocations: (time, bytes, objects).
-    allocs: HashMap<SampleKey, Vec<(u64, i64, i64)>>,
+    /// Allocations, added up per key over the interval: (latest time,
+    /// bytes, objects).
+    allocs: HashMap<SampleKey, (u64, i64, i64)>,
     /// In use at a snapshot: (time, bytes, objects).
     inuse: HashMap<SampleKey, (u64, i64, i64)>,
 }
@@ -130,7 +132,7 @@ impl Batch {
             attributes: Table::new(),
             stacks: Table::new(),
             links: Table::new(),
-            processes: HashMap::new(),
+            processes: HashMap::default(),
             kernel_mapping: 0,
             native: 0,
             kernel: 0,
@@ -289,11 +291,12 @@ impl Batch {
         let key = self.key(s);
         let process = self.process(s.process);
         match memory {
-            Memory::Alloc { bytes, objects } => process
-                .allocs
-                .entry(key)
-                .or_default()
-                .push((s.unix_ns, bytes, objects)),
+            Memory::Alloc { bytes, objects } => {
+                let e = process.allocs.entry(key).or_insert((s.unix_ns, 0, 0));
+                e.0 = e.0.max(s.unix_ns);
+                e.1 = e.1.saturating_add(bytes);
+                e.2 = e.2.saturating_add(objects);
+            }
             Memory::InUse { bytes, objects } => {
                 let e = process.inuse.entry(key).or_insert((s.unix_ns, 0, 0));
                 e.1 = e.1.saturating_add(bytes);
@@ -419,37 +422,19 @@ impl Batch {
                         ..Default::default()
                     });
                 }
-                if !p.allocs.is_empty() {
-                    let mut space = Vec::with_capacity(p.allocs.len());
-                    let mut objects = Vec::with_capacity(p.allocs.len());
-                    for (key, mut events) in p.allocs {
-                        events.sort_unstable();
-                        let times: Vec<u64> = events.iter().map(|e| e.0).collect();
-                        space.push(sample(
-                            key.clone(),
-                            times.clone(),
-                            events.iter().map(|e| e.1).collect(),
-                        ));
-                        objects.push(sample(key, times, events.iter().map(|e| e.2).collect()));
+                // Memory: one value per key, at one time: the latest
+                // allocation's (allocated), the snapshot's (in use).
+                for (events, types) in [(p.allocs, &memory[..2]), (p.inuse, &memory[2..])] {
+                    if events.is_empty() {
+                        continue;
                     }
-                    for (ty, samples) in [(memory[0], space), (memory[1], objects)] {
-                        profiles.push(Profile {
-                            sample_type: Some(ty),
-                            time_unix_nano: start_ns,
-                            duration_nano,
-                            samples: sorted(samples.into_iter()),
-                            ..Default::default()
-                        });
-                    }
-                }
-                if !p.inuse.is_empty() {
-                    let mut space = Vec::with_capacity(p.inuse.len());
-                    let mut objects = Vec::with_capacity(p.inuse.len());
-                    for (key, (t, bytes, n)) in p.inuse {
+                    let mut space = Vec::with_capacity(events.len());
+                    let mut objects = Vec::with_capacity(events.len());
+                    for (key, (t, bytes, n)) in events {
                         space.push(sample(key.clone(), vec![t], vec![bytes]));
                         objects.push(sample(key, vec![t], vec![n]));
                     }
-                    for (ty, samples) in [(memory[2], space), (memory[3], objects)] {
+                    for (&ty, samples) in types.iter().zip([space, objects]) {
                         profiles.push(Profile {
                             sample_type: Some(ty),
                             time_unix_nano: start_ns,

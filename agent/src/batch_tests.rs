@@ -259,3 +259,74 @@ fn waits_are_their_own_off_cpu_profile_beside_the_cpu_samples() {
     assert_eq!(off.samples[0].values, vec![10_000_000, 30_000_000]);
     assert_eq!(off.samples[0].stack_index, cpu.samples[0].stack_index);
 }
+
+#[test]
+fn memory_events_are_four_profiles_added_up_per_key() {
+    use crate::batch::Memory;
+    let p = process(7);
+    let exe = checkout_exe();
+    let user = [UserFrame {
+        mapping: exe,
+        address: 0x1234,
+        name: None,
+    }];
+    let mut trace = TraceCtx::default();
+    let mut batch = Batch::new(1_000, 97, "node-1");
+    let add = |batch: &mut Batch, t: u64, trace: &TraceCtx, m: Memory| {
+        batch.add_memory(
+            &Observed {
+                process: &p,
+                thread_name: "worker",
+                unix_ns: t,
+                user: &user,
+                cut: None,
+                kernel: &[],
+                trace,
+            },
+            m,
+        )
+    };
+    let alloc = |bytes, objects| Memory::Alloc { bytes, objects };
+    add(&mut batch, 20, &trace, alloc(524_288, 8192));
+    add(&mut batch, 10, &trace, alloc(524_288, 8192));
+    trace.valid = 1;
+    trace.trace_id = [1; 16];
+    trace.span_id = [2; 8];
+    add(&mut batch, 15, &trace, alloc(1 << 20, 1));
+    add(&mut batch, 30, &trace, Memory::InUse { bytes: 1 << 20, objects: 1 });
+    assert_eq!(batch.samples(), 4);
+    let request = batch.finish(2_000).unwrap();
+    let dict = request.dictionary.as_ref().unwrap();
+    let name = |i: i32| dict.string_table[i as usize].as_str();
+    let profiles = &request.resource_profiles[0].scope_profiles[0].profiles;
+    let types: Vec<(&str, &str)> = profiles
+        .iter()
+        .map(|p| {
+            let st = p.sample_type.unwrap();
+            (name(st.type_strindex), name(st.unit_strindex))
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("alloc_space", "bytes"),
+            ("alloc_objects", "count"),
+            ("inuse_space", "bytes"),
+            ("inuse_objects", "count")
+        ]
+    );
+    // Allocated: one value per (stack, thread, span) over the interval, at
+    // its latest allocation's time; the span's its own.
+    let space = &profiles[0].samples;
+    assert_eq!(space.len(), 2);
+    let plain = space.iter().find(|s| s.link_index == 0).unwrap();
+    assert_eq!((plain.values.clone(), plain.timestamps_unix_nano.clone()), (vec![1 << 20], vec![20]));
+    let in_span = space.iter().find(|s| s.link_index != 0).unwrap();
+    assert_eq!(in_span.values, vec![1 << 20]);
+    let objects = &profiles[1].samples;
+    assert_eq!(objects.iter().map(|s| s.values[0]).sum::<i64>(), 16_385);
+    assert_eq!(profiles[2].samples[0].values, vec![1 << 20]);
+    assert_eq!(profiles[2].samples[0].timestamps_unix_nano, vec![30]);
+    assert_eq!(profiles[3].samples[0].values, vec![1]);
+    assert!(profiles.iter().all(|p| p.period_type.is_none()));
+}

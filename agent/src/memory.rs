@@ -5,7 +5,7 @@
 //! export. The BPF side keeps the same set (it reports a free only for an
 //! allocation it tracks), so this one is bounded by its map.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use crate::procs::{ProcessInfo, UserFrame};
@@ -111,7 +111,7 @@ impl Live {
     /// What is live, per site: (site, bytes, objects); sites no live
     /// allocation uses any more are dropped.
     pub fn snapshot(&mut self) -> Vec<(Arc<Site>, i64, i64)> {
-        let mut by_site: HashMap<usize, (Arc<Site>, u64, f64)> = HashMap::new();
+        let mut by_site: HashMap<usize, (Arc<Site>, u64, f64)> = HashMap::default();
         for a in self.by_ptr.values() {
             let e = by_site
                 .entry(Arc::as_ptr(&a.site) as usize)

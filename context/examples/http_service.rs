@@ -22,6 +22,10 @@
 //! The service name (in the process context) is the second argument, else
 //! `OTEL_SERVICE_NAME`, else `context-demo`. `SYMTRACE_CONTEXT=off` leaves
 //! `TraceContextLayer` out (benchmark baseline).
+//!
+//! It allocates through symtrace-alloc's `SampledAllocator` (memory
+//! profiles: one sample per 512 KiB allocated on average,
+//! `OTEL_MEMORY_SAMPLING_INTERVAL=0` turns sampling off).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,6 +39,10 @@ use tracing::{info_span, Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+
+#[global_allocator]
+static ALLOC: symtrace_alloc::SampledAllocator<std::alloc::System> =
+    symtrace_alloc::SampledAllocator::new(std::alloc::System);
 
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
