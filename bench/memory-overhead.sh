@@ -11,6 +11,16 @@
 # extra CPU (service + agent) per request of the default rate against
 # sampling off, as a share of the service's own CPU per request.
 #
+# On this 2-vCPU VM the service's CPU per request moves ±4% from run to
+# run, more than the effect, so the script also measures the two costs a
+# sampled allocation adds, each on its own: in the process (the uprobe trap
+# and the BPF program, on its own thread), from bench/workload/
+# malloc_loop.c under the LD_PRELOAD library at a 256 KiB interval (one
+# sample per 4,096 pairs), with a second agent (--memory-max-rate 0)
+# attached against none; and in the agent (its CPU per record, from the
+# runs above). Their sum per request, against the service's CPU per
+# request, is the figure the noise cannot hide.
+#
 #   bench/memory-overhead.sh [seconds per run] [rounds]    (default 10 s, 6; as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +68,7 @@ run() { # run INTERVAL -> "req/s svc-µs/req agent-ms allocs-recorded"
 echo "GET $PATH_Q, wrk -t2 -c16, ${SECS}s per run; agent at its defaults in both arms"
 echo "columns: req/s, service CPU µs/request, agent CPU ms over the run, allocations recorded, service+agent µs/request"
 declare -A total count
+ALLOC_SUM=0; REQ_SUM=0
 for i in $(seq "$ROUNDS"); do
   order="0 524288"; [ $((i % 2)) -eq 0 ] && order="524288 0"
   for interval in $order; do
@@ -65,9 +76,49 @@ for i in $(seq "$ROUNDS"); do
     printf "round %d, interval %-6s: %s\n" "$i" "$interval" "$line"
     total[$interval]=$(awk -v a="${total[$interval]:-0}" -v b="$(echo "$line" | awk '{print $5}')" 'BEGIN {print a + b}')
     count[$interval]=$(( ${count[$interval]:-0} + 1 ))
+    if [ "$interval" != 0 ]; then
+      ALLOC_SUM=$(awk -v a="$ALLOC_SUM" -v b="$(echo "$line" | awk '{print $4}')" 'BEGIN {print a + b}')
+      REQ_SUM=$(awk -v a="$REQ_SUM" -v b="$(echo "$line" | awk -v s="$SECS" '{print $1 * s}')" 'BEGIN {print a + b}')
+    fi
   done
 done
 off=$(awk -v t="${total[0]}" -v n="${count[0]}" 'BEGIN {print t / n}')
 on=$(awk -v t="${total[524288]}" -v n="${count[524288]}" 'BEGIN {print t / n}')
 awk -v off="$off" -v on="$on" 'BEGIN {printf "mean service+agent CPU per request: sampling off %.3f µs, default rate %.3f µs: %+.2f%%\n", off, on, 100 * (on - off) / off}'
 grep "stats:" "$W/agent.out" | tail -1 | grep -o "memory:[^|]*"
+ALLOCS_PER_REQ=$(awk -v a="$ALLOC_SUM" -v r="$REQ_SUM" 'BEGIN {print a / r}')
+
+echo "== per sampled allocation (malloc_loop: 64-byte pairs, 256 KiB interval, one sample per 4,096 pairs, CPU 1)"
+make -s -C alloc/preload O="$W" CC=clang-19
+clang-19 -O2 bench/workload/malloc_loop.c -o "$W/malloc_loop"
+LIB="$W/libsymtrace_alloc_preload.so"
+kill $AGENT; wait $AGENT 2>/dev/null || true
+loop() { LD_PRELOAD=$LIB OTEL_MEMORY_SAMPLING_INTERVAL=262144 taskset -c 1 "$W/malloc_loop" 200000000 | awk '{print $1}'; }
+recorded2() { grep -o 'sampled allocations [0-9]*' "$W/agent2.out" | tail -1 | awk '{print $3}'; }
+start_agent2() {
+  "$BIN/symtrace-agent" --server http://127.0.0.1:14924 --interval 2s --stats --memory-max-rate 0 \
+    > "$W/agent2.out" 2> "$W/agent2.err" &
+  AGENT2=$!
+  for _ in $(seq 200); do grep -q "running processes in" "$W/agent2.err" && break; sleep 0.1; done
+  LD_PRELOAD=$LIB sleep 3600 &   # maps the library: the agent attaches to it
+  HOLDER=$!
+  for _ in $(seq 100); do grep -q "probes attached.*libsymtrace_alloc_preload" "$W/agent2.err" && break; sleep 0.1; done
+}
+per_sample_process=0; per_record_agent=0
+for r in 1 2 3; do
+  without=$(loop)
+  start_agent2
+  sleep 2.5; n0=$(recorded2); a0=$(proc_cpu_ms $AGENT2)
+  with=$(loop)
+  sleep 4.5; n1=$(recorded2); a1=$(proc_cpu_ms $AGENT2)
+  kill $HOLDER $AGENT2; wait $HOLDER $AGENT2 2>/dev/null || true
+  line=$(awk -v w="$with" -v o="$without" -v a0="$a0" -v a1="$a1" -v n0="${n0:-0}" -v n1="${n1:-0}" 'BEGIN {
+    printf "%.0f %.2f %d", (w - o) * 4096, (a1 - a0) * 1000 / (n1 - n0), n1 - n0 }')
+  echo "round $r: no agent $without ns per pair, attached $with: in the process $(echo "$line" | awk '{print $1}') ns per sampled allocation; in the agent $(echo "$line" | awk '{print $2}') µs per record ($(echo "$line" | awk '{print $3}') records)"
+  per_sample_process=$(awk -v a="$per_sample_process" -v b="$(echo "$line" | awk '{print $1}')" 'BEGIN {print a + b / 3}')
+  per_record_agent=$(awk -v a="$per_record_agent" -v b="$(echo "$line" | awk '{print $2}')" 'BEGIN {print a + b / 3}')
+done
+awk -v p="$per_sample_process" -v g="$per_record_agent" -v off="$off" -v allocs="$ALLOCS_PER_REQ" 'BEGIN {
+  extra = allocs * (p / 1000 + g)
+  printf "per request: %.4f sampled allocations x (%.2f µs in the process + %.2f µs in the agent) = %.3f µs, %.2f%% of the service+agent CPU per request with sampling off (%.3f µs)\n",
+    allocs, p / 1000, g, extra, 100 * extra / off, off }'

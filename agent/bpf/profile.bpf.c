@@ -29,6 +29,14 @@ volatile const __u32 record_kernel_threads = 0;
  * context). Userspace scales each wait by 1/p. */
 volatile const __u64 off_cpu_threshold = 0;
 volatile const __u64 off_cpu_span_threshold = 0;
+/* Allocation records per CPU per ALLOC_WINDOW_NS aimed at (0: no bound):
+ * the probes fire at a rate the profiled process chooses (a sampling
+ * interval of 1 fires on every malloc), and each record costs the agent
+ * microseconds. Beyond it allocations are thinned, not cut: each is kept
+ * with probability 2^-shift and its weight multiplied by 2^shift, so the
+ * totals stay unbiased (a cut would favour whichever thread came first in
+ * each window). */
+volatile const __u32 alloc_window_max = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -79,6 +87,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct usdt_spec);
 } usdt_specs SEC(".maps");
+
+/* Per CPU: the current window's start, the allocations seen in it, and
+ * the thinning in force (keep one in 2^shift). */
+struct alloc_window {
+	__u64 start_ns;
+	__u64 seen;
+	__u32 shift;
+	__u32 pad;
+};
+
+#define MAX_ALLOC_SHIFT 20
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct alloc_window);
+} alloc_windows SEC(".maps");
 
 /* Live sampled allocations (pid, pointer) → weight; bounded (resized by
  * the loader), allocated on insert. */
@@ -466,6 +492,35 @@ int on_usdt(struct pt_regs *ctx)
 	}
 	if (spec->probe != USDT_PROBE_ALLOC)
 		return 0;
+	__u32 shift = 0;
+	if (alloc_window_max) {
+		__u32 zero = 0;
+		struct alloc_window *w = bpf_map_lookup_elem(&alloc_windows, &zero);
+		if (!w)
+			return 0;
+		__u64 now = bpf_ktime_get_ns();
+		if (now - w->start_ns >= ALLOC_WINDOW_NS) {
+			/* The next window's thinning, from this one's rate. */
+			__u32 k = 0;
+			for (int i = 0; i < MAX_ALLOC_SHIFT; i++) {
+				if ((w->seen >> k) <= alloc_window_max)
+					break;
+				k++;
+			}
+			w->shift = k;
+			w->seen = 0;
+			w->start_ns = now;
+		}
+		w->seen += 1;
+		/* A burst within the window thins further as it goes. */
+		if ((w->seen >> w->shift) > 2 * (__u64)alloc_window_max && w->shift < MAX_ALLOC_SHIFT)
+			w->shift += 1;
+		shift = w->shift & 31;
+		if (shift && (bpf_get_prandom_u32() & ((1u << shift) - 1))) {
+			count(COUNTER_ALLOCS_THROTTLED);
+			return 0;
+		}
+	}
 	struct alloc_sample *a = bpf_ringbuf_reserve(&records, sizeof(*a), 0);
 	if (!a) {
 		count(COUNTER_ALLOCS_LOST);
@@ -475,6 +530,8 @@ int on_usdt(struct pt_regs *ctx)
 	a->weight = 0;
 	usdt_arg(ctx, &spec->args[1], &a->size);
 	usdt_arg(ctx, &spec->args[2], &a->weight);
+	if (shift) /* it stands for 2^shift allocations like it */
+		a->weight = a->weight >> (64 - shift) ? ~0ULL : a->weight << shift;
 	a->ptr = key.ptr;
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	sample_header(&a->sample, RECORD_ALLOC, id, task, bpf_ktime_get_boot_ns());

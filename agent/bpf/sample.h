@@ -99,6 +99,9 @@ struct off_cpu_end {
  * its arguments are (the note's argument spec, decoded). */
 #define USDT_ARGS 3
 #define USDT_SPECS 4096
+/* The allocation records' rate bound is kept per CPU over windows of
+ * this many nanoseconds (a tenth of a second). */
+#define ALLOC_WINDOW_NS 100000000
 
 enum usdt_arg_kind {
 	USDT_ARG_NONE = 0,
@@ -278,7 +281,8 @@ enum counter {
 	COUNTER_FREES = 13,        /* frees of tracked allocations recorded */
 	COUNTER_FREES_LOST = 14,   /* ... dropped: the ring buffer was full */
 	COUNTER_USDT_UNREADABLE = 15, /* a probe's pointer argument unreadable */
-	COUNTER_COUNT = 16,
+	COUNTER_ALLOCS_THROTTLED = 16, /* sampled allocations thinned out over the rate bound */
+	COUNTER_COUNT = 17,
 };
 
 #endif

@@ -293,7 +293,15 @@ fn memory_events_are_four_profiles_added_up_per_key() {
     trace.trace_id = [1; 16];
     trace.span_id = [2; 8];
     add(&mut batch, 15, &trace, alloc(1 << 20, 1));
-    add(&mut batch, 30, &trace, Memory::InUse { bytes: 1 << 20, objects: 1 });
+    add(
+        &mut batch,
+        30,
+        &trace,
+        Memory::InUse {
+            bytes: 1 << 20,
+            objects: 1,
+        },
+    );
     assert_eq!(batch.samples(), 4);
     let request = batch.finish(2_000).unwrap();
     let dict = request.dictionary.as_ref().unwrap();
@@ -320,7 +328,10 @@ fn memory_events_are_four_profiles_added_up_per_key() {
     let space = &profiles[0].samples;
     assert_eq!(space.len(), 2);
     let plain = space.iter().find(|s| s.link_index == 0).unwrap();
-    assert_eq!((plain.values.clone(), plain.timestamps_unix_nano.clone()), (vec![1 << 20], vec![20]));
+    assert_eq!(
+        (plain.values.clone(), plain.timestamps_unix_nano.clone()),
+        (vec![1 << 20], vec![20])
+    );
     let in_span = space.iter().find(|s| s.link_index != 0).unwrap();
     assert_eq!(in_span.values, vec![1 << 20]);
     let objects = &profiles[1].samples;

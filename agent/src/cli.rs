@@ -124,6 +124,16 @@ pub struct Args {
     /// beyond it new ones count as allocated but not as in use, counted).
     #[arg(long, env = "SYMTRACE_AGENT_MEMORY_MAX_LIVE", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub memory_max_live: u32,
+
+    /// Sampled allocations recorded per second per CPU, aimed at (0: no
+    /// bound). The probes fire as often as the profiled process samples
+    /// (`OTEL_MEMORY_SAMPLING_INTERVAL=1` fires on every allocation); each
+    /// record costs the agent a few microseconds. Beyond the rate (kept per
+    /// tenth of a second) allocations are thinned: one in 2^k recorded,
+    /// its weight 2^k times larger, so totals stay unbiased; those left
+    /// out are counted as throttled.
+    #[arg(long, env = "SYMTRACE_AGENT_MEMORY_MAX_RATE", default_value_t = 10000)]
+    pub memory_max_rate: u32,
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {

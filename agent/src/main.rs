@@ -51,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         off_cpu,
         run_time_stats: args.stats,
         memory_max_live: (!args.no_memory).then_some(args.memory_max_live),
+        memory_max_rate: args.memory_max_rate,
     })?;
     tracing::info!(
         "sampling {} CPUs at {} Hz (BPF loaded and attached in {:?}); exporting every {:?} to {}",

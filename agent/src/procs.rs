@@ -171,6 +171,12 @@ impl Processes {
         self.binaries.get(&self.proc_root, pid, map)
     }
 
+    /// Reads process `pid` now if it is new (its trace-context slot among
+    /// the rest), before its first sample.
+    pub fn register(&mut self, pid: u32) {
+        self.entry(pid, "");
+    }
+
     /// exec: new mappings, maybe a new service name.
     pub fn forget(&mut self, pid: u32) {
         if let Some(p) = self.by_pid.remove(&pid) {

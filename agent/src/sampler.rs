@@ -53,6 +53,8 @@ pub struct Counters {
     pub frees_lost: u64,
     /// Memory probes whose pointer argument could not be read.
     pub usdt_unreadable: u64,
+    /// Sampled allocations thinned out over `--memory-max-rate`.
+    pub allocs_throttled: u64,
 }
 
 pub struct Sampler {
@@ -138,6 +140,8 @@ pub struct Options {
     /// Memory allocation profiling: the live sampled allocations tracked at
     /// most (`None`: off, the probe program not loaded).
     pub memory_max_live: Option<u32>,
+    /// Allocation records per second per CPU aimed at (0: unbounded).
+    pub memory_max_rate: u32,
 }
 
 /// Off-CPU sampling: the probability that a blocked thread's switch-out is
@@ -167,6 +171,16 @@ impl OffCpu {
     }
 }
 
+/// A rate per second as the BPF program bounds it: records per window
+/// (at least one when bounded).
+fn alloc_window_max(per_second: u32) -> u32 {
+    if per_second == 0 {
+        return 0;
+    }
+    let windows = 1_000_000_000 / record::ALLOC_WINDOW_NS as u64;
+    (u64::from(per_second) / windows).max(1) as u32
+}
+
 /// A probability as the BPF program compares it with a random u32.
 fn threshold(p: f64) -> u64 {
     (p.clamp(0.0, 1.0) * 4_294_967_296.0).round() as u64
@@ -192,6 +206,11 @@ impl Sampler {
             .override_global("record_kernel_threads", &kernel_threads, true)
             .override_global("off_cpu_threshold", &plain, true)
             .override_global("off_cpu_span_threshold", &span, true)
+            .override_global(
+                "alloc_window_max",
+                &alloc_window_max(options.memory_max_rate),
+                true,
+            )
             .load(BPF_OBJECT)
             .context(
                 "loading the BPF object (needs Linux ≥ 5.11: ring buffers, BTF, task storage)",
@@ -358,6 +377,7 @@ impl Sampler {
             frees: sum(record::COUNTER_FREES),
             frees_lost: sum(record::COUNTER_FREES_LOST),
             usdt_unreadable: sum(record::COUNTER_USDT_UNREADABLE),
+            allocs_throttled: sum(record::COUNTER_ALLOCS_THROTTLED),
         }
     }
 

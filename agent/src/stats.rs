@@ -70,7 +70,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, no storage for the start {off_full}, open {waiting}, given up {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
-         memory: sampled allocations {allocs}, allocations lost {allocs_lost}, untracked (live map full) {live_full}, \
+         memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files}, probe sites {probe_sites}, sites refused {refused} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
@@ -118,6 +118,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         cfi_resets = g.cfi.resets,
         allocs = now.counters.allocs,
         allocs_lost = now.counters.allocs_lost,
+        throttled = now.counters.allocs_throttled,
         live_full = now.counters.live_full,
         frees = now.counters.frees,
         frees_lost = now.counters.frees_lost,

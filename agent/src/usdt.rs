@@ -322,31 +322,39 @@ impl<L> MemoryProbes<L> {
         let Ok(entries) = maps::read(&self.proc_root, pid) else {
             return;
         };
+        let mut probed = false;
         for map in entries.iter().filter(|m| m.is_file()) {
-            self.look_at(pid, map, procs, attach);
+            probed |= self.look_at(pid, map, procs, attach);
+        }
+        if probed {
+            // Known now, so its trace contexts are read from its first
+            // sampled allocation on.
+            procs.register(pid);
         }
     }
 
+    /// Attaches to the probes of `map`'s file if it has any and is new;
+    /// whether the file's probes are attached.
     fn look_at(
         &mut self,
         pid: u32,
         map: &MapEntry,
         procs: &mut Processes,
         attach: &mut impl Attach<Link = L>,
-    ) {
+    ) -> bool {
         let key = (map.dev, map.inode);
         if let Some(file) = self.files.get_mut(&key) {
             file.seen = self.generation;
-            return;
+            return true;
         }
         if self.without.contains(&key) {
-            return;
+            return false;
         }
         let binary: Option<Arc<Binary>> = procs.binary(pid, map);
         let probes = binary.as_ref().map_or(&[][..], |b| &b.memory_probes[..]);
         if probes.is_empty() {
             self.without.insert(key);
-            return;
+            return false;
         }
         let path = self
             .proc_root
@@ -355,7 +363,7 @@ impl<L> MemoryProbes<L> {
             .join(map.path.trim_start_matches('/'));
         if !same_file(&path, map) {
             tracing::debug!(pid, path = %map.path, "not the mapped file at its path: not attached");
-            return; // looked at again with the next process mapping it
+            return false; // looked at again with the next process mapping it
         }
         let mut links = Vec::new();
         for probe in probes.iter().take(MAX_SITES_PER_FILE) {
@@ -379,7 +387,7 @@ impl<L> MemoryProbes<L> {
         self.refused += probes.len().saturating_sub(MAX_SITES_PER_FILE) as u64;
         if links.is_empty() {
             self.without.insert(key);
-            return;
+            return false;
         }
         tracing::info!(
             pid,
@@ -395,6 +403,7 @@ impl<L> MemoryProbes<L> {
                 seen: self.generation,
             },
         );
+        true
     }
 }
 

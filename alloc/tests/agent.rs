@@ -425,3 +425,85 @@ fn a_rust_program_with_the_sampled_allocator() {
     check_profiles(&server, &service, &printed);
     assert!(agent.stop().success());
 }
+
+#[test]
+fn a_process_sampling_every_allocation_is_bounded_by_the_agent() {
+    let Some(_one) = bpf_test(&["clang-19", "make"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lib = common::build_preload(dir.path());
+    let bin = dir.path().join("memory_workload");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    clang_with_frame_pointers(&bin, &[root.join("tests/c/memory_workload.c")], &[]);
+    let server = Server::start(&Backend::local(), &[]);
+    // Every allocation fires the probe (interval 1): ~10,000 in half a
+    // second, against a rate of 1,000 a second per CPU; leaky's ~2,000
+    // blocks (a hundred or so once thinned) against 10 live ones tracked.
+    let service = kit::unique("mem-every-");
+    let mut app = Workload::start(
+        Command::new(&bin)
+            .arg("2")
+            .env("LD_PRELOAD", &lib)
+            .env("OTEL_SERVICE_NAME", &service)
+            .env("OTEL_MEMORY_SAMPLING_INTERVAL", "1"),
+    );
+    let started = Instant::now();
+    let mut agent = Agent::start(
+        &kit::workspace_bin("symtrace-agent"),
+        &server.grpc_addr,
+        &["--memory-max-rate", "1000", "--memory-max-live", "10"],
+    );
+    wait_for_attach(&agent, &lib);
+    writeln!(app.stdin, "go").unwrap();
+    let (mut line, mut text) = (String::new(), String::new());
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(
+            app.stdout.read_line(&mut line).unwrap() > 0,
+            "the workload ended early"
+        );
+        text.push_str(&line);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let stats = agent.last_line("stats:").expect("a stats line");
+    assert!(agent.stop().success());
+    let seconds = started.elapsed().as_secs_f64();
+    let totals = agent.last_line("total:").expect("the agent's totals");
+    let recorded = number_after(&totals, "sampled allocations ") as f64;
+    let throttled = number_after(&totals, "throttled ");
+    let cpus = std::thread::available_parallelism().unwrap().get() as f64;
+    assert!(throttled > 1000, "{totals}");
+    // Thinned to about the rate (a burst within a tenth of a second can
+    // reach four times it before the thinning catches up).
+    assert!(
+        recorded <= 4.0 * 1000.0 * cpus * seconds + 200.0,
+        "{recorded} recorded in {seconds:.1} s on {cpus} CPUs, bound 1,000/s per CPU\n{totals}"
+    );
+    // Live allocations tracked: at most 10, the rest counted.
+    assert!(number_after(&stats, ", live ") <= 10, "{stats}");
+    assert!(
+        number_after(&totals, "untracked (live map full) ") > 0,
+        "{totals}"
+    );
+    // Thinned, not cut: the weights of what was kept still add up to what
+    // the program allocated (loosely: a few dozen 1 MiB blocks carry most
+    // of it). A cut would keep a tenth of it or less.
+    let allocated: f64 = ["big ", "small ", "leaky "]
+        .iter()
+        .map(|name| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+        })
+        .sum();
+    let query = format!("service={service}&type={ALLOC}&from=now-1h&to=now");
+    let stacks = wait_for(&server, &query, |s| total(s) >= 0.5 * allocated);
+    let seen = total(&stacks);
+    eprintln!("every allocation sampled: {seen:.0} bytes in the profile, {allocated:.0} allocated; {totals}");
+    assert!(
+        (0.5..=1.5).contains(&(seen / allocated)),
+        "allocated bytes {seen:.0} against {allocated:.0} allocated\n{}",
+        summary(&stacks)
+    );
+}
