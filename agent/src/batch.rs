@@ -26,6 +26,7 @@ use symtrace_proto::profiles::{
 };
 use symtrace_proto::resource::Resource;
 
+use crate::memory::{self, Site};
 use crate::procs::{self, ProcessInfo, UserFrame};
 use crate::record::TraceCtx;
 use crate::unwind::Cut;
@@ -119,6 +120,9 @@ pub struct Batch {
     period_ns: i64,
     host_name: String,
     scratch: Vec<i32>,
+    /// Allocation stacks' indices, made once per batch (the `Arc` held, so
+    /// its address is not another stack's while it is cached).
+    stack_keys: HashMap<usize, (Arc<memory::Stack>, i32)>,
 }
 
 impl Batch {
@@ -142,6 +146,7 @@ impl Batch {
             period_ns: (1_000_000_000 / frequency_hz.max(1)) as i64,
             host_name: host_name.to_owned(),
             scratch: Vec::new(),
+            stack_keys: HashMap::default(),
         };
         batch.native = batch.attribute("profile.frame.type", "native");
         batch.kernel = batch.attribute("profile.frame.type", "kernel");
@@ -285,20 +290,42 @@ impl Batch {
         self.samples += 1;
     }
 
+    /// Adds a memory event of an allocation site (its stack interned once
+    /// per batch).
+    pub fn add_site(&mut self, site: &Site, unix_ns: u64, memory: Memory) {
+        let id = Arc::as_ptr(&site.stack) as usize;
+        let stack_index = match self.stack_keys.get(&id) {
+            Some(&(_, i)) => i,
+            None => {
+                let i = self.stack_index(&[], &site.stack.user, site.stack.cut);
+                self.stack_keys.insert(id, (site.stack.clone(), i));
+                i
+            }
+        };
+        let (attributes, link) = self.labels(&site.stack.process, &site.thread_name, &site.trace);
+        let key = (stack_index, attributes, link);
+        self.add_memory_keyed(&site.stack.process, key, unix_ns, memory);
+    }
+
     /// Adds a memory event: a sampled allocation, or a site's live bytes
     /// at a snapshot (added up when the same key comes twice).
-    pub fn add_memory(&mut self, s: &Observed<'_>, memory: Memory) {
-        let key = self.key(s);
-        let process = self.process(s.process);
+    fn add_memory_keyed(
+        &mut self,
+        info: &Arc<ProcessInfo>,
+        key: SampleKey,
+        unix_ns: u64,
+        memory: Memory,
+    ) {
+        let process = self.process(info);
         match memory {
             Memory::Alloc { bytes, objects } => {
-                let e = process.allocs.entry(key).or_insert((s.unix_ns, 0, 0));
-                e.0 = e.0.max(s.unix_ns);
+                let e = process.allocs.entry(key).or_insert((unix_ns, 0, 0));
+                e.0 = e.0.max(unix_ns);
                 e.1 = e.1.saturating_add(bytes);
                 e.2 = e.2.saturating_add(objects);
             }
             Memory::InUse { bytes, objects } => {
-                let e = process.inuse.entry(key).or_insert((s.unix_ns, 0, 0));
+                let e = process.inuse.entry(key).or_insert((unix_ns, 0, 0));
                 e.1 = e.1.saturating_add(bytes);
                 e.2 = e.2.saturating_add(objects);
             }
@@ -317,15 +344,27 @@ impl Batch {
 
     /// A sample's identity: its stack, attributes and link, interned.
     fn key(&mut self, s: &Observed<'_>) -> SampleKey {
+        let stack_index = self.stack_index(s.kernel, s.user, s.cut);
+        let (attributes, link) = self.labels(s.process, s.thread_name, s.trace);
+        (stack_index, attributes, link)
+    }
+
+    /// The stack (kernel frames leaf first, then user frames), interned.
+    fn stack_index(
+        &mut self,
+        kernel: &[(u64, Option<&str>)],
+        user: &[UserFrame],
+        cut: Option<Cut>,
+    ) -> i32 {
         let mut stack = std::mem::take(&mut self.scratch);
         stack.clear();
-        for &(address, name) in s.kernel {
+        for &(address, name) in kernel {
             stack.push(self.kernel_location(address, name));
         }
-        for frame in s.user {
+        for frame in user {
             stack.push(self.native_location(frame));
         }
-        if s.cut.is_some() {
+        if cut.is_some() {
             stack.push(self.cut_location());
         }
         let stack_index = match self.stacks.index.get(&stack) {
@@ -339,8 +378,18 @@ impl Batch {
             }
         };
         self.scratch = stack;
-        let mut attributes = vec![self.attribute("thread.name", s.thread_name)];
-        let link = match s.trace.ids() {
+        stack_index
+    }
+
+    /// A sample's attributes (thread name, the thread context's) and link.
+    fn labels(
+        &mut self,
+        process: &ProcessInfo,
+        thread_name: &str,
+        trace: &TraceCtx,
+    ) -> (Vec<i32>, i32) {
+        let mut attributes = vec![self.attribute("thread.name", thread_name)];
+        let link = match trace.ids() {
             Some((trace_id, span_id)) => {
                 let (i, new) = self.links.intern((trace_id, span_id));
                 if new {
@@ -351,8 +400,8 @@ impl Batch {
                 }
                 // The thread context's attributes, named by the process
                 // context's key map.
-                for (key, value) in s.trace.attributes() {
-                    let name = match s.process.attribute_keys.get(key as usize) {
+                for (key, value) in trace.attributes() {
+                    let name = match process.attribute_keys.get(key as usize) {
                         Some(name) if !name.is_empty() => name.clone(),
                         _ => format!("thread.context.attribute.{key}"),
                     };
@@ -362,7 +411,7 @@ impl Batch {
             }
             None => 0,
         };
-        (stack_index, attributes, link)
+        (attributes, link)
     }
 
     /// The export request of everything added, `None` when nothing was.

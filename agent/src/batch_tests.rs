@@ -272,31 +272,35 @@ fn memory_events_are_four_profiles_added_up_per_key() {
     }];
     let mut trace = TraceCtx::default();
     let mut batch = Batch::new(1_000, 97, "node-1");
-    let add = |batch: &mut Batch, t: u64, trace: &TraceCtx, m: Memory| {
-        batch.add_memory(
-            &Observed {
-                process: &p,
-                thread_name: "worker",
-                unix_ns: t,
-                user: &user,
-                cut: None,
-                kernel: &[],
-                trace,
-            },
-            m,
-        )
+    let stack = Arc::new(crate::memory::Stack {
+        process: p.clone(),
+        user: user.to_vec(),
+        cut: None,
+    });
+    let site = |trace: &TraceCtx| {
+        Arc::new(crate::memory::Site {
+            stack: stack.clone(),
+            thread_name: "worker".into(),
+            trace: *trace,
+        })
+    };
+    let add = |batch: &mut Batch, t: u64, site: &Arc<crate::memory::Site>, m: Memory| {
+        batch.add_site(site, t, m)
     };
     let alloc = |bytes, objects| Memory::Alloc { bytes, objects };
-    add(&mut batch, 20, &trace, alloc(524_288, 8192));
-    add(&mut batch, 10, &trace, alloc(524_288, 8192));
+    let plain = site(&trace);
+    add(&mut batch, 20, &plain, alloc(524_288, 8192));
+    // Another site of the same stack, thread and span: the same sample.
+    add(&mut batch, 10, &site(&trace), alloc(524_288, 8192));
     trace.valid = 1;
     trace.trace_id = [1; 16];
     trace.span_id = [2; 8];
-    add(&mut batch, 15, &trace, alloc(1 << 20, 1));
+    let in_span = site(&trace);
+    add(&mut batch, 15, &in_span, alloc(1 << 20, 1));
     add(
         &mut batch,
         30,
-        &trace,
+        &in_span,
         Memory::InUse {
             bytes: 1 << 20,
             objects: 1,

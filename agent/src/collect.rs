@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::batch::{Batch, Memory, Observed};
 use crate::export::Queue;
 use crate::kallsyms::KernelSymbols;
-use crate::memory::{self, Live, Site};
+use crate::memory;
 use crate::offcpu::{self, Waiting, Waits};
 use crate::procs::{Processes, UserStack};
 use crate::record::{self, Record};
@@ -71,7 +71,7 @@ impl Collector {
             self.sampler.set_thread_ctx_offset(pid, offset);
         }
         let mut probes = MemoryProbes::new(Path::new("/proc"));
-        let mut live = Live::default();
+        let mut mem = memory::Memory::default();
         if self.sampler.memory_enabled() {
             let scanning = Instant::now();
             probes.scan(true, &mut procs, &mut self.sampler);
@@ -83,7 +83,7 @@ impl Collector {
                 scanning.elapsed()
             );
         }
-        let mut gone: Vec<u32> = Vec::new();
+        let mut gone: Vec<(u32, Vec<u64>)> = Vec::new();
         let mut execs: Vec<u32> = Vec::new();
         let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
         let mut waits = Waits::new(self.off_cpu.max_waiting as usize);
@@ -190,46 +190,57 @@ impl Collector {
                 }
                 Record::Alloc(a) => {
                     let s = &a.sample;
-                    let thread_name = s.thread_name();
-                    let mut frames = Vec::new();
-                    let stack = UserStack {
-                        chain: s.user_stack(),
-                        end: s.user_end,
-                        bp: s.user_bp,
-                        window: s.window(),
+                    let raw = memory::raw_key(s);
+                    let stack = match mem.cached(&raw) {
+                        Some(stack) => stack,
+                        None => {
+                            let mut frames = Vec::new();
+                            let user = UserStack {
+                                chain: s.user_stack(),
+                                end: s.user_end,
+                                bp: s.user_bp,
+                                window: s.window(),
+                            };
+                            let (process, cut) =
+                                procs.resolve(s.pid, &s.thread_name(), &user, &mut frames);
+                            for (pid, offset) in procs.take_tls_changes() {
+                                offsets.set(pid, offset);
+                            }
+                            let stack = Arc::new(memory::Stack {
+                                process,
+                                user: frames,
+                                cut,
+                            });
+                            mem.cache(s.pid, raw, &stack);
+                            stack
+                        }
                     };
-                    let (process, cut) = procs.resolve(s.pid, &thread_name, &stack, &mut frames);
-                    for (pid, offset) in procs.take_tls_changes() {
-                        offsets.set(pid, offset);
-                    }
-                    let site = live.site(Site {
-                        process,
-                        thread_name,
-                        user: frames,
-                        cut,
-                        trace: s.trace,
-                    });
-                    let objects = memory::objects(a.size, a.weight).round() as i64;
-                    let bytes = a.weight.min(i64::MAX as u64) as i64;
-                    add_site(
-                        &mut batch,
-                        &site,
-                        s.boot_ns.saturating_add_signed(boot_to_unix),
-                        Memory::Alloc { bytes, objects },
+                    mem.alloc(
+                        s.pid,
+                        &memory::Sampled {
+                            stack: &stack,
+                            comm: &s.comm,
+                            trace: &s.trace,
+                            unix_ns: s.boot_ns.saturating_add_signed(boot_to_unix),
+                            ptr: a.ptr,
+                            size: a.size,
+                            weight: a.weight,
+                            tracked: a.tracked == 1,
+                        },
                     );
-                    if a.tracked == 1 {
-                        live.alloc(s.pid, a.ptr, a.size, a.weight, site);
+                }
+                Record::Free(f) => mem.free(f.pid, f.ptr),
+                Record::Exec(pid) | Record::Exit(pid) => {
+                    procs.forget(pid);
+                    if matches!(record, Record::Exec(_)) {
+                        execs.push(pid);
                     }
-                }
-                Record::Free(f) => live.free(f.pid, f.ptr),
-                Record::Exec(pid) => {
-                    procs.forget(pid);
-                    gone.push(pid);
-                    execs.push(pid);
-                }
-                Record::Exit(pid) => {
-                    procs.forget(pid);
-                    gone.push(pid);
+                    // Now, in record order: allocations of the new image
+                    // later in this drain are its own.
+                    let ptrs = mem.forget_process(pid);
+                    if !ptrs.is_empty() {
+                        gone.push((pid, ptrs));
+                    }
                 }
             });
             if self.sampler.memory_enabled() {
@@ -237,9 +248,11 @@ impl Collector {
                     probes.exec(pid);
                 }
             }
-            for pid in gone.drain(..) {
-                let ptrs = live.forget_process(pid);
-                self.sampler.forget_live(pid, &ptrs);
+            for (pid, ptrs) in gone.drain(..) {
+                // Not those allocated again since (the same pointer in the
+                // new image).
+                let stale: Vec<u64> = ptrs.into_iter().filter(|&p| !mem.has(pid, p)).collect();
+                self.sampler.forget_live(pid, &stale);
             }
             for (pid, offset) in procs.take_tls_changes() {
                 self.sampler.set_thread_ctx_offset(pid, offset);
@@ -257,9 +270,7 @@ impl Collector {
             if now >= next_flush {
                 next_flush = now + self.interval;
                 let end = unix_now_ns();
-                for (site, bytes, objects) in live.snapshot() {
-                    add_site(&mut batch, &site, end, Memory::InUse { bytes, objects });
-                }
+                add_memory(&mut batch, &mut mem, end);
                 let done =
                     std::mem::replace(&mut batch, Batch::new(end, self.frequency, &self.host_name));
                 self.flush(done, end);
@@ -269,11 +280,7 @@ impl Collector {
                     let reading = self.reading();
                     println!(
                         "{}",
-                        stats::line(
-                            &last,
-                            &reading,
-                            &self.gauges(&procs, &waits, &live, &probes)
-                        )
+                        stats::line(&last, &reading, &self.gauges(&procs, &waits, &mem, &probes))
                     );
                     last = reading;
                 }
@@ -281,15 +288,13 @@ impl Collector {
         }
         self.sampler.drain(|_, _| {});
         let end = unix_now_ns();
-        for (site, bytes, objects) in live.snapshot() {
-            add_site(&mut batch, &site, end, Memory::InUse { bytes, objects });
-        }
+        add_memory(&mut batch, &mut mem, end);
         self.flush(batch, end);
         self.queue.close();
         Ok(Totals {
             first,
             last: self.reading(),
-            gauges: self.gauges(&procs, &waits, &live, &probes),
+            gauges: self.gauges(&procs, &waits, &mem, &probes),
         })
     }
 
@@ -316,7 +321,7 @@ impl Collector {
         &self,
         procs: &Processes,
         waits: &Waits,
-        live: &Live,
+        mem: &memory::Memory,
         probes: &MemoryProbes<L>,
     ) -> stats::Gauges {
         stats::Gauges {
@@ -334,27 +339,23 @@ impl Collector {
             waiting: waits.len(),
             waits_dropped: waits.dropped,
             waits_unmatched: waits.unmatched,
-            live_allocs: live.len(),
-            unknown_frees: live.unknown_frees,
+            live_allocs: mem.len(),
+            unknown_frees: mem.unknown_frees,
             probes: probes.stats(),
         }
     }
 }
 
-/// A memory event of an allocation site.
-fn add_site(batch: &mut Batch, site: &Site, unix_ns: u64, memory: Memory) {
-    batch.add_memory(
-        &Observed {
-            process: &site.process,
-            thread_name: &site.thread_name,
-            unix_ns,
-            user: &site.user,
-            cut: site.cut,
-            kernel: &[],
-            trace: &site.trace,
-        },
-        memory,
-    );
+/// The interval's memory profiles into its batch: what was allocated per
+/// site, and a snapshot of what is live at `end_ns`.
+fn add_memory(batch: &mut Batch, memory: &mut memory::Memory, end_ns: u64) {
+    let (allocated, live) = memory.take();
+    for (site, latest_ns, bytes, objects) in allocated {
+        batch.add_site(&site, latest_ns, Memory::Alloc { bytes, objects });
+    }
+    for (site, bytes, objects) in live {
+        batch.add_site(&site, end_ns, Memory::InUse { bytes, objects });
+    }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i64 {

@@ -219,8 +219,8 @@ impl Sampler {
             if name == OFF_CPU && !off_cpu.enabled() {
                 continue; // nothing runs at every context switch
             }
-            if name == MEMORY && options.memory_max_live.is_none() {
-                continue;
+            if name == MEMORY {
+                continue; // loaded below, where failing turns it off
             }
             let program = bpf.program_mut(name).expect("program in the object");
             match program {
@@ -254,10 +254,24 @@ impl Sampler {
             publishing: Array::try_from(bpf.take_map("publishing").unwrap())?,
         };
         let memory = match options.memory_max_live {
-            Some(_) => Some(MemoryMaps {
-                specs: Array::try_from(bpf.take_map("usdt_specs").unwrap())?,
-                live: aya::maps::HashMap::try_from(bpf.take_map("live_allocs").unwrap())?,
-            }),
+            Some(_) => {
+                let program: &mut UProbe = bpf.program_mut(MEMORY).unwrap().try_into()?;
+                match program.load() {
+                    Ok(()) => Some(MemoryMaps {
+                        specs: Array::try_from(bpf.take_map("usdt_specs").unwrap())?,
+                        live: aya::maps::HashMap::try_from(bpf.take_map("live_allocs").unwrap())?,
+                    }),
+                    Err(e) => {
+                        // bpf_get_attach_cookie needs Linux 5.15: the rest
+                        // of the agent works without it.
+                        tracing::warn!(
+                            "memory allocation profiling off: its BPF program does not load \
+                             here (needs Linux ≥ 5.15): {e}"
+                        );
+                        None
+                    }
+                }
+            }
             None => None,
         };
         let stats = if options.run_time_stats {

@@ -14,7 +14,7 @@
 //! process maps any more are detached then.
 
 use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +29,7 @@ use crate::record::{
     UsdtArgSpec, UsdtSpec, USDT_ARGS, USDT_ARG_CONST, USDT_ARG_MEM, USDT_ARG_REG, USDT_PROBE_ALLOC,
     USDT_PROBE_FREE, USDT_SPECS,
 };
+use crate::safefile;
 
 /// How long after its exec a process is looked at.
 pub const AFTER_EXEC: Duration = Duration::from_millis(100);
@@ -356,15 +357,18 @@ impl<L> MemoryProbes<L> {
             self.without.insert(key);
             return false;
         }
-        let path = self
-            .proc_root
-            .join(pid.to_string())
-            .join("root")
-            .join(map.path.trim_start_matches('/'));
-        if !same_file(&path, map) {
-            tracing::debug!(pid, path = %map.path, "not the mapped file at its path: not attached");
-            return false; // looked at again with the next process mapping it
-        }
+        // Attached through a descriptor of the very file the process maps
+        // (opened as the binaries are, inside the process's root, its inode
+        // checked): a path the process could swap between a check and the
+        // attach is never handed to the kernel.
+        let opened = match safefile::open_mapped(&self.proc_root, pid, map) {
+            Ok(o) => o,
+            Err(why) => {
+                tracing::debug!(pid, path = %map.path, ?why, "mapped file not opened: not attached");
+                return false; // looked at again with the next process mapping it
+            }
+        };
+        let path = PathBuf::from(format!("/proc/self/fd/{}", opened.file.as_raw_fd()));
         let mut links = Vec::new();
         for probe in probes.iter().take(MAX_SITES_PER_FILE) {
             if probe.semaphore {
@@ -405,16 +409,6 @@ impl<L> MemoryProbes<L> {
         );
         true
     }
-}
-
-/// Whether `path` is the file `map` maps (its device and inode).
-fn same_file(path: &Path, map: &MapEntry) -> bool {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return false;
-    };
-    let dev = meta.dev();
-    let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
-    meta.ino() == map.inode && ((major << 32) | minor) == map.dev
 }
 
 #[cfg(test)]
