@@ -207,10 +207,6 @@ pub struct UsdtSpec {
     pub pad: u32,
 }
 
-// SAFETY: plain old data (integers only, no padding the C side leaves
-// undefined: every field is written), as aya's maps need.
-unsafe impl aya::Pod for UsdtSpec {}
-
 /// `struct alloc_sample`: a sampled allocation's stacks, context and
 /// arguments.
 #[repr(C)]
@@ -241,9 +237,6 @@ pub struct LiveKey {
     pub pad: u32,
     pub ptr: u64,
 }
-
-// SAFETY: integers only.
-unsafe impl aya::Pod for LiveKey {}
 
 /// A record as read from the ring buffer.
 pub enum Record {

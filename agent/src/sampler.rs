@@ -72,6 +72,13 @@ pub struct Sampler {
     memory: Option<MemoryMaps>,
 }
 
+// SAFETY: plain old data (integers only, no padding: every field is
+// written), as aya's maps need. (Here, not in record.rs: that file builds
+// on its own, without aya, in tests/layout.rs.)
+unsafe impl aya::Pod for record::UsdtSpec {}
+// SAFETY: integers only.
+unsafe impl aya::Pod for record::LiveKey {}
+
 /// The probe sites' specs and the live allocations (memory profiling).
 struct MemoryMaps {
     specs: Array<MapData, record::UsdtSpec>,

@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -312,22 +312,6 @@ fn check_profiles(server: &Server, service: &str, p: &Printed) {
     );
 }
 
-fn staticlib() -> PathBuf {
-    let deps = kit::target_dir().join("deps");
-    std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with("libsymtrace_context-") && name.ends_with(".a")
-        })
-        .max_by_key(|e| e.metadata().unwrap().modified().unwrap())
-        .map(|e| e.path())
-        .expect(
-            "libsymtrace_context-*.a in target/*/deps (cargo builds symtrace-context's staticlib)",
-        )
-}
-
 #[test]
 fn a_c_program_under_the_preload_library() {
     let Some(_one) = bpf_test(&["clang-19", "make"]) else {
@@ -339,7 +323,10 @@ fn a_c_program_under_the_preload_library() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     clang_with_frame_pointers(
         &bin,
-        &[root.join("tests/c/memory_workload.c"), staticlib()],
+        &[
+            root.join("tests/c/memory_workload.c"),
+            kit::context_staticlib(),
+        ],
         &[
             "-DWITH_SPANS",
             &format!("-I{}", root.join("../context/include").display()),

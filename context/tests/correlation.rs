@@ -229,22 +229,6 @@ fn tokio_tasks_interleaved_on_one_thread_keep_their_own_spans() {
     }
 }
 
-/// The newest `libsymtrace_context-*.a` cargo built (the staticlib of this
-/// crate: `crate-type` includes it).
-fn staticlib() -> PathBuf {
-    let deps = kit::target_dir().join("deps");
-    std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with("libsymtrace_context-") && name.ends_with(".a")
-        })
-        .max_by_key(|e| e.metadata().unwrap().modified().unwrap())
-        .map(|e| e.path())
-        .expect("libsymtrace_context-*.a in target/*/deps")
-}
-
 /// A C program that publishes contexts: the slot exported to .dynsym.
 fn clang(out: &Path, sources: &[PathBuf], extra: &[&str]) {
     let mut extra = extra.to_vec();
@@ -262,7 +246,7 @@ fn a_c_program_correlates_through_the_c_abi() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     clang(
         &bin,
-        &[root.join("examples/c/traced.c"), staticlib()],
+        &[root.join("examples/c/traced.c"), kit::context_staticlib()],
         &[
             &format!("-I{}", root.join("include").display()),
             "-ldl",
@@ -467,7 +451,10 @@ fn each_spans_waits_are_in_the_trace_view_and_its_off_cpu_flamegraph() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     clang(
         &bin,
-        &[root.join("../agent/tests/workload/offcpu.c"), staticlib()],
+        &[
+            root.join("../agent/tests/workload/offcpu.c"),
+            kit::context_staticlib(),
+        ],
         &[
             "-DWITH_SPANS",
             &format!("-I{}", root.join("include").display()),

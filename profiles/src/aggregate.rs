@@ -283,17 +283,27 @@ impl Aggregate {
         }
         // Stacks in the frame table's numbering (mapped once per segment).
         for ((stack, ty), value) in values {
-            let key = (ty, frames.stacks[stack as usize]);
-            match self.pending.get_mut(&key) {
-                Some(v) => v[side] = v[side].saturating_add(value),
-                None => {
-                    if self.pending.len() >= MAX_STACKS {
-                        return Err(AggregateError::TooManyStacks);
-                    }
-                    let mut v = [0; 2];
-                    v[side] = value;
-                    self.pending.insert(key, v);
+            self.add_pending((ty, frames.stacks[stack as usize]), side, value)?;
+        }
+        Ok(())
+    }
+
+    /// Adds `value` to (type, frame-table stack) on `side`.
+    fn add_pending(
+        &mut self,
+        key: (u32, u32),
+        side: Side,
+        value: i64,
+    ) -> Result<(), AggregateError> {
+        match self.pending.get_mut(&key) {
+            Some(v) => v[side] = v[side].saturating_add(value),
+            None => {
+                if self.pending.len() >= MAX_STACKS {
+                    return Err(AggregateError::TooManyStacks);
                 }
+                let mut v = [0; 2];
+                v[side] = value;
+                self.pending.insert(key, v);
             }
         }
         Ok(())
@@ -361,17 +371,7 @@ impl Aggregate {
         }
         for (side, ty, stack, value, points) in self.gauges.settle(self.gauge_mode) {
             self.points.entry(ty).or_default()[side] += points;
-            match self.pending.get_mut(&(ty, stack)) {
-                Some(v) => v[side] = v[side].saturating_add(value),
-                None => {
-                    if self.pending.len() >= MAX_STACKS {
-                        return Err(AggregateError::TooManyStacks);
-                    }
-                    let mut v = [0; 2];
-                    v[side] = value;
-                    self.pending.insert((ty, stack), v);
-                }
-            }
+            self.add_pending((ty, stack), side, value)?;
         }
         Ok(())
     }

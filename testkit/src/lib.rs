@@ -44,6 +44,25 @@ pub fn target_dir() -> PathBuf {
         .to_owned()
 }
 
+/// The newest `libsymtrace_context-*.a` cargo built (symtrace-context's
+/// staticlib: its `crate-type` includes it), for C programs that publish
+/// trace contexts.
+pub fn context_staticlib() -> PathBuf {
+    let deps = target_dir().join("deps");
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("libsymtrace_context-") && name.ends_with(".a")
+        })
+        .max_by_key(|e| e.metadata().unwrap().modified().unwrap())
+        .map(|e| e.path())
+        .expect(
+            "libsymtrace_context-*.a in target/*/deps (cargo builds symtrace-context's staticlib)",
+        )
+}
+
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }

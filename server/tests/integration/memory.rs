@@ -15,8 +15,9 @@ use crate::support::*;
 
 const MIB: i64 = 1 << 20;
 
-/// Sends one profile of `kind` (`TYPE:UNIT`) for `service`.
-pub fn send(python: &Path, server: &Server, spec: Value) {
+/// Sends one request made from `spec` (see the client's `stacks` mode)
+/// with PyPI's OTLP client; returns what the client printed.
+pub fn send(python: &Path, server: &Server, spec: Value) -> String {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), spec.to_string()).unwrap();
     let out = run(Command::new(python)
@@ -25,8 +26,9 @@ pub fn send(python: &Path, server: &Server, spec: Value) {
         .arg("--spec")
         .arg(file.path())
         .args(["--grpc", &server.grpc_addr, "--http", &server.url]));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(text.contains("sent "), "{text}");
+    text
 }
 
 /// Allocations of `service`: main→alpha_work 3 × 1 MiB in span A,

@@ -170,19 +170,8 @@ pub fn send_demo(python: &Path, server: &Server, demo: &Demo, service: &str, ten
             {"frames": ["schedule", demo.alpha, demo.main], "count": 10},
         ],
     });
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), spec.to_string()).unwrap();
-    let out = run(Command::new(python)
-        .arg(otlp_client_script())
-        .arg("stacks")
-        .arg("--spec")
-        .arg(file.path())
-        .args(["--grpc", &server.grpc_addr, "--http", &server.url]));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("sent 100 events"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let text = crate::memory::send(python, server, spec);
+    assert!(text.contains("sent 100 events"), "{text}");
 }
 
 pub fn get(server: &Server, tenant: &str, path: &str) -> (u16, Vec<u8>) {
