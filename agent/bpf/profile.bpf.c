@@ -80,6 +80,17 @@ struct {
 	__type(value, __u64);
 } off_cpu_start SEC(".maps");
 
+/* The pids of processes that exec'd, with a wakeup each (when memory
+ * profiling is on): the agent looks for new probe sites in the process a
+ * few milliseconds later, instead of at its next poll. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 10);
+} exec_wakeups SEC(".maps");
+
+/* Set by the loader: write exec_wakeups. */
+volatile const __u32 wake_on_exec = 0;
+
 /* The otel_memory probe sites' argument specs, by BPF cookie. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -307,6 +318,13 @@ SEC("raw_tracepoint/sched_process_exec")
 int on_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	process_event(RECORD_EXEC);
+	if (wake_on_exec) {
+		__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
+		if (pid) {
+			*pid = bpf_get_current_pid_tgid() >> 32;
+			bpf_ringbuf_submit(pid, BPF_RB_FORCE_WAKEUP);
+		}
+	}
 	return 0;
 }
 

@@ -84,7 +84,6 @@ impl Collector {
             );
         }
         let mut gone: Vec<(u32, Vec<u64>)> = Vec::new();
-        let mut execs: Vec<u32> = Vec::new();
         let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
         let mut waits = Waits::new(self.off_cpu.max_waiting as usize);
         let mut boot_to_unix = boot_to_unix_ns();
@@ -95,8 +94,24 @@ impl Collector {
         let mut next_cpu_sync = start + CPU_SYNC;
         let mut last = self.reading();
         let first = last;
+        let mut next_drain = Instant::now() + POLL;
         while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(POLL);
+            // Asleep until the next drain, or until a look at an exec'd
+            // process is due, or a process execs.
+            let now = Instant::now();
+            let wait = next_drain.saturating_duration_since(now);
+            let wait = probes.next_due(now).map_or(wait, |d| d.min(wait));
+            let execs = self.sampler.wait(wait);
+            if self.sampler.memory_enabled() {
+                for pid in execs {
+                    probes.exec(pid);
+                }
+                probes.tick(Instant::now(), &mut procs, &mut self.sampler);
+            }
+            if Instant::now() < next_drain {
+                continue;
+            }
+            next_drain = Instant::now() + POLL;
             self.sampler.drain(|record, offsets| match record {
                 Record::Sample(s) => {
                     let comm = s.thread_name();
@@ -232,9 +247,6 @@ impl Collector {
                 Record::Free(f) => mem.free(f.pid, f.ptr),
                 Record::Exec(pid) | Record::Exit(pid) => {
                     procs.forget(pid);
-                    if matches!(record, Record::Exec(_)) {
-                        execs.push(pid);
-                    }
                     // Now, in record order: allocations of the new image
                     // later in this drain are its own.
                     let ptrs = mem.forget_process(pid);
@@ -243,11 +255,6 @@ impl Collector {
                     }
                 }
             });
-            if self.sampler.memory_enabled() {
-                for pid in execs.drain(..) {
-                    probes.exec(pid);
-                }
-            }
             for (pid, ptrs) in gone.drain(..) {
                 // Not those allocated again since (the same pointer in the
                 // new image).
@@ -258,9 +265,6 @@ impl Collector {
                 self.sampler.set_thread_ctx_offset(pid, offset);
             }
             let now = Instant::now();
-            if self.sampler.memory_enabled() {
-                probes.tick(now, &mut procs, &mut self.sampler);
-            }
             if now >= next_cpu_sync {
                 next_cpu_sync = now + CPU_SYNC;
                 if let Err(e) = self.sampler.sync_cpus() {

@@ -60,6 +60,8 @@ pub struct Counters {
 pub struct Sampler {
     bpf: Ebpf,
     records: RingBuf<MapData>,
+    /// Pids of processes that exec'd, each with a wakeup (memory profiling).
+    exec_wakeups: RingBuf<MapData>,
     counters: PerCpuArray<MapData, u64>,
     thread_ctx: ThreadCtxMaps,
     frequency: u64,
@@ -214,6 +216,11 @@ impl Sampler {
             .override_global("off_cpu_threshold", &plain, true)
             .override_global("off_cpu_span_threshold", &span, true)
             .override_global(
+                "wake_on_exec",
+                &u32::from(options.memory_max_live.is_some()),
+                true,
+            )
+            .override_global(
                 "alloc_window_max",
                 &alloc_window_max(options.memory_max_rate),
                 true,
@@ -255,6 +262,7 @@ impl Sampler {
                 .context("attaching to tracepoint sched_switch (off-CPU sampling)")?;
         }
         let records = RingBuf::try_from(bpf.take_map("records").unwrap())?;
+        let exec_wakeups = RingBuf::try_from(bpf.take_map("exec_wakeups").unwrap())?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").unwrap())?;
         let thread_ctx = ThreadCtxMaps {
             offsets: aya::maps::HashMap::try_from(bpf.take_map("thread_ctx_offsets").unwrap())?,
@@ -291,6 +299,7 @@ impl Sampler {
         let mut sampler = Sampler {
             bpf,
             records,
+            exec_wakeups,
             counters,
             thread_ctx,
             frequency: options.frequency,
@@ -349,6 +358,29 @@ impl Sampler {
 
     pub fn cpus(&self) -> usize {
         self.attached.len()
+    }
+
+    /// Waits up to `timeout`, less if a process execs (memory profiling
+    /// wants a look at it within milliseconds); returns the pids that
+    /// exec'd. The sample ring buffer never wakes us: it is drained on a
+    /// timer.
+    pub fn wait(&mut self, timeout: Duration) -> Vec<u32> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let mut pfd = libc::pollfd {
+            fd: self.exec_wakeups.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: poll reads and writes the one pollfd it is given.
+        unsafe { libc::poll(&mut pfd, 1, ms) };
+        let mut pids = Vec::new();
+        while let Some(item) = self.exec_wakeups.next() {
+            if let Ok(b) = <[u8; 4]>::try_from(&item[..]) {
+                pids.push(u32::from_ne_bytes(b));
+            }
+        }
+        pids
     }
 
     /// Hands every record in the ring buffer to `each`, with the

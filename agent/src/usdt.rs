@@ -7,9 +7,9 @@
 //!
 //! Which files: every executable file mapping of every process, read once
 //! per (device, inode) with the binaries the agent reads anyway. A process
-//! that exec'd is looked at [`AFTER_EXEC`] later (once the dynamic loader
-//! has mapped its libraries), new processes every [`SCAN`] (twice), every
-//! process every
+//! that exec'd is looked at [`FIRST_LOOK`] after it (the BPF side wakes the
+//! agent at every exec) and again [`AFTER_EXEC`] later, new processes
+//! every [`SCAN`] (twice), every process every
 //! [`FULL_SCAN`] (libraries loaded later with `dlopen`), and files no
 //! process maps any more are detached then.
 
@@ -31,11 +31,18 @@ use crate::record::{
 };
 use crate::safefile;
 
-/// How long after its exec a process is looked at.
+/// How long after its exec a process is first looked at: the BPF side
+/// wakes the agent at the exec, and the dynamic loader maps the libraries
+/// (`LD_PRELOAD` ones first) within a millisecond or two of it.
+pub const FIRST_LOOK: Duration = Duration::from_millis(4);
+/// And looked at again, for a loader that took longer.
 pub const AFTER_EXEC: Duration = Duration::from_millis(100);
-/// Exec'd processes waiting for their look, at most (a fork bomb's are
+/// Exec'd processes waiting for their looks, at most (a fork bomb's are
 /// left to the scans).
 const MAX_SOON: usize = 4096;
+/// Looks at exec'd processes per tick, at most (the rest wait: an exec
+/// storm costs a bounded number of maps reads a second).
+const LOOKS_PER_TICK: usize = 16;
 /// How often new processes are looked at.
 pub const SCAN: Duration = Duration::from_secs(1);
 /// How often every process is.
@@ -208,7 +215,9 @@ pub struct MemoryProbes<L> {
     free_slots: Vec<u32>,
     /// Pids looked at, and how many more looks each new one gets.
     known: HashMap<u32, u8>,
-    /// Exec'd processes and when to look at them.
+    /// Exec'd processes and when to look at them: first, and again (each
+    /// queue in time order).
+    first: std::collections::VecDeque<(u32, Instant)>,
     soon: std::collections::VecDeque<(u32, Instant)>,
     generation: u64,
     next_scan: Instant,
@@ -225,6 +234,7 @@ impl<L> MemoryProbes<L> {
             without: HashSet::new(),
             free_slots: (0..USDT_SPECS as u32).rev().collect(),
             known: HashMap::new(),
+            first: std::collections::VecDeque::new(),
             soon: std::collections::VecDeque::new(),
             generation: 0,
             next_scan: now,
@@ -244,10 +254,22 @@ impl<L> MemoryProbes<L> {
     /// A process exec'd (or exited: its pid is looked at, and skipped if
     /// gone): its new mappings are looked at soon, and at the next scans.
     pub fn exec(&mut self, pid: u32) {
-        self.known.insert(pid, 2);
+        self.known.insert(pid, 1);
         if self.soon.len() < MAX_SOON {
-            self.soon.push_back((pid, Instant::now() + AFTER_EXEC));
+            let now = Instant::now();
+            self.first.push_back((pid, now + FIRST_LOOK));
+            self.soon.push_back((pid, now + AFTER_EXEC));
         }
+    }
+
+    /// How long until a look at an exec'd process is due (`None`: none
+    /// waits).
+    pub fn next_due(&self, now: Instant) -> Option<Duration> {
+        [self.first.front(), self.soon.front()]
+            .into_iter()
+            .flatten()
+            .map(|&(_, due)| due.saturating_duration_since(now))
+            .min()
     }
 
     /// Looks at processes when it is time: new ones every [`SCAN`], all
@@ -258,9 +280,19 @@ impl<L> MemoryProbes<L> {
         procs: &mut Processes,
         attach: &mut impl Attach<Link = L>,
     ) {
-        while self.soon.front().is_some_and(|&(_, due)| due <= now) {
-            let (pid, _) = self.soon.pop_front().expect("front");
+        // Due looks: the first ones after exec, then the later ones.
+        let mut looks = 0;
+        while looks < LOOKS_PER_TICK {
+            let queue = if self.first.front().is_some_and(|&(_, due)| due <= now) {
+                &mut self.first
+            } else if self.soon.front().is_some_and(|&(_, due)| due <= now) {
+                &mut self.soon
+            } else {
+                break;
+            };
+            let (pid, _) = queue.pop_front().expect("front");
             self.look_at_process(pid, procs, attach);
+            looks += 1;
         }
         if now < self.next_scan {
             return;
@@ -440,21 +472,117 @@ mod tests {
         assert!(spec_of(USDT_PROBE_FREE, &rip).is_err());
     }
 
-    #[test]
-    fn reads_the_probes_of_the_preload_library() {
-        // Built by alloc/tests (or the Makefile); not every unit-test run
-        // has it, so the check is on a file built here from the same source.
-        let dir = tempfile::tempdir().unwrap();
+    /// Attaches nothing: records what it was asked.
+    #[derive(Default)]
+    struct Recorded {
+        /// (inode, offset, slot, probe)
+        attached: Vec<(u64, u64, u32, u32)>,
+        detached: Vec<u32>,
+    }
+
+    impl Attach for Recorded {
+        type Link = u32;
+
+        fn attach(
+            &mut self,
+            path: &Path,
+            offset: u64,
+            slot: u32,
+            spec: &UsdtSpec,
+        ) -> anyhow::Result<u32> {
+            // The path is a descriptor of the mapped file.
+            assert!(path.starts_with("/proc/self/fd/"), "{}", path.display());
+            let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap());
+            self.attached.push((inode, offset, slot, spec.probe));
+            Ok(slot)
+        }
+
+        fn detach(&mut self, link: u32, slot: u32) {
+            assert_eq!(link, slot);
+            self.detached.push(slot);
+        }
+    }
+
+    fn build_preload(dir: &Path) -> std::path::PathBuf {
         let status = std::process::Command::new("make")
             .args(["-s", "-C"])
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../alloc/preload"))
-            .arg(format!("O={}", dir.path().display()))
-            .status();
-        let Ok(status) = status else {
-            panic!("make is needed to build the preload library")
-        };
+            .arg(format!("O={}", dir.display()))
+            .status()
+            .expect("make is needed to build the preload library");
         assert!(status.success());
-        let lib = std::fs::read(dir.path().join("libsymtrace_alloc_preload.so")).unwrap();
+        dir.join("libsymtrace_alloc_preload.so")
+    }
+
+    #[test]
+    fn probes_are_attached_once_per_file_and_detached_when_unmapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = build_preload(dir.path());
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .env("LD_PRELOAD", &lib)
+            .spawn()
+            .unwrap();
+        // The dynamic loader maps the library before `sleep` runs.
+        let maps = format!("/proc/{}/maps", sleeper.id());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&maps)
+            .unwrap_or_default()
+            .contains("libsymtrace_alloc_preload")
+        {
+            assert!(Instant::now() < deadline, "the library never mapped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut procs = Processes::new(Path::new("/proc"), 1 << 20);
+        let mut probes: MemoryProbes<u32> = MemoryProbes::new(Path::new("/proc"));
+        let mut kernel = Recorded::default();
+        probes.scan(true, &mut procs, &mut kernel);
+        // (Other processes of the machine may map probed files too: only
+        // the library's sites are checked.)
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lib).unwrap());
+        let ours: Vec<(u64, u64, u32, u32)> = kernel
+            .attached
+            .iter()
+            .filter(|a| a.0 == inode)
+            .copied()
+            .collect();
+        let kinds: Vec<u32> = ours.iter().map(|a| a.3).collect();
+        assert!(
+            kinds.contains(&USDT_PROBE_ALLOC) && kinds.contains(&USDT_PROBE_FREE),
+            "{kinds:?}"
+        );
+        let slots: HashSet<u32> = kernel.attached.iter().map(|a| a.2).collect();
+        assert_eq!(slots.len(), kernel.attached.len(), "a cookie per site");
+        let ours: Vec<u32> = ours.iter().map(|a| a.2).collect();
+        assert!(probes.stats().files >= 1);
+        // Looked at again (an exec, a scan): nothing attached twice.
+        let n = kernel.attached.len();
+        probes.exec(sleeper.id());
+        probes.tick(Instant::now(), &mut procs, &mut kernel);
+        probes.scan(true, &mut procs, &mut kernel);
+        assert_eq!(kernel.attached.len(), n);
+        // No process maps it any more: detached at the next full scan, its
+        // slots free again.
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        probes.scan(false, &mut procs, &mut kernel);
+        assert!(
+            ours.iter().all(|s| !kernel.detached.contains(s)),
+            "only a full scan detaches"
+        );
+        probes.scan(true, &mut procs, &mut kernel);
+        assert!(
+            ours.iter().all(|s| kernel.detached.contains(s)),
+            "{ours:?} detached: {:?}",
+            kernel.detached
+        );
+    }
+
+    #[test]
+    fn reads_the_probes_of_the_preload_library() {
+        // Built here from the same source as alloc/tests build it.
+        let dir = tempfile::tempdir().unwrap();
+        let lib = std::fs::read(build_preload(dir.path())).unwrap();
         let file = object::File::parse(&lib[..]).unwrap();
         let probes = memory_probes(&file, &lib[..]);
         let kinds: Vec<u32> = probes.iter().map(|p| p.probe).collect();

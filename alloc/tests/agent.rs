@@ -1,6 +1,6 @@
 //! Memory profiles end to end (issue #23), real BPF as root: a C program
-//! under the LD_PRELOAD library and a Rust program with `SampledAllocator`,
-//! both started before the agent, run the same workload
+//! under the LD_PRELOAD library, started before the agent, and a Rust
+//! program with `SampledAllocator`, started after it, run the same workload
 //! (`tests/c/memory_workload.c`, `examples/memory_workload.rs`); the
 //! server's `alloc_space` flamegraph splits big_alloc : small_alloc as they
 //! allocated (3:1), its `inuse_space` snapshot holds leaky's 64 MiB, and the
@@ -393,16 +393,20 @@ fn a_rust_program_with_the_sampled_allocator() {
     let server = Server::start(&Backend::local(), &[]);
     server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
     let service = kit::unique("mem-rust-");
+    // This time the agent runs first and finds the program when it execs.
+    // (It attaches milliseconds to tens of milliseconds after the exec:
+    // the program waits for it, so that what is checked is the profile,
+    // not that gap.)
+    let mut agent = Agent::start(
+        &kit::workspace_bin("symtrace-agent"),
+        &server.grpc_addr,
+        &[],
+    );
     let mut app = Workload::start(
         Command::new(&bin)
             .arg("4")
             .env("OTEL_SERVICE_NAME", &service)
             .env("OTEL_MEMORY_SAMPLING_INTERVAL", INTERVAL),
-    );
-    let mut agent = Agent::start(
-        &kit::workspace_bin("symtrace-agent"),
-        &server.grpc_addr,
-        &[],
     );
     wait_for_attach(&agent, &bin);
     assert!(attached_files(&agent).contains(&file_id(&bin)));
