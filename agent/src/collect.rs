@@ -12,10 +12,11 @@ use crate::export::Queue;
 use crate::kallsyms::KernelSymbols;
 use crate::memory;
 use crate::offcpu::{self, Waiting, Waits};
-use crate::procs::{Processes, UserStack};
-use crate::record::{self, Record};
-use crate::sampler::{OffCpu, Sampler};
+use crate::procs::{ProcessInfo, Processes, UserFrame, UserStack};
+use crate::record::{self, CpuSample, Record};
+use crate::sampler::{CtxOffsets, OffCpu, Sampler};
 use crate::stats;
+use crate::unwind::Cut;
 use crate::usdt::MemoryProbes;
 
 /// How often the ring buffer is drained (the BPF side never wakes us); also
@@ -116,16 +117,7 @@ impl Collector {
                 Record::Sample(s) => {
                     let comm = s.thread_name();
                     user.clear();
-                    let stack = UserStack {
-                        chain: s.user_stack(),
-                        end: s.user_end,
-                        bp: s.user_bp,
-                        window: s.window(),
-                    };
-                    let (process, cut) = procs.resolve(s.pid, &comm, &stack, &mut user);
-                    for (pid, offset) in procs.take_tls_changes() {
-                        offsets.set(pid, offset);
-                    }
+                    let (process, cut) = resolve(&mut procs, offsets, &s, &comm, &mut user);
                     kernel_frames.clear();
                     for (depth, &ret) in s.kernel_stack().iter().enumerate() {
                         let address = record::call_site(depth, ret);
@@ -149,16 +141,7 @@ impl Collector {
                     // surely there; emitted when the thread runs again.
                     let comm = s.thread_name();
                     let mut frames = Vec::new();
-                    let stack = UserStack {
-                        chain: s.user_stack(),
-                        end: s.user_end,
-                        bp: s.user_bp,
-                        window: s.window(),
-                    };
-                    let (process, cut) = procs.resolve(s.pid, &comm, &stack, &mut frames);
-                    for (pid, offset) in procs.take_tls_changes() {
-                        offsets.set(pid, offset);
-                    }
+                    let (process, cut) = resolve(&mut procs, offsets, &s, &comm, &mut frames);
                     // The stack was taken inside the scheduler's tracepoint:
                     // its leaf frames are the BPF program and the tracing
                     // glue, not the thread's.
@@ -210,17 +193,9 @@ impl Collector {
                         Some(stack) => stack,
                         None => {
                             let mut frames = Vec::new();
-                            let user = UserStack {
-                                chain: s.user_stack(),
-                                end: s.user_end,
-                                bp: s.user_bp,
-                                window: s.window(),
-                            };
+                            let comm = s.thread_name();
                             let (process, cut) =
-                                procs.resolve(s.pid, &s.thread_name(), &user, &mut frames);
-                            for (pid, offset) in procs.take_tls_changes() {
-                                offsets.set(pid, offset);
-                            }
+                                resolve(&mut procs, offsets, s, &comm, &mut frames);
                             let stack = Arc::new(memory::Stack {
                                 process,
                                 user: frames,
@@ -348,6 +323,29 @@ impl Collector {
             probes: probes.stats(),
         }
     }
+}
+
+/// Resolves a record's user stack into `out` (see `Processes::resolve`),
+/// and hands the BPF program the trace-context offsets of any process read
+/// for it, so its next records carry their spans.
+fn resolve(
+    procs: &mut Processes,
+    offsets: &mut CtxOffsets<'_>,
+    s: &CpuSample,
+    comm: &str,
+    out: &mut Vec<UserFrame>,
+) -> (Arc<ProcessInfo>, Option<Cut>) {
+    let stack = UserStack {
+        chain: s.user_stack(),
+        end: s.user_end,
+        bp: s.user_bp,
+        window: s.window(),
+    };
+    let resolved = procs.resolve(s.pid, comm, &stack, out);
+    for (pid, offset) in procs.take_tls_changes() {
+        offsets.set(pid, offset);
+    }
+    resolved
 }
 
 /// The interval's memory profiles into its batch: what was allocated per

@@ -142,7 +142,7 @@ pub struct Memory {
 
 /// The allocations a sampled one of `size` bytes with weight `weight`
 /// stands for: weight / size (at least one; an empty block counts one).
-pub fn objects(size: u64, weight: u64) -> f64 {
+fn objects(size: u64, weight: u64) -> f64 {
     if size == 0 {
         return 1.0;
     }

@@ -369,8 +369,11 @@ impl Aggregate {
         if self.gauges.is_empty() {
             return Ok(());
         }
-        for (side, ty, stack, value, points) in self.gauges.settle(self.gauge_mode) {
-            self.points.entry(ty).or_default()[side] += points;
+        let (values, points) = self.gauges.settle(self.gauge_mode);
+        for ((side, ty), n) in points {
+            self.points.entry(ty).or_default()[side] += n;
+        }
+        for ((side, ty, stack), value) in values {
             self.add_pending((ty, stack), side, value)?;
         }
         Ok(())

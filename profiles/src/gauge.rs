@@ -94,15 +94,23 @@ impl Gauges {
         s.points += 1;
     }
 
-    /// Every (side, type, stack, value, events) the series add up to; the
-    /// gauges are empty afterwards.
-    pub fn settle(&mut self, mode: GaugeMode) -> Vec<(Side, u32, u32, i64, u64)> {
-        let mut out: FxHashMap<(Side, u32, u32), (i64, u64)> = FxHashMap::default();
+    /// What the series add up to: per (side, type, stack) its value, and
+    /// per (side, type) the events that made it. The gauges are empty
+    /// afterwards.
+    #[allow(clippy::type_complexity)]
+    pub fn settle(
+        &mut self,
+        mode: GaugeMode,
+    ) -> (
+        FxHashMap<(Side, u32, u32), i64>,
+        FxHashMap<(Side, u32), u64>,
+    ) {
+        let mut values: FxHashMap<(Side, u32, u32), i64> = FxHashMap::default();
         let mut points: FxHashMap<(Side, u32), u64> = FxHashMap::default();
         for ((side, ty, _), s) in self.series.drain() {
             let n = match mode {
                 GaugeMode::Latest => 1,
-                GaugeMode::Average => s.snapshots.len().max(1) as i64,
+                GaugeMode::Average => s.snapshots.len().max(1),
             };
             *points.entry((side, ty)).or_default() += s.points;
             for (stack, v) in s.values {
@@ -111,22 +119,11 @@ impl Gauges {
                 } else {
                     (v as f64 / n as f64).round() as i64
                 };
-                let e = out.entry((side, ty, stack)).or_default();
-                e.0 = e.0.saturating_add(value);
+                let e = values.entry((side, ty, stack)).or_default();
+                *e = e.saturating_add(value);
             }
         }
-        // Events go to one stack per (side, type): they are only counted.
-        let mut rows: Vec<(Side, u32, u32, i64, u64)> = out
-            .into_iter()
-            .map(|((side, ty, stack), (v, _))| (side, ty, stack, v, 0))
-            .collect();
-        rows.sort_unstable();
-        for ((side, ty), n) in points {
-            if let Some(r) = rows.iter_mut().find(|r| r.0 == side && r.1 == ty) {
-                r.4 = n;
-            }
-        }
-        rows
+        (values, points)
     }
 
     /// Whether nothing was added.
@@ -149,8 +146,12 @@ mod tests {
         g.add(m, 0, 1, 1, 7, 20, 300);
         g.add(m, 0, 1, 1, 8, 15, 999); // older than 20: ignored
         g.add(m, 0, 1, 2, 7, 15, 40);
-        let rows = g.settle(m);
-        assert_eq!(rows, vec![(0, 1, 7, 340, 2)]);
+        let (values, points) = g.settle(m);
+        assert_eq!(
+            values.into_iter().collect::<Vec<_>>(),
+            vec![((0, 1, 7), 340)]
+        );
+        assert_eq!(points.into_iter().collect::<Vec<_>>(), vec![((0, 1), 2)]);
         assert!(g.is_empty());
     }
 
@@ -161,12 +162,14 @@ mod tests {
         g.add(m, 0, 1, 9, 7, 10, 100);
         g.add(m, 0, 1, 9, 7, 20, 300);
         g.add(m, 0, 1, 9, 8, 20, 50); // absent at 10: counts 0 there
-        let mut rows = g.settle(m);
+        let mut rows: Vec<(u32, i64)> = g
+            .settle(m)
+            .0
+            .into_iter()
+            .map(|((_, _, stack), v)| (stack, v))
+            .collect();
         rows.sort();
-        assert_eq!(
-            rows.iter().map(|r| (r.2, r.3)).collect::<Vec<_>>(),
-            vec![(7, 200), (8, 25)]
-        );
+        assert_eq!(rows, vec![(7, 200), (8, 25)]);
     }
 
     #[test]
