@@ -26,10 +26,15 @@ use symtrace_proto::profiles::{
 };
 use symtrace_proto::resource::Resource;
 
+use crate::jit::{FrameKind, Symbol};
 use crate::memory::{self, Site};
 use crate::procs::{self, ProcessInfo, UserFrame};
 use crate::record::TraceCtx;
 use crate::unwind::Cut;
+
+/// The location attribute naming a JIT frame's tier (V8: `ignition`,
+/// `sparkplug`, `maglev`, `turbofan`).
+const JIT_TIER: &str = "symtrace.jit.tier";
 
 /// Index tables with 0 as the required zero value.
 struct Table<K> {
@@ -102,8 +107,11 @@ pub struct Batch {
     dict: ProfilesDictionary,
     strings: Table<String>,
     mappings: Table<Arc<procs::Mapping>>,
-    locations: Table<(i32, u64)>,
-    functions: Table<i32>,
+    /// (mapping, address, function, line): generated code at one address
+    /// may be another function later in the batch.
+    locations: Table<(i32, u64, i32, i64)>,
+    /// (name, system name, file).
+    functions: Table<(i32, i32, i32)>,
     attributes: Table<(i32, String)>,
     stacks: Table<Vec<i32>>,
     links: Table<([u8; 16], [u8; 8])>,
@@ -209,36 +217,58 @@ impl Batch {
 
     fn native_location(&mut self, frame: &UserFrame) -> i32 {
         let mapping = self.mapping(&frame.mapping);
-        let (i, new) = self.locations.intern((mapping, frame.address));
+        // Named by the agent (the vDSO, JIT code): sent with its lines, as
+        // the kernel's frames are.
+        let line = frame.name.as_deref().map(|s| self.symbol_line(s));
+        let (function, number) = line.as_ref().map_or((0, 0), |l| (l.function_index, l.line));
+        let (i, new) = self
+            .locations
+            .intern((mapping, frame.address, function, number));
         if new {
-            // Named by the agent (the vDSO): sent as a line, as the kernel's.
-            let lines = match &frame.name {
-                Some(name) => vec![self.line(name)],
-                None => vec![],
-            };
+            let mut attribute_indices = vec![self.native];
+            if let Some(s) = frame.name.as_deref() {
+                if s.kind != FrameKind::Native {
+                    attribute_indices[0] = self.attribute("profile.frame.type", s.kind.as_str());
+                }
+                if let Some(tier) = s.tier {
+                    attribute_indices.push(self.attribute(JIT_TIER, tier));
+                }
+            }
             self.dict.location_table.push(Location {
                 mapping_index: mapping,
                 address: frame.address,
-                lines,
-                attribute_indices: vec![self.native],
+                lines: line.into_iter().collect(),
+                attribute_indices,
             });
         }
         i
     }
 
     fn line(&mut self, name: &str) -> Line {
-        let name = self.string(name);
-        let (f, new) = self.functions.intern(name);
+        self.symbol_line(&Symbol::named(name))
+    }
+
+    /// A named frame's line, its function interned.
+    fn symbol_line(&mut self, s: &Symbol) -> Line {
+        let name = self.string(&s.function);
+        let system_name = match &s.system_name {
+            Some(n) => self.string(n),
+            None => name,
+        };
+        let file = s.file.as_deref().map_or(0, |f| self.string(f));
+        let (f, new) = self.functions.intern((name, system_name, file));
         if new {
             self.dict.function_table.push(Function {
                 name_strindex: name,
-                system_name_strindex: name,
+                system_name_strindex: system_name,
+                filename_strindex: file,
                 ..Default::default()
             });
         }
         Line {
             function_index: f,
-            ..Default::default()
+            line: i64::from(s.line),
+            column: i64::from(s.column),
         }
     }
 
@@ -261,7 +291,7 @@ impl Batch {
     }
 
     fn kernel_location(&mut self, address: u64, name: Option<&str>) -> i32 {
-        let (i, new) = self.locations.intern((self.kernel_mapping, address));
+        let (i, new) = self.locations.intern((self.kernel_mapping, address, 0, 0));
         if new {
             let lines = match name {
                 Some(name) => vec![self.line(name)],

@@ -159,7 +159,7 @@ fn names_vdso_frames_and_marks_cut_stacks() {
     let user = [UserFrame {
         mapping: vdso,
         address: 0x9a0,
-        name: Some(Arc::from("clock_gettime")),
+        name: Some(Arc::new(crate::jit::Symbol::named("clock_gettime"))),
     }];
     let mut batch = Batch::new(1_000, 97, "node-1");
     for cut in [None, Some(Cut::NotAfterCall), Some(Cut::OutsideCode)] {
@@ -208,6 +208,91 @@ fn names_vdso_frames_and_marks_cut_stacks() {
     );
     // The location table's indices stay dense.
     assert!(d.location_table.len() == 3, "zero, vdso frame, marker");
+}
+
+/// JIT frames go with their function, file, line and column, their
+/// `profile.frame.type` and tier; one address that held two functions in
+/// one batch (code freed and reused) is two locations.
+#[test]
+fn jit_frames_carry_their_names_types_and_tiers() {
+    use crate::jit::{FrameKind, Symbol};
+    let p = process(9);
+    let anon = Arc::new(procs::Mapping {
+        path: String::new(),
+        build_id: None,
+        start: 0x7f00_0000_0000,
+        limit: 0x7f00_0010_0000,
+        file_offset: 0,
+    });
+    let js = |function: &str, line| {
+        Arc::new(Symbol {
+            function: function.into(),
+            system_name: Some(format!("JS:*{function} /srv/app.js:{line}:3").into()),
+            file: Some(Arc::from("/srv/app.js")),
+            line,
+            column: 3,
+            kind: FrameKind::V8js,
+            tier: Some("turbofan"),
+        })
+    };
+    let mut batch = Batch::new(1_000, 97, "node-1");
+    for symbol in [js("innerLoop", 7), js("reused", 40)] {
+        let user = [UserFrame {
+            mapping: anon.clone(),
+            address: 0x7f00_0000_1234,
+            name: Some(symbol),
+        }];
+        batch.add(
+            &Observed {
+                process: &p,
+                thread_name: "main",
+                unix_ns: 10,
+                user: &user,
+                cut: None,
+                kernel: &[],
+                trace: &TraceCtx::default(),
+            },
+            None,
+        );
+    }
+    let req = batch.finish(2_000).unwrap();
+    let d = req.dictionary.as_ref().unwrap();
+    let str_of = |i: i32| d.string_table[i as usize].as_str();
+    let attr = |i: i32| {
+        let a = &d.attribute_table[i as usize];
+        let value = match &a.value {
+            Some(AnyValue {
+                value: Some(Value::StringValue(v)),
+            }) => v.as_str(),
+            _ => "",
+        };
+        (str_of(a.key_strindex), value)
+    };
+    assert_eq!(d.location_table.len(), 3, "zero and one per function");
+    let l = &d.location_table[1];
+    assert_eq!(l.address, 0x7f00_0000_1234);
+    let f = &d.function_table[l.lines[0].function_index as usize];
+    assert_eq!(str_of(f.name_strindex), "innerLoop");
+    assert_eq!(
+        str_of(f.system_name_strindex),
+        "JS:*innerLoop /srv/app.js:7:3"
+    );
+    assert_eq!(str_of(f.filename_strindex), "/srv/app.js");
+    assert_eq!((l.lines[0].line, l.lines[0].column), (7, 3));
+    let attrs: Vec<(&str, &str)> = l.attribute_indices.iter().map(|&i| attr(i)).collect();
+    assert_eq!(
+        attrs,
+        vec![
+            ("profile.frame.type", "v8js"),
+            ("symtrace.jit.tier", "turbofan")
+        ]
+    );
+    let other = &d.location_table[2];
+    let f = &d.function_table[other.lines[0].function_index as usize];
+    assert_eq!(
+        (str_of(f.name_strindex), other.lines[0].line),
+        ("reused", 40)
+    );
 }
 
 #[test]

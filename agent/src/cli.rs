@@ -60,6 +60,16 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_CFI_CACHE_BYTES", default_value_t = 64 << 20)]
     pub cfi_cache_bytes: usize,
 
+    /// Bytes of JIT symbols (from perf maps and jitdump files) kept per
+    /// process; beyond it the oldest entries are dropped (counted in the
+    /// stats as `jit … dropped`). About 180 bytes an entry.
+    #[arg(long, env = "SYMTRACE_AGENT_JIT_PROCESS_BYTES", default_value_t = 64 << 20)]
+    pub jit_process_bytes: usize,
+
+    /// Bytes of JIT symbols kept for all processes together.
+    #[arg(long, env = "SYMTRACE_AGENT_JIT_TOTAL_BYTES", default_value_t = 256 << 20)]
+    pub jit_total_bytes: usize,
+
     /// Also record kernel threads (kworker, ksoftirqd, …).
     #[arg(long, env = "SYMTRACE_AGENT_KERNEL_THREADS")]
     pub kernel_threads: bool,

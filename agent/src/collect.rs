@@ -33,6 +33,8 @@ pub struct Collector {
     pub host_name: String,
     pub print_stats: bool,
     pub cfi_cache_bytes: usize,
+    /// Bounds of the JIT symbols: per process, in total.
+    pub jit_bytes: (usize, usize),
     pub off_cpu: OffCpu,
 }
 
@@ -58,7 +60,7 @@ impl Collector {
                  name kernel frames): kernel frames stay unnamed"
             );
         }
-        let mut procs = Processes::new(Path::new("/proc"), self.cfi_cache_bytes);
+        let mut procs = Processes::new(Path::new("/proc"), self.cfi_cache_bytes, self.jit_bytes);
         tracing::debug!(functions = procs.vdso_functions(), "vDSO symbols read");
         let priming = Instant::now();
         let primed = procs.prime();
@@ -321,6 +323,7 @@ impl Collector {
             live_allocs: mem.len(),
             unknown_frees: mem.unknown_frees,
             probes: probes.stats(),
+            jit: procs.jit_stats(),
         }
     }
 }

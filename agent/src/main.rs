@@ -8,6 +8,7 @@ mod cfi;
 mod cli;
 mod collect;
 mod export;
+mod jit;
 mod kallsyms;
 mod maps;
 mod memory;
@@ -85,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         host_name,
         print_stats: args.stats,
         cfi_cache_bytes: args.cfi_cache_bytes,
+        jit_bytes: (args.jit_process_bytes, args.jit_total_bytes),
         off_cpu,
     };
     let collecting = {

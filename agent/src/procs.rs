@@ -14,6 +14,7 @@ use rustc_hash::FxHashMap;
 
 use crate::binaries::Binaries;
 use crate::cfi::CfiCache;
+use crate::jit::{self, ProcessJit, Symbol};
 use crate::maps::{self, MapEntry};
 use crate::record::{self, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
 use crate::resolve::Resolver;
@@ -53,13 +54,13 @@ pub struct Mapping {
 }
 
 /// A user frame: its mapping and address (an ELF virtual address when the
-/// mapping is a file or the vDSO), and its name when the agent knows it (the
-/// vDSO's functions).
+/// mapping is a file or the vDSO, the runtime address in generated code),
+/// and its name when the agent knows it (the vDSO's functions, JIT code).
 #[derive(Debug, Clone)]
 pub struct UserFrame {
     pub mapping: Arc<Mapping>,
     pub address: u64,
-    pub name: Option<Arc<str>>,
+    pub name: Option<Arc<Symbol>>,
 }
 
 /// A user stack as the BPF program captured it.
@@ -80,7 +81,7 @@ pub struct UserStack<'a> {
 pub(crate) const CODE_CHECKS_MAX: usize = 64 * 1024;
 
 pub(crate) struct Process {
-    info: Arc<ProcessInfo>,
+    pub(crate) info: Arc<ProcessInfo>,
     pub(crate) maps: Vec<MapEntry>,
     /// Per entry of `maps`, made on first use.
     pub(crate) mappings: Vec<Option<Arc<Mapping>>>,
@@ -89,6 +90,9 @@ pub(crate) struct Process {
     /// Its executable defines `otel_thread_ctx_v1` (the BPF program reads
     /// its threads' contexts).
     publishes_context: bool,
+    /// Its JIT symbols, made when a sample first lands in code without a
+    /// build-ID.
+    pub(crate) jit: Option<Box<ProcessJit>>,
 }
 
 /// An entry without samples for this long is dropped at the next flush if
@@ -112,11 +116,14 @@ pub struct Processes {
     /// Trace-context offsets to hand to the BPF program: `Some` for a new
     /// process that publishes thread contexts, `None` for one that is gone.
     tls_changes: Vec<(u32, Option<i64>)>,
+    /// Bounds and counters of every process's JIT symbols.
+    jit: Arc<jit::Shared>,
 }
 
 impl Processes {
-    /// `cfi_budget`: bytes of call-frame information kept in memory.
-    pub fn new(proc_root: &Path, cfi_budget: usize) -> Self {
+    /// `cfi_budget`: bytes of call-frame information kept in memory;
+    /// `jit_bytes`: bytes of JIT symbols kept per process and in total.
+    pub fn new(proc_root: &Path, cfi_budget: usize, jit_bytes: (usize, usize)) -> Self {
         Self {
             proc_root: proc_root.to_owned(),
             by_pid: HashMap::new(),
@@ -134,7 +141,13 @@ impl Processes {
             vdso: Vdso::read_own(),
             code_checks: FxHashMap::default(),
             unwind: UnwindStats::default(),
+            jit: jit::Shared::new(jit_bytes.1, jit_bytes.0),
         }
+    }
+
+    /// What the JIT symbols hold and lost.
+    pub fn jit_stats(&self) -> jit::JitStats {
+        self.jit.stats()
     }
 
     /// Functions of the vDSO the agent names (0: no vDSO read).
@@ -263,6 +276,7 @@ impl Processes {
             vdso,
             code_checks,
             unwind: stats,
+            jit,
         } = self;
         let process = entry(by_pid, root, binaries, tls_changes, vanished, pid, comm);
         process.last_sample = now;
@@ -280,6 +294,7 @@ impl Processes {
             binaries,
             unknown,
             vdso: vdso.as_ref(),
+            jit,
             now,
         };
         let Some(leaf) = r.frame(ip) else {
@@ -396,6 +411,7 @@ fn entry<'a>(
             maps_read: Instant::now(),
             last_sample: Instant::now(),
             publishes_context: offset.is_some(),
+            jit: None,
         }
     })
 }
@@ -608,7 +624,7 @@ mod tests {
 
     #[test]
     fn resolves_our_own_stack_to_our_build_id() {
-        let mut procs = Processes::new(Path::new("/proc"), 64 << 20);
+        let mut procs = Processes::new(Path::new("/proc"), 64 << 20, (1 << 20, 1 << 20));
         let pid = std::process::id();
         // A real return address of ours: the one this function returns to
         // is after a call; take one from our own frame-pointer chain.

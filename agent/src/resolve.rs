@@ -38,6 +38,7 @@ pub(crate) struct Resolver<'a> {
     pub binaries: &'a mut Binaries,
     pub unknown: &'a Arc<Mapping>,
     pub vdso: Option<&'a Vdso>,
+    pub jit: &'a Arc<crate::jit::Shared>,
     pub now: Instant,
 }
 
@@ -50,7 +51,20 @@ impl Resolver<'_> {
             reread(self.root, self.pid, self.process, self.now);
             at = maps::find(&self.process.maps, address);
         }
-        let i = at?;
+        let Some(i) = at else {
+            // Outside every executable mapping: generated code the maps
+            // did not show yet, maybe.
+            let name = self.jit_symbol(address)?;
+            return Some(Leaf {
+                frame: UserFrame {
+                    mapping: self.unknown.clone(),
+                    address,
+                    name: Some(name),
+                },
+                key: (0, 0),
+                map: usize::MAX,
+            });
+        };
         let map = &self.process.maps[i];
         let mapping = match &self.process.mappings[i] {
             Some(m) => m.clone(),
@@ -66,18 +80,19 @@ impl Resolver<'_> {
                 m
             }
         };
+        let runtime_address = address;
+        let (dev, inode) = (map.dev, map.inode);
         let address = address - map.start + mapping.start;
         let is_vdso = map.path == "[vdso]";
         let name = if is_vdso {
             self.vdso.and_then(|v| v.name(address))
+        } else if mapping.build_id.is_none() {
+            // No file names this code: a runtime's generated code.
+            self.jit_symbol(runtime_address)
         } else {
             None
         };
-        let key = if is_vdso {
-            VDSO_KEY
-        } else {
-            (map.dev, map.inode)
-        };
+        let key = if is_vdso { VDSO_KEY } else { (dev, inode) };
         Some(Leaf {
             frame: UserFrame {
                 mapping,
@@ -87,6 +102,18 @@ impl Resolver<'_> {
             key,
             map: i,
         })
+    }
+
+    /// The name a runtime gave the generated code at `address`.
+    fn jit_symbol(&mut self, address: u64) -> Option<Arc<crate::jit::Symbol>> {
+        let p = &mut *self.process;
+        let jit = p.jit.get_or_insert_with(|| {
+            let exe = p.info.executable_path.as_deref();
+            Box::new(crate::jit::ProcessJit::new(
+                self.jit, self.root, self.pid, exe, &p.maps,
+            ))
+        });
+        jit.symbol(self.root, self.pid, &p.maps, address, self.now)
     }
 
     pub(crate) fn unknown_frame(&self, address: u64) -> UserFrame {
@@ -104,7 +131,7 @@ impl Resolver<'_> {
             let vdso = self.vdso?;
             return cfi.rule(VDSO_KEY, address, || vdso.cfi());
         }
-        let map = &self.process.maps[leaf.map];
+        let map = self.process.maps.get(leaf.map)?;
         if !map.is_file() {
             return None;
         }

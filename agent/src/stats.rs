@@ -54,6 +54,7 @@ pub struct Gauges {
     pub live_allocs: usize,
     pub unknown_frees: u64,
     pub probes: crate::usdt::ProbeStats,
+    pub jit: crate::jit::JitStats,
 }
 
 /// One line: rates and shares over `[before, now]`, totals since start.
@@ -73,6 +74,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files}, probe sites {probe_sites}, sites refused {refused} | \
+         jit: symbols {jit_symbols} ({jit_kb} KiB), dropped {jit_dropped}, bad lines {jit_bad}, files {jit_files} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, {bpf_text}",
@@ -128,6 +130,11 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         probe_files = g.probes.files,
         probe_sites = g.probes.sites,
         refused = g.probes.refused,
+        jit_symbols = g.jit.symbols,
+        jit_kb = g.jit.bytes / 1024,
+        jit_dropped = g.jit.dropped,
+        jit_bad = g.jit.bad,
+        jit_files = g.jit.files,
         delivered = d.delivered_samples,
         batches = d.delivered_batches,
         queued = d.queued_batches,
@@ -205,6 +212,13 @@ mod tests {
                 sites: 2,
                 refused: 0,
             },
+            jit: crate::jit::JitStats {
+                symbols: 3000,
+                bytes: 3 << 20,
+                dropped: 5,
+                bad: 2,
+                files: 1,
+            },
         };
         let text = line(&before, &now, &g);
         assert!(text.contains("off-CPU waits 0 (0.0/s), lost 0"), "{text}");
@@ -220,6 +234,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
+        assert!(
+            text.contains("jit: symbols 3000 (3072 KiB), dropped 5, bad lines 2, files 1 |"),
+            "{text}"
+        );
         assert!(
             text.contains("live 12, frees unknown 0, probe files 1, probe sites 2"),
             "{text}"

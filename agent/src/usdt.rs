@@ -533,7 +533,7 @@ mod tests {
             assert!(Instant::now() < deadline, "the library never mapped");
             std::thread::sleep(Duration::from_millis(10));
         }
-        let mut procs = Processes::new(Path::new("/proc"), 1 << 20);
+        let mut procs = Processes::new(Path::new("/proc"), 1 << 20, (1 << 20, 1 << 20));
         let mut probes: MemoryProbes<u32> = MemoryProbes::new(Path::new("/proc"));
         let mut kernel = Recorded::default();
         probes.scan(true, &mut procs, &mut kernel);

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use crate::jit::Symbol;
+
 use object::{Object, ObjectSegment, ObjectSymbol};
 
 use crate::cfi::{self, FileCfi};
@@ -15,7 +17,7 @@ const MAX_VDSO_BYTES: usize = 1 << 20;
 
 pub struct Vdso {
     /// (start, end, name) in the image's virtual addresses, sorted.
-    symbols: Vec<(u64, u64, Arc<str>)>,
+    symbols: Vec<(u64, u64, Arc<Symbol>)>,
     /// The virtual address of the image's first byte (its mapping start).
     pub base: u64,
     image: Vec<u8>,
@@ -46,17 +48,21 @@ impl Vdso {
     pub fn parse(image: Vec<u8>) -> Option<Vdso> {
         let file = object::File::parse(&*image).ok()?;
         let base = file.segments().map(|s| s.address()).min().unwrap_or(0);
-        let mut symbols: Vec<(u64, u64, Arc<str>)> = file
+        let mut symbols: Vec<(u64, u64, Arc<Symbol>)> = file
             .dynamic_symbols()
             .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
             .filter_map(|s| {
                 let name = s.name().ok()?;
-                Some((s.address(), s.address() + s.size(), Arc::from(name)))
+                Some((
+                    s.address(),
+                    s.address() + s.size(),
+                    Arc::new(Symbol::named(name)),
+                ))
             })
             .collect();
         // Aliases (`clock_gettime` and `__vdso_clock_gettime`) share an
         // address: keep the public name, the shorter one.
-        symbols.sort_by_key(|s| (s.0, s.2.len()));
+        symbols.sort_by_key(|s| (s.0, s.2.function.len()));
         symbols.dedup_by_key(|s| s.0);
         Some(Vdso {
             symbols,
@@ -66,7 +72,7 @@ impl Vdso {
     }
 
     /// The function at a virtual address of the image.
-    pub fn name(&self, address: u64) -> Option<Arc<str>> {
+    pub fn name(&self, address: u64) -> Option<Arc<Symbol>> {
         let i = self
             .symbols
             .partition_point(|s| s.0 <= address)
@@ -99,12 +105,20 @@ mod tests {
         let (start, _, _) = vdso
             .symbols
             .iter()
-            .find(|s| s.2.contains("clock_gettime"))
+            .find(|s| s.2.function.contains("clock_gettime"))
             .expect("clock_gettime in the vDSO")
             .clone();
-        assert_eq!(vdso.name(start).as_deref(), Some("clock_gettime"));
-        assert_eq!(vdso.name(start + 1).as_deref(), Some("clock_gettime"));
-        assert_eq!(vdso.name(u64::MAX), None);
+        assert_eq!(
+            vdso.name(start).map(|s| s.function.to_string()).as_deref(),
+            Some("clock_gettime")
+        );
+        assert_eq!(
+            vdso.name(start + 1)
+                .map(|s| s.function.to_string())
+                .as_deref(),
+            Some("clock_gettime")
+        );
+        assert!(vdso.name(u64::MAX).is_none());
         assert!(vdso.cfi().is_some(), "the vDSO carries .eh_frame");
         assert!(Vdso::parse(b"not an elf".to_vec()).is_none());
     }

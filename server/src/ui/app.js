@@ -147,8 +147,13 @@ function color(node) {
   if (node.kind === "inlined") return "#86efac";
   let h = 0;
   for (let i = 0; i < node.name.length; i++) h = (h * 31 + node.name.charCodeAt(i)) >>> 0;
-  return "hsl(" + (10 + (h % 40)) + ", 85%, " + (60 + (h % 15)) + "%)";
+  // A hue range per frame type (profile.frame.type): native code warm, each
+  // runtime's generated code its own.
+  const base = KIND_HUES[node.kind] ?? 10;
+  return "hsl(" + (base + (h % 30)) + ", 85%, " + (60 + (h % 15)) + "%)";
 }
+
+const KIND_HUES = { native: 10, v8js: 50, jvm: 180, dotnet: 260, jit: 290, cpython: 210, go: 190 };
 
 function diffColor(node) {
   const b = node.baseline, c = node.comparison;
@@ -209,6 +214,7 @@ function render(container, root, focus, opts) {
     d.style.background = opts.color(f.n);
     d.textContent = f.w * width > 30 ? f.n.name : "";
     d.dataset.name = f.n.name;
+    d.dataset.kind = f.n.kind || "";
     d._node = f.n;
     frag.appendChild(d);
     maxDepth = Math.max(maxDepth, f.depth);
@@ -219,6 +225,7 @@ function render(container, root, focus, opts) {
 
 function tooltipText(n, diff) {
   let t = n.name;
+  if (n.kind && n.kind !== "native" && n.kind !== "root") t += "  [" + n.kind + "]";
   if (n.file) t += "\n" + n.file + (n.line ? ":" + n.line : "");
   if (n.build_id) t += "\nbuild-id " + n.build_id;
   if (diff) {

@@ -1,0 +1,610 @@
+//! Frames of generated code (JIT compilers: V8, HotSpot, .NET, …), named
+//! by the agent from what the runtime writes — perf maps
+//! (`/tmp/perf-PID.map`) and jitdump files (`jit-PID.dump`) — because the
+//! code is gone by the time anyone queries. A process's JIT symbols are
+//! read on the first sample that lands in code without a build-ID, and
+//! read on from where the last read stopped when an address misses (at
+//! most every `MISS_READ_INTERVAL`); memory is bounded per process and in
+//! total, the oldest entries evicted first (counted).
+
+mod jitdump;
+mod names;
+mod perfmap;
+mod table;
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use names::Runtime;
+
+use crate::maps::MapEntry;
+
+/// A missing perf map is looked for again at most this often.
+const OPEN_RETRY: Duration = Duration::from_secs(1);
+/// An address no symbol holds reads the files on at most this often.
+const MISS_READ_INTERVAL: Duration = Duration::from_millis(20);
+/// Bytes of perf map or jitdump read at one time, per file.
+const READ_BUDGET: usize = 4 << 20;
+/// jitdump files followed per process, at most.
+const MAX_JITDUMPS: usize = 4;
+
+/// `profile.frame.type` of a frame (OpenTelemetry semantic conventions;
+/// `jit` for a runtime they name no value for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    Native,
+    V8js,
+    Jvm,
+    Dotnet,
+    Jit,
+}
+
+impl FrameKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FrameKind::Native => "native",
+            FrameKind::V8js => "v8js",
+            FrameKind::Jvm => "jvm",
+            FrameKind::Dotnet => "dotnet",
+            FrameKind::Jit => "jit",
+        }
+    }
+}
+
+/// A frame the agent names: a function, and where its source is when the
+/// runtime says.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Symbol {
+    pub function: Box<str>,
+    /// The name as the runtime wrote it, when `function` is a part of it.
+    pub system_name: Option<Box<str>>,
+    pub file: Option<Arc<str>>,
+    /// 0: unknown.
+    pub line: u32,
+    pub column: u32,
+    pub kind: FrameKind,
+    /// V8's tier (`ignition`, `sparkplug`, `maglev`, `turbofan`).
+    pub tier: Option<&'static str>,
+}
+
+impl Symbol {
+    /// A native frame named `name` (the vDSO's functions).
+    pub fn named(name: &str) -> Self {
+        Symbol {
+            function: name.into(),
+            system_name: None,
+            file: None,
+            line: 0,
+            column: 0,
+            kind: FrameKind::Native,
+            tier: None,
+        }
+    }
+
+    /// Heap bytes it holds (a shared file name counted in full).
+    fn heap_bytes(&self) -> usize {
+        self.function.len()
+            + self.system_name.as_ref().map_or(0, |s| s.len())
+            + self.file.as_ref().map_or(0, |f| f.len() + 16)
+    }
+}
+
+/// Bounds and counters shared by every process's symbols.
+#[derive(Debug)]
+pub struct Shared {
+    max_total: usize,
+    max_process: usize,
+    bytes: AtomicUsize,
+    symbols: AtomicUsize,
+    dropped: AtomicU64,
+    bad: AtomicU64,
+    files: AtomicU64,
+}
+
+/// What the JIT symbols hold and what they lost, for the stats line.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JitStats {
+    pub symbols: usize,
+    pub bytes: usize,
+    /// Entries evicted (or never kept) to stay within the bounds.
+    pub dropped: u64,
+    /// Malformed perf-map lines and jitdump records.
+    pub bad: u64,
+    /// Perf maps and jitdump files opened.
+    pub files: u64,
+}
+
+impl Shared {
+    pub fn new(max_total: usize, max_process: usize) -> Arc<Self> {
+        Arc::new(Shared {
+            max_total,
+            max_process,
+            bytes: AtomicUsize::new(0),
+            symbols: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            bad: AtomicU64::new(0),
+            files: AtomicU64::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> JitStats {
+        JitStats {
+            symbols: self.symbols.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            dropped: self.dropped.load(Relaxed),
+            bad: self.bad.load(Relaxed),
+            files: self.files.load(Relaxed),
+        }
+    }
+}
+
+/// A change to the table, in the order the files said.
+enum Change {
+    Add(u64, u64, Symbol),
+    /// The code at `from` now lives at `to`.
+    Move(u64, u64, u64),
+}
+
+struct Followed<C> {
+    file: File,
+    cursor: C,
+}
+
+/// One process's JIT symbols and the files they come from.
+pub struct ProcessJit {
+    shared: Arc<Shared>,
+    runtime: Runtime,
+    table: table::Table,
+    /// `/tmp/perf-NSPID.map` as the process sees it.
+    perf_map_path: String,
+    /// Users a perf map may belong to: the process's real and effective
+    /// UIDs (a file of anyone else's is not trusted to name its code).
+    uids: [u32; 2],
+    perf_map: Option<Followed<perfmap::Cursor>>,
+    perf_map_tried: Option<Instant>,
+    /// By inode.
+    jitdumps: Vec<(u64, Followed<jitdump::Reader>)>,
+    last_read: Option<Instant>,
+    /// Accounted in `shared` (what Drop gives back).
+    accounted: (usize, usize),
+}
+
+impl Drop for ProcessJit {
+    fn drop(&mut self) {
+        self.shared.bytes.fetch_sub(self.accounted.0, Relaxed);
+        self.shared.symbols.fetch_sub(self.accounted.1, Relaxed);
+    }
+}
+
+impl ProcessJit {
+    /// The JIT state of process `pid`, whose executable mappings are
+    /// `maps` (they tell its runtime).
+    pub fn new(
+        shared: &Arc<Shared>,
+        root: &Path,
+        pid: u32,
+        exe: Option<&str>,
+        maps: &[MapEntry],
+    ) -> Self {
+        let status =
+            std::fs::read_to_string(root.join(pid.to_string()).join("status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| {
+                    v.split_whitespace()
+                        .map(|n| n.parse::<u32>().unwrap_or(u32::MAX))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        };
+        let ns_pid = field("NSpid:").last().copied().unwrap_or(pid);
+        let uid = field("Uid:");
+        ProcessJit {
+            shared: shared.clone(),
+            runtime: runtime_of(exe, maps),
+            table: table::Table::default(),
+            perf_map_path: format!("/tmp/perf-{ns_pid}.map"),
+            uids: [
+                uid.first().copied().unwrap_or(u32::MAX),
+                uid.get(1).copied().unwrap_or(u32::MAX),
+            ],
+            perf_map: None,
+            perf_map_tried: None,
+            jitdumps: Vec::new(),
+            last_read: None,
+            accounted: (0, 0),
+        }
+    }
+
+    /// The symbol of generated code at `address`; a miss reads what the
+    /// runtime wrote since the last read (at most every
+    /// `MISS_READ_INTERVAL`).
+    pub fn symbol(
+        &mut self,
+        root: &Path,
+        pid: u32,
+        maps: &[MapEntry],
+        address: u64,
+        now: Instant,
+    ) -> Option<Arc<crate::jit::Symbol>> {
+        if let Some(s) = self.table.lookup(address) {
+            return Some(s.clone());
+        }
+        if self
+            .last_read
+            .is_some_and(|t| now.duration_since(t) < MISS_READ_INTERVAL)
+        {
+            return None;
+        }
+        self.last_read = Some(now);
+        self.read(root, pid, maps, now);
+        self.table.lookup(address).cloned()
+    }
+
+    fn read(&mut self, root: &Path, pid: u32, maps: &[MapEntry], now: Instant) {
+        let process_root = root.join(pid.to_string()).join("root");
+        if self.perf_map.is_none()
+            && self
+                .perf_map_tried
+                .is_none_or(|t| now.duration_since(t) >= OPEN_RETRY)
+        {
+            self.perf_map_tried = Some(now);
+            self.perf_map = self.open_perf_map(&process_root);
+        }
+        let mut changes: Vec<Change> = Vec::new();
+        let mut bad = 0;
+        if let Some(f) = &mut self.perf_map {
+            let runtime = self.runtime;
+            let len = f.file.metadata().map_or(0, |m| m.len());
+            let file = &f.file;
+            match f.cursor.read(
+                len,
+                READ_BUDGET,
+                |o, b| file.read_at(b, o),
+                |start, size, name| {
+                    changes.push(Change::Add(start, size, names::parse(name, runtime)));
+                },
+            ) {
+                Ok(c) => bad += c.bad,
+                Err(e) => {
+                    tracing::debug!(pid, error = %e, "perf map unreadable");
+                    self.perf_map = None;
+                }
+            }
+        }
+        self.follow_jitdumps(root, pid, maps);
+        for (_, f) in &mut self.jitdumps {
+            let runtime = self.runtime;
+            let len = f.file.metadata().map_or(0, |m| m.len());
+            let file = &f.file;
+            let read = f.cursor.read(
+                len,
+                READ_BUDGET as u64,
+                |o, b| file.read_at(b, o),
+                |e| match e {
+                    jitdump::Event::Load {
+                        address,
+                        size,
+                        name,
+                        lines,
+                    } => load_pieces(
+                        address,
+                        size,
+                        names::parse(name, runtime),
+                        &lines,
+                        &mut changes,
+                    ),
+                    jitdump::Event::Move { from, to, size } => {
+                        changes.push(Change::Move(from, to, size))
+                    }
+                },
+            );
+            match read {
+                Ok(c) => bad += c.bad,
+                Err(_) => f.cursor.done = true,
+            }
+        }
+        self.shared.bad.fetch_add(bad, Relaxed);
+        for change in changes {
+            match change {
+                Change::Add(start, size, symbol) => {
+                    self.table.insert(start, size, Arc::new(symbol));
+                }
+                Change::Move(from, to, size) => {
+                    if let Some(s) = self.table.remove(from) {
+                        self.table.insert(to, size, s);
+                    }
+                }
+            }
+            self.bound();
+        }
+        self.account();
+    }
+
+    /// Evicts the oldest entries while over a bound.
+    fn bound(&mut self) {
+        loop {
+            let total = self.shared.bytes.load(Relaxed) - self.accounted.0 + self.table.bytes();
+            if self.table.bytes() <= self.shared.max_process && total <= self.shared.max_total {
+                return;
+            }
+            if !self.table.evict_oldest() {
+                return;
+            }
+            self.shared.dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Brings the shared totals up to date with this table.
+    fn account(&mut self) {
+        let now = (self.table.bytes(), self.table.len());
+        self.shared.bytes.fetch_add(now.0, Relaxed);
+        self.shared.bytes.fetch_sub(self.accounted.0, Relaxed);
+        self.shared.symbols.fetch_add(now.1, Relaxed);
+        self.shared.symbols.fetch_sub(self.accounted.1, Relaxed);
+        self.accounted = now;
+    }
+
+    /// Opens the perf map inside the process's root: a regular file of one
+    /// of the process's users.
+    fn open_perf_map(&self, process_root: &Path) -> Option<Followed<perfmap::Cursor>> {
+        let file = crate::safefile::open_in_root(process_root, &self.perf_map_path).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.file_type().is_file() || !self.uids.contains(&meta.uid()) {
+            tracing::debug!(path = %self.perf_map_path, uid = meta.uid(), "perf map refused: not a regular file of the process's user");
+            self.shared.bad.fetch_add(1, Relaxed);
+            return None;
+        }
+        self.shared.files.fetch_add(1, Relaxed);
+        Some(Followed {
+            file,
+            cursor: perfmap::Cursor::default(),
+        })
+    }
+
+    /// Opens the jitdump files the process maps (`jit-PID.dump`, mapped
+    /// executable by its writer so that readers find it), as `perf inject
+    /// --jit` finds them.
+    fn follow_jitdumps(&mut self, root: &Path, pid: u32, maps: &[MapEntry]) {
+        for map in maps.iter().filter(|m| m.is_file() && is_jitdump(&m.path)) {
+            if self.jitdumps.len() >= MAX_JITDUMPS
+                || self.jitdumps.iter().any(|(i, _)| *i == map.inode)
+            {
+                continue;
+            }
+            let Ok(opened) = crate::safefile::open_mapped(root, pid, map) else {
+                continue;
+            };
+            self.shared.files.fetch_add(1, Relaxed);
+            self.jitdumps.push((
+                map.inode,
+                Followed {
+                    file: opened.file,
+                    cursor: jitdump::Reader::default(),
+                },
+            ));
+        }
+    }
+}
+
+/// `…/jit-123.dump`.
+fn is_jitdump(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.strip_prefix("jit-")
+        .and_then(|n| n.strip_suffix(".dump"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A loaded function as table entries: one per debug line when the writer
+/// gave them (the code before the first line belongs to the first), else
+/// one for the whole code.
+fn load_pieces(
+    address: u64,
+    size: u64,
+    symbol: Symbol,
+    lines: &[jitdump::DebugLine],
+    out: &mut Vec<Change>,
+) {
+    let end = address.saturating_add(size);
+    let lines: Vec<&jitdump::DebugLine> = lines
+        .iter()
+        .filter(|l| l.address >= address && l.address < end)
+        .collect();
+    if lines.is_empty() {
+        out.push(Change::Add(address, size, symbol));
+        return;
+    }
+    for (i, l) in lines.iter().enumerate() {
+        let from = if i == 0 { address } else { l.address };
+        let to = lines.get(i + 1).map_or(end, |n| n.address);
+        if to > from {
+            out.push(Change::Add(
+                from,
+                to - from,
+                Symbol {
+                    file: Some(l.file.clone()),
+                    line: l.line,
+                    column: 0,
+                    ..symbol.clone()
+                },
+            ));
+        }
+    }
+}
+
+/// What runtime a process is, from its executable and libraries.
+fn runtime_of(exe: Option<&str>, maps: &[MapEntry]) -> Runtime {
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_owned();
+    let libs: Vec<String> = maps.iter().map(|m| base(&m.path)).collect();
+    let has = |prefix: &str| libs.iter().any(|l| l.starts_with(prefix));
+    if has("libjvm.so") {
+        Runtime::Jvm
+    } else if has("libcoreclr.so") {
+        Runtime::Dotnet
+    } else if has("libnode.so") || exe.map(base).is_some_and(|e| e == "node" || e == "nodejs") {
+        Runtime::V8
+    } else {
+        Runtime::Unknown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitdump_names_and_runtimes() {
+        assert!(is_jitdump(
+            "/root/.debug/jit/java-jit-20240101.XyZ/jit-4242.dump"
+        ));
+        assert!(is_jitdump("jit-1.dump"));
+        for no in [
+            "/tmp/jit-.dump",
+            "/tmp/jit-12.dump.bak",
+            "/tmp/xjit-12.dump",
+            "/tmp/jit-1a.dump",
+        ] {
+            assert!(!is_jitdump(no), "{no}");
+        }
+        let map = |path: &str| MapEntry {
+            start: 0,
+            end: 1,
+            offset: 0,
+            dev: 1,
+            inode: 1,
+            path: path.into(),
+            deleted: false,
+        };
+        let jvm = [map(
+            "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so",
+        )];
+        assert_eq!(runtime_of(Some("/usr/bin/java"), &jvm), Runtime::Jvm);
+        assert_eq!(runtime_of(Some("/usr/bin/node"), &[]), Runtime::V8);
+        assert_eq!(
+            runtime_of(Some("/srv/app"), &[map("/srv/libnode.so.108")]),
+            Runtime::V8
+        );
+        assert_eq!(runtime_of(Some("/usr/bin/python3"), &[]), Runtime::Unknown);
+    }
+
+    #[test]
+    fn debug_lines_split_a_function() {
+        let line = |address, line| jitdump::DebugLine {
+            address,
+            line,
+            file: Arc::from("gen.c"),
+        };
+        let mut out = Vec::new();
+        let lines = [line(0x1010, 7), line(0x1020, 9), line(0x9999, 1)];
+        load_pieces(0x1000, 0x40, Symbol::named("f"), &lines, &mut out);
+        let got: Vec<(u64, u64, u32, Option<&str>)> = out
+            .iter()
+            .map(|c| match c {
+                Change::Add(a, s, sym) => (*a, *s, sym.line, sym.file.as_deref()),
+                Change::Move(..) => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0x1000, 0x20, 7, Some("gen.c")),
+                (0x1020, 0x20, 9, Some("gen.c"))
+            ]
+        );
+    }
+
+    /// Over the per-process bound, the oldest entries go and are counted;
+    /// the totals follow the tables and go back to zero when they go.
+    #[test]
+    fn bounded_per_process_and_in_total() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let pid = std::process::id();
+        // A fake /proc: PID/status, PID/root/tmp/perf-PID.map.
+        let proc_dir = root.join(pid.to_string());
+        std::fs::create_dir_all(proc_dir.join("root/tmp")).unwrap();
+        // SAFETY: plain getters.
+        let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+        std::fs::write(
+            proc_dir.join("status"),
+            format!("Name:\tx\nUid:\t{uid}\t{euid}\t{euid}\t{euid}\nNSpid:\t{pid}\t77\n"),
+        )
+        .unwrap();
+        let mut text = String::new();
+        for i in 0..2000u64 {
+            text.push_str(&format!(
+                "{:x} 10 JS:*f{i} /app.js:{i}:1\n",
+                0x10000 + i * 0x10
+            ));
+            if i % 100 == 0 {
+                text.push_str("garbage line\n");
+            }
+        }
+        std::fs::write(proc_dir.join("root/tmp/perf-77.map"), &text).unwrap();
+        let per = table::ENTRY_OVERHEAD + 40;
+        let shared = Shared::new(1 << 30, 500 * per);
+        let mut jit = ProcessJit::new(&shared, root, pid, Some("/usr/bin/node"), &[]);
+        let now = Instant::now();
+        let last = jit
+            .symbol(root, pid, &[], 0x10000 + 1999 * 0x10, now)
+            .unwrap();
+        assert_eq!(
+            (&*last.function, last.line, last.kind),
+            ("f1999", 1999, FrameKind::V8js)
+        );
+        assert_eq!(last.tier, Some("turbofan"));
+        assert!(
+            jit.symbol(root, pid, &[], 0x10000, now).is_none(),
+            "evicted: the oldest"
+        );
+        let s = shared.stats();
+        assert_eq!(s.bad, 20);
+        assert!(
+            s.bytes <= 500 * per && s.symbols < 2000 && s.symbols > 300,
+            "{s:?}"
+        );
+        assert_eq!(s.dropped as usize, 2000 - s.symbols);
+        assert_eq!(s.files, 1);
+        // A second process under a total bound: it evicts its own oldest.
+        let total = Shared::new(300 * per, 1 << 30);
+        let mut a = ProcessJit::new(&total, root, pid, None, &[]);
+        a.symbol(root, pid, &[], 0, now);
+        assert!(total.stats().bytes <= 300 * per);
+        drop(a);
+        drop(jit);
+        assert_eq!((shared.stats().bytes, shared.stats().symbols), (0, 0));
+        assert_eq!(total.stats().bytes, 0);
+    }
+
+    #[test]
+    fn a_perf_map_of_another_user_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let proc_dir = root.join("5");
+        std::fs::create_dir_all(proc_dir.join("root/tmp")).unwrap();
+        std::fs::write(
+            proc_dir.join("status"),
+            "Uid:\t4242\t4242\t4242\t4242\nNSpid:\t5\n",
+        )
+        .unwrap();
+        std::fs::write(proc_dir.join("root/tmp/perf-5.map"), "1000 10 secret\n").unwrap();
+        let shared = Shared::new(1 << 20, 1 << 20);
+        let mut jit = ProcessJit::new(&shared, root, 5, None, &[]);
+        assert!(jit.symbol(root, 5, &[], 0x1000, Instant::now()).is_none());
+        assert_eq!(shared.stats().bad, 1);
+        // A FIFO in its place does not block the reader.
+        std::fs::remove_file(proc_dir.join("root/tmp/perf-5.map")).unwrap();
+        let c =
+            std::ffi::CString::new(proc_dir.join("root/tmp/perf-5.map").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let mut jit = ProcessJit::new(&shared, root, 5, None, &[]);
+        assert!(jit.symbol(root, 5, &[], 0x1000, Instant::now()).is_none());
+    }
+}
