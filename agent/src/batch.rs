@@ -10,7 +10,9 @@
 //! `inuse_objects/count` (one snapshot: every value at the same time),
 //! sharing one dictionary.
 //! Native frames are left unsymbolized (an address and a mapping carrying
-//! `process.executable.build_id.gnu`); kernel frames are named. Samples with
+//! `process.executable.build_id.gnu`); kernel frames, the vDSO's and JIT
+//! code's (perf maps, jitdump: with file, line and `profile.frame.type`
+//! `v8js`, `jvm`, …) are named. Samples with
 //! the same stack, thread and trace link share one `Sample` with one
 //! timestamp per occurrence.
 

@@ -233,6 +233,10 @@ impl Processes {
             }
             keep
         });
+        // Each process's JIT symbols within its share of the total.
+        for jit in self.by_pid.values_mut().filter_map(|p| p.jit.as_mut()) {
+            jit.trim();
+        }
         if self.binaries.len() > 4096 {
             self.binaries.clear();
             self.cfi.forget_all(); // (device, inode) may name other files now
@@ -373,6 +377,14 @@ impl Processes {
         }
         if let Some(c) = cut {
             stats.cut[c.index()] += 1;
+        }
+        if jit.over_total() {
+            // A process read JIT symbols beyond what the others leave.
+            for p in by_pid.values_mut() {
+                if let Some(j) = p.jit.as_mut() {
+                    j.trim();
+                }
+            }
         }
         (info, cut)
     }

@@ -171,8 +171,10 @@ impl Resolver<'_> {
                     ok
                 }
                 // The process is gone (or the page is not readable): the
-                // address is in its code, which is all that can be checked.
-                None => true,
+                // address is in its code, which is all that can be checked
+                // — unless it is in no mapping (a JIT symbol of code freed
+                // since: perf maps never forget).
+                None => caller.map != usize::MAX,
             },
         };
         if !ok && !root_frame {

@@ -371,7 +371,10 @@ impl Sampler {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Rounded up: truncated, the last millisecond before a drain would
+        // be polled with 0 over and over (a busy loop: 2% of a CPU at one
+        // drain every 50 ms).
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         // SAFETY: poll reads and writes the one pollfd it is given.
         unsafe { libc::poll(&mut pfd, 1, ms) };
         let mut pids = Vec::new();

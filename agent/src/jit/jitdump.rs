@@ -20,6 +20,9 @@ pub const MAX_RECORD: u64 = 64 << 20;
 const MAX_NAME: usize = 4096;
 /// A debug-info record larger than this is skipped (counted bad).
 const MAX_DEBUG_RECORD: u64 = 1 << 20;
+/// Lines kept of one debug-info record (sorted by address: the code's
+/// first ones).
+const MAX_DEBUG_LINES: usize = 1024;
 /// Debug-info records waiting for their code's load record, at most.
 const MAX_PENDING_DEBUG: usize = 64;
 
@@ -194,7 +197,7 @@ impl Reader {
         else {
             return false;
         };
-        let lines = match self.pending.iter().position(|(a, _)| *a == address) {
+        let lines = match self.pending.iter().rposition(|(a, _)| *a == address) {
             Some(i) => self.pending.remove(i).map(|(_, l)| l).unwrap_or_default(),
             None => Vec::new(),
         };
@@ -240,6 +243,9 @@ impl Reader {
             });
         }
         lines.sort_by_key(|l| l.address);
+        lines.truncate(MAX_DEBUG_LINES);
+        // A newer record for the same code replaces an older one.
+        self.pending.retain(|(a, _)| *a != code);
         if self.pending.len() >= MAX_PENDING_DEBUG {
             self.pending.pop_front();
         }

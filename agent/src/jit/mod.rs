@@ -29,8 +29,18 @@ const OPEN_RETRY: Duration = Duration::from_secs(1);
 const MISS_READ_INTERVAL: Duration = Duration::from_millis(20);
 /// Bytes of perf map or jitdump read at one time, per file.
 const READ_BUDGET: usize = 4 << 20;
-/// jitdump files followed per process, at most.
+/// A miss in a process whose entries were evicted rescans its perf map at
+/// most this often, and at most this many bytes of it.
+const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
+const RESCAN_MAX: u64 = 256 << 20;
+/// jitdump files followed per process at once, at most (and files seen,
+/// finished ones included).
 const MAX_JITDUMPS: usize = 4;
+const MAX_JITDUMPS_SEEN: usize = 64;
+/// Table entries one loaded function is split into by its debug lines, at
+/// most (neighbours with the same line are one entry; past the bound the
+/// rest of the code keeps the last line).
+const MAX_PIECES: usize = 256;
 
 /// `profile.frame.type` of a frame (OpenTelemetry semantic conventions;
 /// `jit` for a runtime they name no value for).
@@ -59,9 +69,9 @@ impl FrameKind {
 /// runtime says.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Symbol {
-    pub function: Box<str>,
+    pub function: Arc<str>,
     /// The name as the runtime wrote it, when `function` is a part of it.
-    pub system_name: Option<Box<str>>,
+    pub system_name: Option<Arc<str>>,
     pub file: Option<Arc<str>>,
     /// 0: unknown.
     pub line: u32,
@@ -93,6 +103,47 @@ impl Symbol {
     }
 }
 
+/// A table entry's name: as the runtime wrote it, parsed on its first
+/// lookup (most entries of a perf map are never sampled), or parsed
+/// already (jitdump pieces with their lines).
+pub struct Named {
+    raw: Box<str>,
+    runtime: Runtime,
+    symbol: std::cell::OnceCell<Arc<Symbol>>,
+}
+
+impl Named {
+    fn raw(name: &str, runtime: Runtime) -> Self {
+        Named {
+            raw: name.into(),
+            runtime,
+            symbol: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn parsed(symbol: Symbol) -> Self {
+        Named {
+            raw: "".into(),
+            runtime: Runtime::Unknown,
+            symbol: std::cell::OnceCell::from(Arc::new(symbol)),
+        }
+    }
+
+    pub fn symbol(&self) -> &Arc<Symbol> {
+        self.symbol
+            .get_or_init(|| Arc::new(names::parse(&self.raw, self.runtime)))
+    }
+
+    /// Heap bytes, the parsed form counted ahead (about twice the name:
+    /// function, system name and file).
+    fn heap_bytes(&self) -> usize {
+        match self.symbol.get() {
+            Some(s) if self.raw.is_empty() => s.heap_bytes(),
+            _ => 3 * self.raw.len(),
+        }
+    }
+}
+
 /// Bounds and counters shared by every process's symbols.
 #[derive(Debug)]
 pub struct Shared {
@@ -103,6 +154,11 @@ pub struct Shared {
     dropped: AtomicU64,
     bad: AtomicU64,
     files: AtomicU64,
+    /// Entries found again by a rescan after their eviction.
+    rescued: AtomicU64,
+    /// Processes with JIT state: each may hold `max_total / live` when
+    /// that is less than `max_process` (no process starves the others).
+    live: AtomicUsize,
 }
 
 /// What the JIT symbols hold and what they lost, for the stats line.
@@ -116,6 +172,9 @@ pub struct JitStats {
     pub bad: u64,
     /// Perf maps and jitdump files opened.
     pub files: u64,
+    /// Evicted entries found again by a rescan of the map (a sample in
+    /// code whose entry went before anything sampled it).
+    pub rescued: u64,
 }
 
 impl Shared {
@@ -128,7 +187,21 @@ impl Shared {
             dropped: AtomicU64::new(0),
             bad: AtomicU64::new(0),
             files: AtomicU64::new(0),
+            rescued: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
         })
+    }
+
+    /// Whether all processes together hold more than the total bound (the
+    /// caller then trims each to its share).
+    pub fn over_total(&self) -> bool {
+        self.bytes.load(Relaxed) > self.max_total
+    }
+
+    /// What one process may hold now.
+    fn process_share(&self) -> usize {
+        let live = self.live.load(Relaxed).max(1);
+        self.max_process.min(self.max_total / live)
     }
 
     pub fn stats(&self) -> JitStats {
@@ -138,13 +211,14 @@ impl Shared {
             dropped: self.dropped.load(Relaxed),
             bad: self.bad.load(Relaxed),
             files: self.files.load(Relaxed),
+            rescued: self.rescued.load(Relaxed),
         }
     }
 }
 
 /// A change to the table, in the order the files said.
 enum Change {
-    Add(u64, u64, Symbol),
+    Add(u64, u64, Named),
     /// The code at `from` now lives at `to`.
     Move(u64, u64, u64),
 }
@@ -166,9 +240,14 @@ pub struct ProcessJit {
     uids: [u32; 2],
     perf_map: Option<Followed<perfmap::Cursor>>,
     perf_map_tried: Option<Instant>,
+    /// A file at the perf map's path was refused (counted once).
+    refused: bool,
     /// By inode.
     jitdumps: Vec<(u64, Followed<jitdump::Reader>)>,
     last_read: Option<Instant>,
+    /// Entries of this process were evicted: a miss may rescan the map.
+    evicted: bool,
+    last_rescan: Option<Instant>,
     /// Accounted in `shared` (what Drop gives back).
     accounted: (usize, usize),
 }
@@ -177,6 +256,7 @@ impl Drop for ProcessJit {
     fn drop(&mut self) {
         self.shared.bytes.fetch_sub(self.accounted.0, Relaxed);
         self.shared.symbols.fetch_sub(self.accounted.1, Relaxed);
+        self.shared.live.fetch_sub(1, Relaxed);
     }
 }
 
@@ -205,6 +285,7 @@ impl ProcessJit {
         };
         let ns_pid = field("NSpid:").last().copied().unwrap_or(pid);
         let uid = field("Uid:");
+        shared.live.fetch_add(1, Relaxed);
         ProcessJit {
             shared: shared.clone(),
             runtime: runtime_of(exe, maps),
@@ -216,8 +297,11 @@ impl ProcessJit {
             ],
             perf_map: None,
             perf_map_tried: None,
+            refused: false,
             jitdumps: Vec::new(),
             last_read: None,
+            evicted: false,
+            last_rescan: None,
             accounted: (0, 0),
         }
     }
@@ -238,24 +322,89 @@ impl ProcessJit {
         }
         if self
             .last_read
-            .is_some_and(|t| now.duration_since(t) < MISS_READ_INTERVAL)
+            .is_none_or(|t| now.duration_since(t) >= MISS_READ_INTERVAL)
         {
-            return None;
+            self.last_read = Some(now);
+            self.read(root, pid, maps, now);
+            if let Some(s) = self.table.lookup(address) {
+                return Some(s.clone());
+            }
         }
-        self.last_read = Some(now);
-        self.read(root, pid, maps, now);
-        self.table.lookup(address).cloned()
+        if self.evicted
+            && self
+                .last_rescan
+                .is_none_or(|t| now.duration_since(t) >= RESCAN_INTERVAL)
+        {
+            self.last_rescan = Some(now);
+            self.rescan(address);
+            return self.table.lookup(address).cloned();
+        }
+        None
+    }
+
+    /// Looks for `address` in the part of the perf map already read (its
+    /// entry may have been evicted before anything sampled it: the first
+    /// read of a map larger than the bound keeps only its newest lines),
+    /// at most `RESCAN_MAX` bytes of it; the latest line holding it is put
+    /// back.
+    fn rescan(&mut self, address: u64) {
+        let Some(f) = &self.perf_map else { return };
+        let end = f.cursor.offset;
+        let file = &f.file;
+        let mut cursor = perfmap::Cursor::default();
+        let mut found: Option<(u64, u64, Box<str>)> = None;
+        while cursor.offset < end.min(RESCAN_MAX) {
+            let before = cursor.offset;
+            let read = cursor.read(
+                end,
+                READ_BUDGET,
+                |o, b| file.read_at(b, o),
+                |start, size, name| {
+                    if start <= address && address - start < size {
+                        found = Some((start, size, name.into()));
+                    }
+                },
+            );
+            if read.is_err() || cursor.offset == before {
+                break;
+            }
+        }
+        if let Some((start, size, name)) = found {
+            self.table
+                .insert(start, size, Arc::new(Named::raw(&name, self.runtime)));
+            self.shared.rescued.fetch_add(1, Relaxed);
+            self.bound();
+            self.account();
+        }
     }
 
     fn read(&mut self, root: &Path, pid: u32, maps: &[MapEntry], now: Instant) {
+        self.table.new_epoch();
         let process_root = root.join(pid.to_string()).join("root");
-        if self.perf_map.is_none()
-            && self
-                .perf_map_tried
-                .is_none_or(|t| now.duration_since(t) >= OPEN_RETRY)
+        if self.runtime == Runtime::Unknown {
+            // Libraries mapped since (a JVM maps libjvm.so after start).
+            self.runtime = runtime_of(None, maps);
+        }
+        if self
+            .perf_map_tried
+            .is_none_or(|t| now.duration_since(t) >= OPEN_RETRY)
         {
+            // Missing, or maybe replaced by a new file at the path (a
+            // runtime that writes a new map and renames it over the old).
             self.perf_map_tried = Some(now);
-            self.perf_map = self.open_perf_map(&process_root);
+            let same = |a: &File, b: &File| {
+                let (a, b) = (a.metadata(), b.metadata());
+                matches!((a, b), (Ok(a), Ok(b)) if (a.dev(), a.ino()) == (b.dev(), b.ino()))
+            };
+            let opened = self.open_perf_map(&process_root);
+            match (&self.perf_map, opened) {
+                (Some(old), Some(new)) if same(&old.file, &new.file) => {}
+                (_, Some(new)) => {
+                    self.shared.files.fetch_add(1, Relaxed);
+                    self.perf_map = Some(new);
+                }
+                _ => {}
+            }
         }
         let mut changes: Vec<Change> = Vec::new();
         let mut bad = 0;
@@ -268,7 +417,7 @@ impl ProcessJit {
                 READ_BUDGET,
                 |o, b| file.read_at(b, o),
                 |start, size, name| {
-                    changes.push(Change::Add(start, size, names::parse(name, runtime)));
+                    changes.push(Change::Add(start, size, Named::raw(name, runtime)));
                 },
             ) {
                 Ok(c) => bad += c.bad,
@@ -313,32 +462,38 @@ impl ProcessJit {
         self.shared.bad.fetch_add(bad, Relaxed);
         for change in changes {
             match change {
-                Change::Add(start, size, symbol) => {
-                    self.table.insert(start, size, Arc::new(symbol));
+                Change::Add(start, size, named) => {
+                    self.table.insert(start, size, Arc::new(named));
                 }
-                Change::Move(from, to, size) => {
-                    if let Some(s) = self.table.remove(from) {
-                        self.table.insert(to, size, s);
-                    }
-                }
+                Change::Move(from, to, size) => self.table.move_range(from, to, size),
             }
             self.bound();
         }
         self.account();
     }
 
-    /// Evicts the oldest entries while over a bound.
+    /// Evicts the oldest entries while over this process's share (the
+    /// total bound over its share: when a new process makes the others'
+    /// shares smaller, the caller trims them, `Shared::over_total`).
     fn bound(&mut self) {
+        let share = self.shared.process_share();
         loop {
-            let total = self.shared.bytes.load(Relaxed) - self.accounted.0 + self.table.bytes();
-            if self.table.bytes() <= self.shared.max_process && total <= self.shared.max_total {
+            if self.table.bytes() <= share {
                 return;
             }
             if !self.table.evict_oldest() {
                 return;
             }
+            self.evicted = true;
             self.shared.dropped.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Evicts down to this process's share now (run at every flush: a
+    /// process that stopped missing shrinks too when others start).
+    pub fn trim(&mut self) {
+        self.bound();
+        self.account();
     }
 
     /// Brings the shared totals up to date with this table.
@@ -353,15 +508,16 @@ impl ProcessJit {
 
     /// Opens the perf map inside the process's root: a regular file of one
     /// of the process's users.
-    fn open_perf_map(&self, process_root: &Path) -> Option<Followed<perfmap::Cursor>> {
+    fn open_perf_map(&mut self, process_root: &Path) -> Option<Followed<perfmap::Cursor>> {
         let file = crate::safefile::open_in_root(process_root, &self.perf_map_path).ok()?;
         let meta = file.metadata().ok()?;
         if !meta.file_type().is_file() || !self.uids.contains(&meta.uid()) {
-            tracing::debug!(path = %self.perf_map_path, uid = meta.uid(), "perf map refused: not a regular file of the process's user");
-            self.shared.bad.fetch_add(1, Relaxed);
+            if !std::mem::replace(&mut self.refused, true) {
+                tracing::debug!(path = %self.perf_map_path, uid = meta.uid(), "perf map refused: not a regular file of the process's user");
+                self.shared.bad.fetch_add(1, Relaxed);
+            }
             return None;
         }
-        self.shared.files.fetch_add(1, Relaxed);
         Some(Followed {
             file,
             cursor: perfmap::Cursor::default(),
@@ -373,7 +529,9 @@ impl ProcessJit {
     /// --jit` finds them.
     fn follow_jitdumps(&mut self, root: &Path, pid: u32, maps: &[MapEntry]) {
         for map in maps.iter().filter(|m| m.is_file() && is_jitdump(&m.path)) {
-            if self.jitdumps.len() >= MAX_JITDUMPS
+            let following = self.jitdumps.iter().filter(|(_, f)| !f.cursor.done).count();
+            if following >= MAX_JITDUMPS
+                || self.jitdumps.len() >= MAX_JITDUMPS_SEEN
                 || self.jitdumps.iter().any(|(i, _)| *i == map.inode)
             {
                 continue;
@@ -417,22 +575,31 @@ fn load_pieces(
         .filter(|l| l.address >= address && l.address < end)
         .collect();
     if lines.is_empty() {
-        out.push(Change::Add(address, size, symbol));
+        out.push(Change::Add(address, size, Named::parsed(symbol)));
         return;
     }
+    // (start, line) pieces: neighbours with the same file and line are one.
+    let mut pieces: Vec<(u64, &jitdump::DebugLine)> = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         let from = if i == 0 { address } else { l.address };
-        let to = lines.get(i + 1).map_or(end, |n| n.address);
-        if to > from {
+        match pieces.last() {
+            Some((_, prev)) if prev.line == l.line && prev.file == l.file => {}
+            _ if pieces.len() >= MAX_PIECES => break,
+            _ => pieces.push((from, l)),
+        }
+    }
+    for (i, (from, l)) in pieces.iter().enumerate() {
+        let to = pieces.get(i + 1).map_or(end, |n| n.0);
+        if to > *from {
             out.push(Change::Add(
-                from,
+                *from,
                 to - from,
-                Symbol {
+                Named::parsed(Symbol {
                     file: Some(l.file.clone()),
                     line: l.line,
                     column: 0,
                     ..symbol.clone()
-                },
+                }),
             ));
         }
     }
@@ -506,7 +673,10 @@ mod tests {
         let got: Vec<(u64, u64, u32, Option<&str>)> = out
             .iter()
             .map(|c| match c {
-                Change::Add(a, s, sym) => (*a, *s, sym.line, sym.file.as_deref()),
+                Change::Add(a, s, named) => {
+                    let sym = named.symbol();
+                    (*a, *s, sym.line, sym.file.as_deref())
+                }
                 Change::Move(..) => unreachable!(),
             })
             .collect();
@@ -559,24 +729,37 @@ mod tests {
             ("f1999", 1999, FrameKind::V8js)
         );
         assert_eq!(last.tier, Some("turbofan"));
-        assert!(
-            jit.symbol(root, pid, &[], 0x10000, now).is_none(),
-            "evicted: the oldest"
-        );
         let s = shared.stats();
         assert_eq!(s.bad, 20);
         assert!(
             s.bytes <= 500 * per && s.symbols < 2000 && s.symbols > 300,
             "{s:?}"
         );
-        assert_eq!(s.dropped as usize, 2000 - s.symbols);
+        assert_eq!(s.dropped as usize, 2000 - s.symbols, "the oldest evicted");
         assert_eq!(s.files, 1);
+        // Sampled after its eviction: found again by a rescan of the map
+        // (once a second at most: the next miss waits).
+        let first = jit.symbol(root, pid, &[], 0x10000, now).expect("rescued");
+        assert_eq!(&*first.function, "f0");
+        assert_eq!(shared.stats().rescued, 1);
+        assert!(jit.symbol(root, pid, &[], 0x10010, now).is_none());
+        assert!(shared.stats().bytes <= 500 * per);
         // A second process under a total bound: it evicts its own oldest.
         let total = Shared::new(300 * per, 1 << 30);
         let mut a = ProcessJit::new(&total, root, pid, None, &[]);
         a.symbol(root, pid, &[], 0, now);
         assert!(total.stats().bytes <= 300 * per);
-        drop(a);
+        // A second one gets its share: each holds at most half once the
+        // first is trimmed (at the next flush).
+        let mut b = ProcessJit::new(&total, root, pid, None, &[]);
+        b.symbol(root, pid, &[], 0, now);
+        assert!(total.over_total());
+        a.trim();
+        assert!(!total.over_total());
+        assert!(a.table.bytes() <= 150 * per && b.table.bytes() <= 150 * per);
+        assert!(b.table.len() > 100, "{}", b.table.len());
+        assert!(total.stats().bytes <= 300 * per);
+        drop((a, b));
         drop(jit);
         assert_eq!((shared.stats().bytes, shared.stats().symbols), (0, 0));
         assert_eq!(total.stats().bytes, 0);

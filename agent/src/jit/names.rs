@@ -95,12 +95,26 @@ fn parse_v8(name: &str) -> Option<Symbol> {
     // source starts at the first space followed by something that looks
     // like a location (a path, a URL, `node:…`) ending in `:line[:col]`,
     // else at the last space followed by `…:line[:col]`.
-    let candidates = rest.match_indices(' ').map(|(i, _)| i);
+    // At most the first and last 8 spaces are tried: a hostile name full
+    // of spaces costs no more than a short one.
+    let spaces: Vec<usize> = rest.match_indices(' ').map(|(i, _)| i).collect();
+    let candidates: Vec<usize> = if spaces.len() > 16 {
+        spaces[..8]
+            .iter()
+            .chain(&spaces[spaces.len() - 8..])
+            .copied()
+            .collect()
+    } else {
+        spaces
+    };
     let split = candidates
-        .clone()
+        .iter()
+        .copied()
         .find(|&i| looks_like_location(&rest[i + 1..]) && source_position(&rest[i + 1..]).is_some())
         .or_else(|| {
             candidates
+                .iter()
+                .copied()
                 .rev()
                 .find(|&i| source_position(&rest[i + 1..]).is_some())
         });

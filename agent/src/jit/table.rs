@@ -1,14 +1,16 @@
 //! The code ranges of one process's JIT symbols: an interval map in which a
 //! later entry wins over the earlier ones it overlaps (the code there was
 //! freed or moved, and the range reused), bounded in bytes by evicting the
-//! oldest entries first — but not one looked up since it was last
-//! considered (a second chance, the CLOCK policy): the hot code of a
-//! process whose perf map grows without end stays named.
+//! oldest entries first — but not one looked up since the read before
+//! (it goes to the back of the queue: a second chance, as in CLOCK, but
+//! by read rather than by pass, since one read may cycle the queue
+//! several times): the hot code of a process whose perf map grows without
+//! end stays named.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use super::Symbol;
+use super::{Named, Symbol};
 
 /// What an entry costs beyond its name: the tree's node share, the
 /// eviction queue's slot and the `Arc`'s header, rounded up.
@@ -18,9 +20,9 @@ struct Entry {
     end: u64,
     /// Insertion number (its place in the eviction queue).
     seq: u64,
-    symbol: Arc<Symbol>,
-    /// Looked up since eviction last passed it.
-    referenced: bool,
+    symbol: Arc<Named>,
+    /// The epoch of its last lookup (0: never).
+    used: u64,
 }
 
 #[derive(Default)]
@@ -31,10 +33,12 @@ pub struct Table {
     order: VecDeque<(u64, u64)>,
     next_seq: u64,
     bytes: usize,
+    /// Advanced at every read of the files (`new_epoch`).
+    epoch: u64,
 }
 
-fn cost(symbol: &Symbol) -> usize {
-    ENTRY_OVERHEAD + symbol.heap_bytes()
+fn cost(named: &Named) -> usize {
+    ENTRY_OVERHEAD + named.heap_bytes()
 }
 
 impl Table {
@@ -47,20 +51,21 @@ impl Table {
         self.by_start.len()
     }
 
-    /// The symbol whose range holds `address`.
+    /// The symbol whose range holds `address` (a name as the runtime
+    /// wrote it is parsed now, once).
     pub fn lookup(&mut self, address: u64) -> Option<&Arc<Symbol>> {
         let (_, e) = self.by_start.range_mut(..=address).next_back()?;
         if address >= e.end {
             return None;
         }
-        e.referenced = true;
-        Some(&e.symbol)
+        e.used = self.epoch.max(1);
+        Some(e.symbol.symbol())
     }
 
     /// Inserts `[start, start + size)`, cutting away what it overlaps.
     /// Empty ranges (and ones wrapping past the address space) are
     /// refused.
-    pub fn insert(&mut self, start: u64, size: u64, symbol: Arc<Symbol>) -> bool {
+    pub fn insert(&mut self, start: u64, size: u64, symbol: Arc<Named>) -> bool {
         let Some(end) = start.checked_add(size).filter(|_| size > 0) else {
             return false;
         };
@@ -97,7 +102,7 @@ impl Table {
 
     /// Puts an entry in; `seq` is kept for a piece of an older one (it
     /// stays as old as it was).
-    fn place(&mut self, start: u64, end: u64, symbol: Arc<Symbol>, seq: Option<u64>) {
+    fn place(&mut self, start: u64, end: u64, symbol: Arc<Named>, seq: Option<u64>) {
         let seq = seq.unwrap_or_else(|| {
             self.next_seq += 1;
             self.next_seq
@@ -108,7 +113,7 @@ impl Table {
             end,
             seq,
             symbol,
-            referenced: false,
+            used: 0,
         };
         if let Some(old) = self.by_start.insert(start, entry) {
             self.bytes -= cost(&old.symbol);
@@ -127,20 +132,57 @@ impl Table {
 
     /// Removes `[start, start + size)` if an entry starts exactly there
     /// (code freed or moved away); returns its symbol.
-    pub fn remove(&mut self, start: u64) -> Option<Arc<Symbol>> {
+    pub fn remove(&mut self, start: u64) -> Option<Arc<Named>> {
         let e = self.by_start.remove(&start)?;
         self.bytes -= cost(&e.symbol);
         Some(e.symbol)
     }
 
-    /// Drops the oldest entry not looked up since eviction last passed it
-    /// (those get to the back of the queue); false when there is none.
+    /// Code moved: every entry in `[from, from + size)` (a piece of one
+    /// straddling an edge) goes to the same offset from `to`.
+    pub fn move_range(&mut self, from: u64, to: u64, size: u64) {
+        let Some(end) = from.checked_add(size).filter(|_| size > 0) else {
+            return;
+        };
+        let first = match self.by_start.range(..=from).next_back() {
+            Some((&s, e)) if e.end > from => s,
+            _ => from,
+        };
+        let moved: Vec<(u64, u64, Arc<Named>)> = self
+            .by_start
+            .range(first..end)
+            .map(|(&s, e)| (s.max(from), e.end.min(end), e.symbol.clone()))
+            .collect();
+        for (s, e, symbol) in moved {
+            // Cut out of the old place (an empty insert would be refused:
+            // trim through a placeholder, then drop it).
+            if self.insert(s, e - s, symbol.clone()) {
+                self.remove(s);
+            }
+            if let Some(at) = (s - from).checked_add(to) {
+                self.insert(at, e - s, symbol);
+            }
+        }
+    }
+
+    /// Starts an epoch (a read of the files): entries looked up in this
+    /// one or the one before are spared by eviction.
+    pub fn new_epoch(&mut self) {
+        self.epoch = self.epoch.max(1) + 1;
+    }
+
+    /// Drops the oldest entry not looked up in this epoch or the one before
+    /// (those go to the back of the queue; when every entry was, the
+    /// oldest goes anyway); false when there is none.
     pub fn evict_oldest(&mut self) -> bool {
+        let mut spared = 0;
+        let spare_max = self.order.len();
         while let Some((start, seq)) = self.order.pop_front() {
             let Some(e) = self.by_start.get_mut(&start).filter(|e| e.seq == seq) else {
                 continue; // stale
             };
-            if std::mem::take(&mut e.referenced) {
+            if e.used != 0 && e.used + 1 >= self.epoch && spared < spare_max {
+                spared += 1;
                 self.next_seq += 1;
                 e.seq = self.next_seq;
                 self.order.push_back((start, e.seq));
@@ -158,8 +200,8 @@ impl Table {
 mod tests {
     use super::*;
 
-    fn sym(name: &str) -> Arc<Symbol> {
-        Arc::new(Symbol::named(name))
+    fn sym(name: &str) -> Arc<Named> {
+        Arc::new(Named::parsed(Symbol::named(name)))
     }
 
     fn name(t: &mut Table, a: u64) -> Option<String> {
@@ -191,7 +233,9 @@ mod tests {
         assert!(!t.insert(0x2000, 0, sym("empty")));
         assert!(!t.insert(u64::MAX - 1, 4, sym("wraps")));
         assert_eq!(
-            t.remove(0x1180).map(|s| s.function.to_string()).as_deref(),
+            t.remove(0x1180)
+                .map(|s| s.symbol().function.to_string())
+                .as_deref(),
             Some("e")
         );
         assert_eq!(name(&mut t, 0x11ff), None);
@@ -229,18 +273,53 @@ mod tests {
     }
 
     #[test]
+    fn moved_code_keeps_its_pieces() {
+        let mut t = Table::default();
+        t.insert(0x1000, 0x10, sym("line10"));
+        t.insert(0x1010, 0x10, sym("line11"));
+        t.insert(0x0ff0, 0x14, sym("before")); // straddles the start
+        t.move_range(0x1000, 0x9000, 0x20);
+        assert_eq!(name(&mut t, 0x9000).as_deref(), Some("before"));
+        assert_eq!(name(&mut t, 0x9004).as_deref(), Some("line10"));
+        assert_eq!(name(&mut t, 0x9018).as_deref(), Some("line11"));
+        assert_eq!(name(&mut t, 0x9020), None);
+        assert_eq!(name(&mut t, 0x1008), None);
+        assert_eq!(name(&mut t, 0x1018), None);
+        assert_eq!(name(&mut t, 0x0ff8).as_deref(), Some("before"));
+        let bytes = t.bytes();
+        while t.evict_oldest() {}
+        assert!(bytes > 0 && t.bytes() == 0);
+    }
+
+    #[test]
     fn code_looked_up_gets_a_second_chance() {
         let mut t = Table::default();
         t.insert(0x1000, 0x10, sym("hot"));
+        assert!(name(&mut t, 0x1008).is_some(), "sampled once read");
         for i in 0..100u64 {
-            t.insert(0x10_0000 + i * 0x10, 0x10, sym("cold"));
-            // Sampled all along; the cold entries never.
+            // A read: many entries at once, the queue cycled several times
+            // without a lookup in between.
+            t.new_epoch();
+            for k in 0..50u64 {
+                t.insert(0x10_0000 + (i * 50 + k) * 0x10, 0x10, sym("cold"));
+                while t.len() > 10 {
+                    assert!(t.evict_oldest());
+                }
+            }
+            // Sampled between reads; the cold entries never.
             assert!(name(&mut t, 0x1008).is_some());
+        }
+        assert_eq!(name(&mut t, 0x1000).as_deref(), Some("hot"));
+        assert_eq!(name(&mut t, 0x10_0000 + 50 * 0x10), None);
+        // Not looked up for two reads: evicted like any other.
+        t.new_epoch();
+        t.new_epoch();
+        for k in 0..20u64 {
+            t.insert(0x20_0000 + k * 0x10, 0x10, sym("cold"));
             while t.len() > 10 {
                 assert!(t.evict_oldest());
             }
         }
-        assert_eq!(name(&mut t, 0x1000).as_deref(), Some("hot"));
-        assert_eq!(name(&mut t, 0x10_0000 + 50 * 0x10), None);
+        assert_eq!(name(&mut t, 0x1000), None);
     }
 }

@@ -579,6 +579,17 @@ fn web_ui_in_headless_chromium() {
             "stacks": [{"frames": [demo.alpha, demo.main], "count": 2, "value": 4096}],
         }),
     );
+    // JIT frames (as the agent names them from perf maps) above a native
+    // frame.
+    let jit = json!({
+        "service": "ui-jit",
+        "binary": {"path": "/usr/local/bin/demo", "build_id": demo.build_id},
+        "stacks": [{"frames": [
+            {"name": "innerLoop", "type": "v8js", "file": "/srv/app.js", "line": 12},
+            {"name": "executeHeavyTask", "type": "v8js", "file": "/srv/app.js", "line": 20},
+            demo.main], "count": 5}],
+    });
+    crate::memory::send(&python, &server, jit);
     let artifacts = artifacts_dir();
     let out = run(node_script(&modules, "ui.cjs").args([
         server.url.as_str(),
@@ -587,6 +598,7 @@ fn web_ui_in_headless_chromium() {
         "gamma",
         TRACE,
         artifacts.to_str().unwrap(),
+        "ui-jit",
     ]));
     let r: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
@@ -646,6 +658,25 @@ fn web_ui_in_headless_chromium() {
         assert!(labels.contains(name), "{name} in {labels}");
     }
     assert_eq!(r["gauge_hidden_for_cpu"], true, "{r}");
+    // Frames coloured by type: v8js in yellows, native in reds and oranges.
+    assert_eq!(
+        (&r["jit_kind"], &r["native_kind"]),
+        (&json!("v8js"), &json!("native")),
+        "{r}"
+    );
+    let (jit_hue, native_hue) = (
+        r["jit_hue"].as_u64().unwrap(),
+        r["native_hue"].as_u64().unwrap(),
+    );
+    assert!(
+        (48..=82).contains(&jit_hue) && (8..=42).contains(&native_hue),
+        "{r}"
+    );
+    let tip = r["jit_tooltip"].as_str().unwrap();
+    assert!(
+        tip.contains("[v8js]") && tip.contains("/srv/app.js:12"),
+        "{r}"
+    );
     assert_eq!(r["gauge_shown_for_inuse"], true, "{r}");
     let inuse = r["inuse_summary"].as_str().unwrap();
     assert!(

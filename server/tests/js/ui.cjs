@@ -3,13 +3,23 @@
 // a function, compares with the previous period, opens a trace ID and a
 // span's flamegraph, opens the SVG
 // export. Prints a JSON report; screenshots go to ARTIFACTS.
-// Usage: node ui.cjs URL SERVICE FUNCTION SEARCH TRACE_ID ARTIFACTS
+// Usage: node ui.cjs URL SERVICE FUNCTION SEARCH TRACE_ID ARTIFACTS JIT_SERVICE
+// (JIT_SERVICE: a service whose innerLoop frame is v8js, above a native main)
 "use strict";
 const path = require("path");
 const fs = require("fs");
 const { chromium } = require("playwright-core");
 
-const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
+const [url, service, fn, search, traceId, artifacts, jitService] = process.argv.slice(2);
+
+// The hue (0-360) of a CSS rgb() colour.
+function hue(css) {
+  const [r, g, b] = css.match(/\d+(\.\d+)?/g).slice(0, 3).map((v) => Number(v) / 255);
+  const max = Math.max(r, g, b), min = Math.min(r, g, b), d = max - min;
+  if (d === 0) return 0;
+  let h = max === r ? ((g - b) / d) % 6 : max === g ? (b - r) / d + 2 : (r - g) / d + 4;
+  return Math.round(((h * 60) + 360) % 360);
+}
 
 (async () => {
   fs.mkdirSync(artifacts, { recursive: true });
@@ -113,6 +123,21 @@ const [url, service, fn, search, traceId, artifacts] = process.argv.slice(2);
     await page.waitForFunction(() => document.getElementById("summary").textContent.includes("alloc_space"));
     report.alloc_span_summary = await page.textContent("#summary");
     report.status_text = await page.textContent("#status");
+    // Frames by type: a JIT (v8js) frame in its own colours, its type and
+    // file:line in the tooltip.
+    await page.selectOption("#type", "samples:count:cpu:nanoseconds");
+    await page.selectOption("#service", jitService);
+    await page.click("#load");
+    const jit = page.locator('#flame .frame[data-name="innerLoop"]').first();
+    await jit.waitFor();
+    report.jit_kind = await jit.getAttribute("data-kind");
+    report.jit_hue = hue(await jit.evaluate((e) => getComputedStyle(e).backgroundColor));
+    report.native_kind = await page.locator('#flame .frame[data-name="main"]').first().getAttribute("data-kind");
+    report.native_hue = hue(await page.locator('#flame .frame[data-name="main"]').first()
+      .evaluate((e) => getComputedStyle(e).backgroundColor));
+    await jit.hover();
+    report.jit_tooltip = await page.textContent("#tooltip");
+    await page.screenshot({ path: path.join(artifacts, "ui-jit.png"), fullPage: true });
   } finally {
     report.errors = errors;
     await context.close();

@@ -297,8 +297,9 @@ def loop(args):
 def stacks(args):
     """Spec: {"service", "binary": {"path", "build_id"}, "period",
     "type"?: "off_cpu" or "TYPE:UNIT" (alloc_space:bytes, inuse_space:bytes,
-    ...), "resource"?: {k: v}, "stacks": [{"frames": [address or "kernel
-    name", ...] (leaf first), "count", "value"? (with a type: per event),
+    ...), "resource"?: {k: v}, "stacks": [{"frames": [address, "kernel
+    name" or {"name", "type", "file"?, "line"?} (a frame the sender named:
+    JIT code), ...] (leaf first), "count", "value"? (with a type: per event),
     "trace_id"?, "span_id"?, "labels"?: {k: v}}]}. Events of one stack are
     spread over the profile's 10 s; "snapshots"?: N puts each stack's
     events at N fixed times (gauge snapshots) instead."""
@@ -337,9 +338,17 @@ def stacks(args):
     locations = {}
 
     def location(frame):
-        if frame in locations:
-            return locations[frame]
-        if isinstance(frame, int):
+        key = json.dumps(frame, sort_keys=True)
+        if key in locations:
+            return locations[key]
+        if isinstance(frame, dict):
+            dic.d.function_table.add(name_strindex=dic.string(frame["name"]),
+                                     system_name_strindex=dic.string(frame["name"]),
+                                     filename_strindex=dic.string(frame.get("file", "")))
+            loc = dic.d.location_table.add()
+            loc.lines.add(function_index=len(dic.d.function_table) - 1, line=frame.get("line", 0))
+            loc.attribute_indices.append(dic.attr("profile.frame.type", frame["type"]))
+        elif isinstance(frame, int):
             loc = dic.d.location_table.add(mapping_index=mapping, address=frame)
             loc.attribute_indices.append(dic.attr("profile.frame.type", "native"))
         else:
@@ -347,8 +356,8 @@ def stacks(args):
             loc = dic.d.location_table.add()
             loc.lines.add(function_index=len(dic.d.function_table) - 1)
             loc.attribute_indices.append(dic.attr("profile.frame.type", "kernel"))
-        locations[frame] = len(dic.d.location_table) - 1
-        return locations[frame]
+        locations[key] = len(dic.d.location_table) - 1
+        return locations[key]
 
     events = 0
     for i, st in enumerate(spec["stacks"]):
