@@ -109,7 +109,7 @@ impl Symbol {
 pub struct Named {
     raw: Box<str>,
     runtime: Runtime,
-    symbol: std::cell::OnceCell<Arc<Symbol>>,
+    symbol: std::sync::OnceLock<Arc<Symbol>>,
 }
 
 impl Named {
@@ -117,7 +117,7 @@ impl Named {
         Named {
             raw: name.into(),
             runtime,
-            symbol: std::cell::OnceCell::new(),
+            symbol: std::sync::OnceLock::new(),
         }
     }
 
@@ -125,7 +125,7 @@ impl Named {
         Named {
             raw: "".into(),
             runtime: Runtime::Unknown,
-            symbol: std::cell::OnceCell::from(Arc::new(symbol)),
+            symbol: std::sync::OnceLock::from(Arc::new(symbol)),
         }
     }
 
