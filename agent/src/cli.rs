@@ -62,7 +62,7 @@ pub struct Args {
 
     /// Bytes of JIT symbols (from perf maps and jitdump files) kept per
     /// process; beyond it the oldest entries are dropped (counted in the
-    /// stats as `jit … dropped`). About 180 bytes an entry.
+    /// stats as `jit: … evicted`). About 235 bytes an entry.
     #[arg(long, env = "SYMTRACE_AGENT_JIT_PROCESS_BYTES", default_value_t = 64 << 20)]
     pub jit_process_bytes: usize,
 

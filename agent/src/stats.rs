@@ -74,7 +74,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files}, probe sites {probe_sites}, sites refused {refused} | \
-         jit: symbols {jit_symbols} ({jit_kb} KiB), dropped {jit_dropped}, rescued {jit_rescued}, bad lines {jit_bad}, files {jit_files} | \
+         jit: symbols {jit_symbols} ({jit_kb} KiB), evicted {jit_dropped}, rescued {jit_rescued}, bad lines {jit_bad}, files {jit_files} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, {bpf_text}",
@@ -238,7 +238,7 @@ mod tests {
         assert!(text.contains("lost 2 (total 2)"), "{text}");
         assert!(
             text.contains(
-                "jit: symbols 3000 (3072 KiB), dropped 5, rescued 4, bad lines 2, files 1 |"
+                "jit: symbols 3000 (3072 KiB), evicted 5, rescued 4, bad lines 2, files 1 |"
             ),
             "{text}"
         );
