@@ -105,6 +105,16 @@ fn share(a: f64, b: f64) -> f64 {
     100.0 * a / (a + b)
 }
 
+/// `what`'s share of the samples (`got`: it and the rest) within ±10
+/// points of its share of what the workload measured (`measured`).
+fn assert_split(what: &str, got: (f64, f64), measured: (f64, f64), context: &str) {
+    let (got, want) = (share(got.0, got.1), share(measured.0, measured.1));
+    assert!(
+        (got - want).abs() <= 10.0,
+        "{what} {got:.1}% of the samples, measured {want:.1}%\n{context}"
+    );
+}
+
 struct Killed(Child);
 
 impl Drop for Killed {
@@ -181,11 +191,7 @@ fn node_js_functions_are_named_with_file_and_line_under_node_frames() {
     );
     assert!(a + b >= 400.0, "too few JS samples named:\n{context}");
     // 3:1 as the service measured it, within ±10 points.
-    let (got, want) = (share(a, b), share(inner, lighter));
-    assert!(
-        (got - want).abs() <= 10.0,
-        "innerLoop {got:.1}% of the two, measured {want:.1}%\n{context}"
-    );
+    assert_split("innerLoop", (a, b), (inner, lighter), &context);
     // Called from executeHeavyTask, under node's own (native) frames.
     let under_task = stacks
         .iter()
@@ -285,11 +291,7 @@ fn hotspot_methods_are_named_from_the_perf_map_jcmd_writes() {
         samples_with(&stacks, "JitHot.light") as f64,
     );
     assert!(a + b >= 400.0, "too few HotSpot samples named:\n{context}");
-    let (got, want) = (share(a, b), share(heavy, light));
-    assert!(
-        (got - want).abs() <= 10.0,
-        "heavy {got:.1}% of the two, measured {want:.1}%\n{context}"
-    );
+    assert_split("heavy", (a, b), (heavy, light), &context);
     let heavy_node = tree_nodes(&server, &service, "JitHot.heavy")
         .pop()
         .expect("JitHot.heavy in the tree");
@@ -343,11 +345,7 @@ fn jitdump_code_is_named_with_file_and_line_and_followed_when_moved() {
         samples_with(&stacks, "spin_moved") as f64,
     );
     assert!(a + b + m >= 350.0, "generated code named:\n{context}");
-    let (got, want) = (share(a, b + m), share(used[0], used[1] + used[2]));
-    assert!(
-        (got - want).abs() <= 10.0,
-        "spin_a {got:.1}%, measured {want:.1}%\n{context}"
-    );
+    assert_split("spin_a", (a, b + m), (used[0], used[1] + used[2]), &context);
     assert!(
         m > 0.5 * b,
         "the moved code named at its new address: {m} vs {b}\n{context}"

@@ -135,8 +135,10 @@ pub struct Shared {
     files: AtomicU64,
     /// Entries found again by a rescan after their eviction.
     rescued: AtomicU64,
-    /// Processes with JIT state: each may hold `max_total / live` when
-    /// that is less than `max_process` (no process starves the others).
+    /// Processes holding JIT symbols (not those whose state is empty: a
+    /// Go binary without a GNU build-ID gets one too): each may hold
+    /// `max_total / live` when that is less than `max_process` (no process
+    /// starves the others).
     live: AtomicUsize,
 }
 
@@ -177,10 +179,11 @@ impl Shared {
         self.bytes.load(Relaxed) > self.max_total
     }
 
-    /// What one process may hold now.
-    fn process_share(&self) -> usize {
-        let live = self.live.load(Relaxed).max(1);
-        self.max_process.min(self.max_total / live)
+    /// What one process may hold now: `holding` says whether it is
+    /// counted among `live` already (it holds entries).
+    fn process_share(&self, holding: bool) -> usize {
+        let live = self.live.load(Relaxed) + usize::from(!holding);
+        self.max_process.min(self.max_total / live.max(1))
     }
 
     pub fn stats(&self) -> JitStats {

@@ -70,7 +70,9 @@ impl Drop for ProcessJit {
     fn drop(&mut self) {
         self.shared.bytes.fetch_sub(self.accounted.0, Relaxed);
         self.shared.symbols.fetch_sub(self.accounted.1, Relaxed);
-        self.shared.live.fetch_sub(1, Relaxed);
+        if self.accounted.1 > 0 {
+            self.shared.live.fetch_sub(1, Relaxed);
+        }
     }
 }
 
@@ -99,7 +101,6 @@ impl ProcessJit {
         };
         let ns_pid = field("NSpid:").last().copied().unwrap_or(pid);
         let uid = field("Uid:");
-        shared.live.fetch_add(1, Relaxed);
         ProcessJit {
             shared: shared.clone(),
             runtime: runtime_of(exe, maps),
@@ -290,7 +291,7 @@ impl ProcessJit {
     /// total bound over its share: when a new process makes the others'
     /// shares smaller, the caller trims them, `Shared::over_total`).
     fn bound(&mut self) {
-        let share = self.shared.process_share();
+        let share = self.shared.process_share(self.accounted.1 > 0);
         loop {
             if self.table.bytes() <= share {
                 return;
@@ -313,6 +314,11 @@ impl ProcessJit {
     /// Brings the shared totals up to date with this table.
     fn account(&mut self) {
         let now = (self.table.bytes(), self.table.len());
+        match (self.accounted.1 > 0, now.1 > 0) {
+            (false, true) => self.shared.live.fetch_add(1, Relaxed),
+            (true, false) => self.shared.live.fetch_sub(1, Relaxed),
+            _ => 0,
+        };
         self.shared.bytes.fetch_add(now.0, Relaxed);
         self.shared.bytes.fetch_sub(self.accounted.0, Relaxed);
         self.shared.symbols.fetch_add(now.1, Relaxed);
@@ -566,6 +572,13 @@ mod tests {
         assert!(total.stats().bytes <= 300 * per);
         // A second one gets its share: each holds at most half once the
         // first is trimmed (at the next flush).
+        // States with nothing in them (a Go binary's frames without a
+        // build-ID make one) take no share.
+        let empty: Vec<ProcessJit> = (0..8)
+            .map(|_| ProcessJit::new(&total, root, 4_000_000, None, &[]))
+            .collect();
+        assert_eq!(total.process_share(true), 300 * per);
+        drop(empty);
         let mut b = ProcessJit::new(&total, root, pid, None, &[]);
         b.symbol(root, pid, &[], 0, now);
         assert!(total.over_total());
