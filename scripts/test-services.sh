@@ -28,7 +28,7 @@ for pair in debuginfod-find:debuginfod debuginfod-find:elfutils gdb:gdb objcopy:
             pg_ctlcluster:postgresql psql:postgresql-client curl:curl wrk:wrk zstd:zstd clang:clang g++:g++ dwz:dwz \
             llvm-symbolizer-19:llvm-19 chromium:chromium node:nodejs npm:npm \
             clang-19:clang-19 capsh:libcap2-bin strace:strace \
-            javac:openjdk-17-jdk-headless jcmd:openjdk-17-jdk-headless; do
+            javac:openjdk-17-jdk-headless jcmd:openjdk-17-jdk-headless go:golang; do
   tool=${pair%%:*}; pkg=${pair#*:}
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

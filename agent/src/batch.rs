@@ -163,6 +163,7 @@ impl Batch {
         batch.kernel_mapping = batch.mapping(&Arc::new(procs::Mapping {
             path: "[kernel.kallsyms]".to_owned(),
             build_id: None,
+            htlhash: false,
             start: 0,
             limit: u64::MAX,
             file_offset: 0,
@@ -202,6 +203,9 @@ impl Batch {
         let (i, new) = self.mappings.intern(m.clone());
         if new {
             let attribute_indices = match &m.build_id {
+                Some(id) if m.htlhash => {
+                    vec![self.attribute("process.executable.build_id.htlhash", id)]
+                }
                 Some(id) => vec![self.attribute("process.executable.build_id.gnu", id)],
                 None => vec![],
             };

@@ -17,6 +17,7 @@ fn checkout_exe() -> Arc<procs::Mapping> {
     Arc::new(procs::Mapping {
         path: "/usr/bin/checkout".into(),
         build_id: Some("abcd".into()),
+        htlhash: false,
         start: 0x1000,
         limit: 0x9000,
         file_offset: 0x1000,
@@ -152,6 +153,7 @@ fn names_vdso_frames_and_marks_cut_stacks() {
     let vdso = Arc::new(procs::Mapping {
         path: "[vdso]".into(),
         build_id: None,
+        htlhash: false,
         start: 0,
         limit: 0x2000,
         file_offset: 0,
@@ -220,6 +222,7 @@ fn jit_frames_carry_their_names_types_and_tiers() {
     let anon = Arc::new(procs::Mapping {
         path: String::new(),
         build_id: None,
+        htlhash: false,
         start: 0x7f00_0000_0000,
         limit: 0x7f00_0010_0000,
         file_offset: 0,

@@ -21,6 +21,14 @@ use crate::safefile::{self, Skip};
 pub struct Binary {
     /// Lowercase hex GNU build-ID; `None` when the file has none.
     pub build_id: Option<String>,
+    /// For a file without a GNU build-ID: its htlhash (the OpenTelemetry
+    /// eBPF profiler's file ID), which the server knows it by.
+    pub htlhash: Option<String>,
+    /// What names its code, as the server ranks it: 3 DWARF, 2 `.symtab`,
+    /// 1 `.dynsym`, 0 nothing (from the section headers alone).
+    pub symbols: i32,
+    /// Its size in bytes (0 when parsed from memory).
+    pub size: u64,
     /// PT_LOAD segments: (file offset, file size, virtual address).
     loads: Vec<(u64, u64, u64)>,
     /// When this file, as a process's executable, defines the OTEP 4947
@@ -58,8 +66,27 @@ impl Binary {
                 address: s.address(),
             })
         };
+        let present = |names: &[&str]| {
+            names.iter().any(|n| {
+                file.section_by_name(n)
+                    .and_then(|s| s.file_range())
+                    .is_some_and(|(_, size)| size > 0)
+            })
+        };
+        let symbols = if present(&[".debug_info", ".zdebug_info"]) {
+            3
+        } else if present(&[".symtab"]) {
+            2
+        } else if present(&[".dynsym"]) {
+            1
+        } else {
+            0
+        };
         Ok(Binary {
             build_id,
+            htlhash: None,
+            symbols,
+            size: 0,
             loads,
             eh_frame: section(".eh_frame"),
             eh_frame_hdr: section(".eh_frame_hdr"),
@@ -117,7 +144,16 @@ pub struct Binaries {
     by_file: HashMap<(u64, u64), Option<Arc<Binary>>>,
     /// Files not read, by `Skip::index`.
     pub skipped: [u64; 6],
+    /// Where sampled files go to be published (`--no-upload-binaries`:
+    /// nowhere).
+    pub offers: Option<crate::upload::Offers>,
+    /// Files offered already (device, inode).
+    offered: std::collections::HashSet<(u64, u64)>,
 }
+
+/// Files remembered as offered; beyond it the set starts over (the server
+/// answers a repeated offer from its own records).
+const MAX_OFFERED: usize = 100_000;
 
 impl Binaries {
     pub fn get(&mut self, proc_root: &Path, pid: u32, map: &MapEntry) -> Option<Arc<Binary>> {
@@ -139,6 +175,32 @@ impl Binaries {
 
     pub fn len(&self) -> usize {
         self.by_file.len()
+    }
+
+    /// Offers the file of `map`, whose code process `pid` was sampled in,
+    /// for publishing — once per file.
+    pub fn offer_sampled(&mut self, pid: u32, map: &MapEntry) {
+        let Some(offers) = &self.offers else { return };
+        let Some(Some(binary)) = self.by_file.get(&(map.dev, map.inode)) else {
+            return;
+        };
+        let Some(id) = binary.build_id.clone().or_else(|| binary.htlhash.clone()) else {
+            return;
+        };
+        if self.offered.len() >= MAX_OFFERED {
+            self.offered.clear();
+        }
+        if !self.offered.insert((map.dev, map.inode)) {
+            return;
+        }
+        offers.offer(crate::upload::Offer {
+            pid,
+            map: map.clone(),
+            id,
+            htlhash: binary.build_id.is_none(),
+            symbols: binary.symbols,
+            size: binary.size,
+        });
     }
 
     /// Forgets every binary: run now and then, so a file replaced under the
@@ -208,7 +270,12 @@ impl<'a, R: object::ReadCacheOps> ReadRef<'a> for Bounded<'a, R> {
 fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> Result<Binary, Skip> {
     let opened = safefile::open_mapped(proc_root, pid, map)?;
     let cache = object::ReadCache::new(&opened.file);
-    let binary = Binary::parse(Bounded(&cache)).map_err(|_| Skip::Unparsable)?;
+    let mut binary = Binary::parse(Bounded(&cache)).map_err(|_| Skip::Unparsable)?;
+    drop(cache);
+    binary.size = opened.size;
+    if binary.build_id.is_none() {
+        binary.htlhash = Some(symtrace_elf::htlhash(&mut &opened.file).map_err(|_| Skip::Changed)?);
+    }
     if !opened.unchanged() {
         return Err(Skip::Changed);
     }
@@ -259,6 +326,9 @@ mod tests {
         // mapping starts at offset 0x1d000, inside the first segment's range.
         let binary = Binary {
             build_id: None,
+            htlhash: None,
+            symbols: 0,
+            size: 0,
             loads: vec![(0, 0x1d570, 0), (0x1d570, 0x4eb80, 0x1e570)],
             thread_ctx_offset: None,
             thread_ctx_tlsdesc_got: None,

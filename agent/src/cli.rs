@@ -144,6 +144,29 @@ pub struct Args {
     /// out are counted as throttled.
     #[arg(long, env = "SYMTRACE_AGENT_MEMORY_MAX_RATE", default_value_t = 10000)]
     pub memory_max_rate: u32,
+
+    /// Do not publish binaries. By default every executable or library
+    /// whose code is sampled, and that the server has no symbols as good
+    /// for, is uploaded as found on this host (symbol table, DWARF if it
+    /// has any), in the background: once per file for the whole fleet (the
+    /// server grants one agent a claim), ranked below any CI upload of the
+    /// same quality. Files without symbols are not sent.
+    #[arg(long, env = "SYMTRACE_AGENT_NO_UPLOAD_BINARIES")]
+    pub no_upload_binaries: bool,
+
+    /// The server's HTTP API, where binaries are published (default: the
+    /// --server host, port 8002).
+    #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_URL")]
+    pub upload_url: Option<String>,
+
+    /// Bytes per second a binary upload may send (one upload at a time).
+    #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_BYTES_PER_SECOND", default_value_t = 2 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub upload_bytes_per_second: u64,
+
+    /// Largest binary published; larger ones are counted as unpublishable
+    /// (publish them from CI with symtrace-upload).
+    #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_MAX_FILE_BYTES", default_value_t = 512 << 20)]
+    pub upload_max_file_bytes: u64,
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {

@@ -36,6 +36,9 @@ pub struct Collector {
     /// Bounds of the JIT symbols: per process, in total.
     pub jit_bytes: (usize, usize),
     pub off_cpu: OffCpu,
+    /// Where sampled binaries are offered for publishing, and what became
+    /// of them (`None`: `--no-upload-binaries`).
+    pub uploads: Option<(crate::upload::Offers, Arc<crate::upload::Stats>)>,
 }
 
 /// What the collector saw over its whole run, for the final summary.
@@ -61,6 +64,7 @@ impl Collector {
             );
         }
         let mut procs = Processes::new(Path::new("/proc"), self.cfi_cache_bytes, self.jit_bytes);
+        procs.offer_binaries_to(self.uploads.as_ref().map(|(offers, _)| offers.clone()));
         tracing::debug!(functions = procs.vdso_functions(), "vDSO symbols read");
         let priming = Instant::now();
         let primed = procs.prime();
@@ -324,6 +328,7 @@ impl Collector {
             unknown_frees: mem.unknown_frees,
             probes: probes.stats(),
             jit: procs.jit_stats(),
+            uploads: self.uploads.as_ref().map(|(_, stats)| stats.snapshot()),
         }
     }
 }

@@ -21,6 +21,7 @@ mod sampler;
 mod stats;
 mod threadctx;
 mod unwind;
+mod upload;
 mod usdt;
 mod vdso;
 
@@ -77,6 +78,24 @@ fn main() -> anyhow::Result<()> {
             timeout: args.export_timeout,
         },
     ));
+    let uploads = (!args.no_upload_binaries).then(|| {
+        let (offers, rx, stats) = upload::channel();
+        let options = upload::Options {
+            url: args
+                .upload_url
+                .clone()
+                .unwrap_or_else(|| upload::default_url(&args.server)),
+            tenant: args.tenant.clone(),
+            token: args.token.clone(),
+            bytes_per_second: args.upload_bytes_per_second,
+            max_file_bytes: args.upload_max_file_bytes,
+            holder: format!("{host_name}/{}", std::process::id()),
+            proc_root: "/proc".into(),
+        };
+        tracing::info!(url = %options.url, "publishing the binaries the server lacks");
+        runtime.spawn(upload::run(rx, options, stats.clone()));
+        (offers, stats)
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let collector = collect::Collector {
         sampler,
@@ -88,6 +107,7 @@ fn main() -> anyhow::Result<()> {
         cfi_cache_bytes: args.cfi_cache_bytes,
         jit_bytes: (args.jit_process_bytes, args.jit_total_bytes),
         off_cpu,
+        uploads,
     };
     let collecting = {
         let stop = stop.clone();

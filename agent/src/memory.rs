@@ -275,6 +275,7 @@ mod tests {
         let mapping = Arc::new(Mapping {
             path: "/bin/x".into(),
             build_id: None,
+            htlhash: false,
             start: 0,
             limit: u64::MAX,
             file_offset: 0,

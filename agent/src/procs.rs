@@ -47,7 +47,10 @@ pub struct ProcessInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mapping {
     pub path: String,
+    /// The file's ID: its GNU build-ID, else its htlhash (`htlhash`).
     pub build_id: Option<String>,
+    /// `build_id` is an htlhash (the file has no GNU build-ID).
+    pub htlhash: bool,
     pub start: u64,
     pub limit: u64,
     pub file_offset: u64,
@@ -131,6 +134,7 @@ impl Processes {
             unknown: Arc::new(Mapping {
                 path: "[unknown]".to_owned(),
                 build_id: None,
+                htlhash: false,
                 start: 0,
                 limit: u64::MAX,
                 file_offset: 0,
@@ -143,6 +147,12 @@ impl Processes {
             unwind: UnwindStats::default(),
             jit: jit::Shared::new(jit_bytes.1, jit_bytes.0),
         }
+    }
+
+    /// Offers every file whose code is sampled to `offers` (publishing
+    /// the binaries no CI uploaded).
+    pub fn offer_binaries_to(&mut self, offers: Option<crate::upload::Offers>) {
+        self.binaries.offers = offers;
     }
 
     /// What the JIT symbols hold and lost.
@@ -485,6 +495,7 @@ pub(crate) fn mapping_of(
         return Mapping {
             path: map.path.clone(),
             build_id: None,
+            htlhash: false,
             start: vdso.base,
             limit: vdso.base + (map.end - map.start),
             file_offset: 0,
@@ -496,7 +507,8 @@ pub(crate) fn mapping_of(
             let start = b.vaddr_of_mapping(map.offset);
             Mapping {
                 path: map.path.clone(),
-                build_id: b.build_id.clone(),
+                build_id: b.build_id.clone().or_else(|| b.htlhash.clone()),
+                htlhash: b.build_id.is_none() && b.htlhash.is_some(),
                 start,
                 limit: start + (map.end - map.start),
                 file_offset: map.offset,
@@ -507,6 +519,7 @@ pub(crate) fn mapping_of(
         None if map.is_file() => Mapping {
             path: map.path.clone(),
             build_id: None,
+            htlhash: false,
             start: map.offset,
             limit: map.offset + (map.end - map.start),
             file_offset: map.offset,
@@ -518,6 +531,7 @@ pub(crate) fn mapping_of(
                 map.path.clone()
             },
             build_id: None,
+            htlhash: false,
             start: map.start,
             limit: map.end,
             file_offset: 0,

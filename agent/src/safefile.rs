@@ -63,7 +63,7 @@ impl Skip {
 /// An opened mapped file and what `fstat` said when it was opened.
 pub struct Opened {
     pub file: File,
-    size: u64,
+    pub size: u64,
     mtime: (i64, i64),
 }
 

@@ -55,6 +55,8 @@ pub struct Gauges {
     pub unknown_frees: u64,
     pub probes: crate::usdt::ProbeStats,
     pub jit: crate::jit::JitStats,
+    /// Publishing the binaries no CI uploaded (`None`: turned off).
+    pub uploads: Option<crate::upload::Snapshot>,
 }
 
 /// One line: rates and shares over `[before, now]`, totals since start.
@@ -75,6 +77,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files}, probe sites {probe_sites}, sites refused {refused} | \
          jit: symbols {jit_symbols} ({jit_kb} KiB), evicted {jit_dropped}, rescued {jit_rescued}, bad lines {jit_bad}, files {jit_files} | \
+         {uploads} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, {bpf_text}",
@@ -136,6 +139,17 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         jit_bad = g.jit.bad,
         jit_files = g.jit.files,
         jit_rescued = g.jit.rescued,
+        uploads = match &g.uploads {
+            Some(u) => format!(
+                "binaries published {} ({} KiB), offered {}, unpublishable {}, upload errors {}",
+                u.uploaded,
+                u.uploaded_bytes / 1024,
+                u.offered,
+                u.skipped,
+                u.failed
+            ),
+            None => "binaries published: off".to_owned(),
+        },
         delivered = d.delivered_samples,
         batches = d.delivered_batches,
         queued = d.queued_batches,
@@ -221,8 +235,21 @@ mod tests {
                 files: 1,
                 rescued: 4,
             },
+            uploads: Some(crate::upload::Snapshot {
+                offered: 6,
+                uploaded: 2,
+                uploaded_bytes: 3 << 20,
+                skipped: 1,
+                failed: 0,
+            }),
         };
         let text = line(&before, &now, &g);
+        assert!(
+            text.contains(
+                "binaries published 2 (3072 KiB), offered 6, unpublishable 1, upload errors 0"
+            ),
+            "{text}"
+        );
         assert!(text.contains("off-CPU waits 0 (0.0/s), lost 0"), "{text}");
         assert!(text.contains("open 4, given up 0, unmatched 1"), "{text}");
         // 40 ms of 20 CPU-seconds = 0.2%; 20 ms = 0.1%.

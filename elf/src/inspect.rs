@@ -91,6 +91,10 @@ pub struct ElfInfo {
     pub debugaltlink: Option<(String, Option<BuildId>)>,
     /// The section header table.
     pub sections: Vec<SectionEntry>,
+    /// The OpenTelemetry eBPF profiler's file ID ([`crate::htlhash`]).
+    pub htlhash: String,
+    /// The Go toolchain's build-ID, when the file has one.
+    pub go_build_id: Option<String>,
 }
 
 impl ElfInfo {
@@ -242,6 +246,8 @@ pub fn inspect_with(data: &[u8], budget: &mut Budget) -> Result<ElfInfo, Error> 
         debuglink,
         debugaltlink,
         sections,
+        htlhash: crate::htlhash_bytes(data),
+        go_build_id: crate::go_build_id(&file),
     })
 }
 

@@ -13,7 +13,8 @@
 //! - [`only_keep_debug`] and [`strip_debug`] split a binary natively, as
 //!   `objcopy --only-keep-debug` and `objcopy --strip-debug
 //!   --add-gnu-debuglink` do, streaming from the input slice;
-//! - [`BuildId`] is a validated, lowercase-hex GNU build-ID;
+//! - [`BuildId`] is a validated, lowercase-hex GNU build-ID; [`htlhash`]
+//!   and [`go_build_id`] are the other IDs a file without one is known by;
 //! - [`section_data`] and [`check_section`] decompress (or check) a
 //!   compressed section within a [`Budget`] of decompressed bytes, so that a
 //!   header claiming a terabyte is refused before anything is allocated;
@@ -24,6 +25,7 @@ mod build_id;
 mod bundle;
 mod content;
 mod decompress;
+mod file_id;
 mod inspect;
 mod path;
 mod rewrite;
@@ -35,6 +37,9 @@ pub use bundle::{read_bundle, BundleError, RejectedMember};
 pub use content::content_hash_file;
 pub use decompress::{
     check_section, section_data, Budget, DecompressionKind, DEFAULT_MAX_DECOMPRESSED_BYTES,
+};
+pub use file_id::{
+    go_build_id, htlhash, htlhash_bytes, is_go_build_id, is_htlhash, MAX_GO_BUILD_ID,
 };
 pub use inspect::{inspect, inspect_with, ElfInfo, FileKind, Quality, SectionEntry};
 pub use path::{canonical_path, escape_path};

@@ -39,11 +39,12 @@ pub enum BuildIdStatus {
     SymbolsOnly,
     /// The stored files have neither DWARF nor a symbol table.
     NoSymbols,
-    /// No file of this build-ID, here or upstream.
+    /// No file of this ID (GNU build-ID, htlhash or Go build-ID), here or
+    /// upstream.
     UnknownBuildId,
-    /// Not a GNU build-ID (a Go build-ID, a file hash): never in a
-    /// debuginfod store.
-    NotGnu,
+    /// Nothing stored yet, but an agent has claimed the file and is
+    /// publishing it.
+    UploadPending,
     /// The symbolizer failed (the message says why).
     Error(String),
 }
@@ -56,7 +57,7 @@ impl BuildIdStatus {
             Self::SymbolsOnly => "symbols_only",
             Self::NoSymbols => "no_symbols",
             Self::UnknownBuildId => "unknown_build_id",
-            Self::NotGnu => "not_gnu",
+            Self::UploadPending => "upload_pending",
             Self::Error(_) => "error",
         }
     }

@@ -4,6 +4,7 @@
 
 mod app;
 mod auth;
+mod claims;
 pub mod config;
 mod cpu;
 mod debuginfod;

@@ -64,6 +64,10 @@ struct UploadQuery {
     /// The file's path on the build machine, served as X-DEBUGINFOD-FILE
     /// and matched by /metadata.
     file: Option<String>,
+    /// `agent`: published by an agent from what it found on a host. Such
+    /// files rank below others of the same quality (a CI's upload is served
+    /// before an agent's).
+    origin: Option<String>,
 }
 
 fn upload_slot(state: &SharedState) -> ApiResult<SemaphorePermit<'_>> {
@@ -154,6 +158,15 @@ async fn upload(
             "unknown kind {kind:?}: use executable, debuginfo, sources (a tar bundle) or source/PATH"
         ))
     })?;
+    let origin = match query.origin.as_deref() {
+        None | Some("upload") => "upload",
+        Some("agent") => "agent",
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown origin {other:?}: use agent, or leave it out"
+            )))
+        }
+    };
     let _slot = upload_slot(&state)?;
     let spooled = receive(&state, &headers, body).await?;
     let outcome = state
@@ -163,7 +176,7 @@ async fn upload(
             kind,
             &spooled,
             query.file.as_deref(),
-            "upload",
+            origin,
             publisher,
         )
         .await;
@@ -177,7 +190,7 @@ async fn upload(
         Err(StoreError::Conflict(_)) => "conflict",
         Err(_) => "error",
     };
-    metrics::counter!("symtrace_uploads_total", "kind" => kind.as_str(), "result" => label)
+    metrics::counter!("symtrace_uploads_total", "kind" => kind.as_str(), "result" => label, "origin" => origin)
         .increment(1);
     let outcome = outcome?;
     Ok((status_code(outcome.status), Json(outcome)).into_response())
@@ -344,6 +357,10 @@ struct MissingItem {
     index: usize,
     #[serde(flatten)]
     item: WantedItem,
+    /// For a granted claim: the key to upload the file under (its GNU
+    /// build-ID, its htlhash, or the key of the file it is a copy of).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upload_as: Option<String>,
 }
 
 async fn missing(
@@ -362,6 +379,10 @@ async fn missing(
     }
     for (i, item) in request.items.iter().enumerate() {
         let what = |m: String| ApiError::bad_request(format!("item {i}: {m}"));
+        if item.claim.is_some() {
+            crate::claims::validate(item).map_err(what)?;
+            continue;
+        }
         item.build_id
             .parse::<BuildId>()
             .map_err(|e| what(e.to_string()))?;
@@ -376,6 +397,13 @@ async fn missing(
         }
     }
     let mut lacks = state.store.meta.missing(&request.items).await?;
+    let mut upload_as = vec![None; request.items.len()];
+    for (i, item) in request.items.iter().enumerate() {
+        if item.claim.is_some() {
+            upload_as[i] = crate::claims::claim(&state.store, item).await?;
+            lacks[i] = upload_as[i].is_some();
+        }
+    }
     // A bound publisher is told a source is there only when it or everyone
     // published it: another tenant's file is neither confirmed to it nor a
     // reason not to upload its own.
@@ -396,9 +424,14 @@ async fn missing(
         .items
         .into_iter()
         .zip(lacks)
+        .zip(upload_as)
         .enumerate()
-        .filter(|(_, (_, lacks))| *lacks)
-        .map(|(index, (item, _))| MissingItem { index, item })
+        .filter(|(_, ((_, lacks), _))| *lacks)
+        .map(|(index, ((item, _), upload_as))| MissingItem {
+            index,
+            item,
+            upload_as,
+        })
         .collect();
     Ok(Json(json!({ "total": total, "missing": missing })).into_response())
 }

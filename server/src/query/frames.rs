@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use symtrace_elf::BuildId;
 use symtrace_profiles::aggregate::Aggregate;
 use symtrace_profiles::model::BuildIdKind;
 use symtrace_profiles::resolved::{
@@ -13,7 +12,9 @@ use symtrace_profiles::resolved::{
 };
 
 use super::names::{self, NameCache};
+use crate::claims;
 use crate::federation::Forwarding;
+use crate::store::SymbolStore;
 use crate::symbolize::{Outcome, SymbolizeService};
 
 /// Parallel symbolizer calls per query (each uses the symbolizer's own
@@ -31,13 +32,16 @@ async fn names_of(
     from: &Forwarding,
 ) -> (BuildIdStatus, Vec<Option<Frames>>) {
     let none = || vec![None; addresses.len()];
-    let parsed = match (kind, build_id.parse::<BuildId>()) {
-        (BuildIdKind::Gnu, Ok(parsed)) => parsed,
-        _ => return (BuildIdStatus::NotGnu, none()),
+    let store = symbolizer.store();
+    // A file without a GNU build-ID is found by its other ID (htlhash, Go).
+    let parsed = match claims::key_of(store, kind, build_id).await {
+        Ok(Some(key)) => key,
+        Ok(None) => return (unknown(store, kind, build_id).await, none()),
+        Err(e) => return (error(build_id, e), none()),
     };
     let key = match symbolizer.source_key(&parsed, from).await {
         Ok(Some(key)) => key,
-        Ok(None) => return (BuildIdStatus::UnknownBuildId, none()),
+        Ok(None) => return (unknown(store, kind, parsed.as_str()).await, none()),
         Err(e) => return (error(build_id, e), none()),
     };
     let (mut found, status) = names.get(build_id, &key, addresses);
@@ -80,6 +84,18 @@ async fn names_of(
         *slot = fresh.next();
     }
     (status, found)
+}
+
+/// The status of a file nothing is stored for: an agent may be publishing
+/// it (`upload_pending`), else `unknown_build_id`.
+async fn unknown(store: &SymbolStore, kind: BuildIdKind, key: &str) -> BuildIdStatus {
+    let pending = matches!(kind, BuildIdKind::Gnu | BuildIdKind::Htlhash)
+        && claims::pending(store, key).await.unwrap_or(false);
+    if pending {
+        BuildIdStatus::UploadPending
+    } else {
+        BuildIdStatus::UnknownBuildId
+    }
 }
 
 fn error(build_id: &str, e: impl std::fmt::Display) -> BuildIdStatus {

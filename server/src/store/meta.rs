@@ -23,7 +23,7 @@ pub type MetaResult<T> = super::error::Result<T>;
 
 /// The narrow interface the rest of the server uses for metadata.
 #[async_trait]
-pub trait MetadataStore: ProfileMetadata + Send + Sync + 'static {
+pub trait MetadataStore: ProfileMetadata + FileIdMetadata + Send + Sync + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// Cheap liveness query for `/readyz`.
@@ -158,8 +158,10 @@ macro_rules! blob_kept {
     };
 }
 
+mod file_ids;
 mod profiles;
 mod trace_index;
+pub use file_ids::{FileIdKind, FileIdMetadata};
 pub use profiles::ProfileMetadata;
 
 const ARTIFACT_COLUMNS: &str = "build_id, kind, sha256, size, quality, has_dwarf, has_symtab, \
@@ -245,7 +247,8 @@ impl MetadataStore for SqlMetadata {
              a.has_dynsym, a.architecture, a.file_name, a.origin, a.created_at, a.owner, b.sections \
              FROM artifacts a JOIN blobs b ON b.sha256 = a.sha256 \
              WHERE a.build_id = $1 AND {filter} \
-             ORDER BY a.quality DESC, (a.kind = 'debuginfo') DESC, a.created_at DESC LIMIT 1"
+             ORDER BY a.quality DESC, (a.origin = 'agent') ASC, (a.kind = 'debuginfo') DESC, \
+             a.created_at DESC LIMIT 1"
         );
         on_pool!(self, p => sqlx::query_as::<_, ServedArtifact>(&sql)
             .bind(build_id)
@@ -333,6 +336,18 @@ impl MetadataStore for SqlMetadata {
             .await?
             .rows_affected()
                 > 0;
+            for (kind, id) in &new.file_ids {
+                sqlx::query(
+                    "INSERT INTO file_ids (id_kind, file_id, build_id, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (id_kind, file_id, build_id) DO NOTHING",
+                )
+                .bind(kind.as_str())
+                .bind(id)
+                .bind(&a.build_id)
+                .bind(a.created_at)
+                .execute(&mut *tx)
+                .await?;
+            }
             for chunk in new.source_names.chunks(500) {
                 let mut sql = String::from("INSERT INTO source_names (build_id, path) VALUES ");
                 for i in 0..chunk.len() {
@@ -543,6 +558,10 @@ impl MetadataStore for SqlMetadata {
                     .await?
                     .rows_affected();
                 sqlx::query("DELETE FROM source_names WHERE build_id = $1")
+                    .bind(build_id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM file_ids WHERE build_id = $1")
                     .bind(build_id)
                     .execute(&mut *tx)
                     .await?;

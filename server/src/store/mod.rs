@@ -30,7 +30,7 @@ use symtrace_elf::{Budget, BuildId, DecompressionKind, ElfInfo};
 
 use blobs::BlobStore;
 use lookup_cache::LookupCache;
-use meta::MetadataStore;
+use meta::{FileIdKind, MetadataStore};
 use model::{now_ms, Artifact, ArtifactKind, NewArtifact, ServedArtifact, SourceFile};
 use spool::Spooled;
 
@@ -197,6 +197,9 @@ impl SymbolStore {
             .await
             .map_err(std::io::Error::other)??;
         validate(&info, build_id, kind)?;
+        if info.build_id.is_none() {
+            self.check_file_key(&info, build_id).await?;
+        }
         let quality = info.quality();
         let outcome = |status, served_sha256: String, source_files| UploadOutcome {
             status,
@@ -259,6 +262,9 @@ impl SymbolStore {
             },
             sections: serde_json::to_string(&sections).unwrap_or_else(|_| "[]".into()),
             source_names,
+            file_ids: std::iter::once((FileIdKind::Htlhash, info.htlhash.clone()))
+                .chain(info.go_build_id.clone().map(|id| (FileIdKind::Go, id)))
+                .collect(),
         };
         match self.meta.commit_artifact(&new).await {
             // The collector took the claimed blob meanwhile: store it again.
@@ -282,6 +288,32 @@ impl SymbolStore {
             quality = quality.as_str(), ?status, origin, "artifact stored"
         );
         Ok(outcome(status, served, new.source_names.len()))
+    }
+
+    /// A file without a GNU build-ID is stored under its own htlhash, or
+    /// under the key of a stored file with the same Go build-ID (its
+    /// unstripped original, when this is the stripped copy).
+    async fn check_file_key(&self, info: &ElfInfo, claimed: &BuildId) -> Result<()> {
+        if info.htlhash == claimed.as_str() {
+            return Ok(());
+        }
+        if let Some(go) = &info.go_build_id {
+            if self
+                .meta
+                .keys_of(FileIdKind::Go, go)
+                .await?
+                .iter()
+                .any(|k| k == claimed.as_str())
+            {
+                return Ok(());
+            }
+        }
+        Err(Error::Rejected(format!(
+            "the ELF file has no GNU build-ID note, so it is stored under its file ID (htlhash) \
+             {}, not {claimed}; a stripped copy goes under its original's key only when both \
+             have the same Go build-ID (link with -Wl,--build-id to give it a GNU build-ID)",
+            info.htlhash
+        )))
     }
 
     async fn served_sha(&self, build_id: &BuildId, kind: ArtifactKind) -> Result<String> {
@@ -495,11 +527,8 @@ fn rejection(e: symtrace_elf::Error) -> String {
 
 fn validate(info: &ElfInfo, claimed: &BuildId, kind: ArtifactKind) -> Result<()> {
     match &info.build_id {
-        None => {
-            return Err(Error::Rejected(
-                "the ELF file has no GNU build-ID note; link it with -Wl,--build-id".into(),
-            ))
-        }
+        // Checked against the file's other IDs (`check_file_key`).
+        None => {}
         Some(found) if found != claimed => {
             return Err(Error::Rejected(format!(
                 "the ELF file's build-ID is {found}, not {claimed} as the URL says"

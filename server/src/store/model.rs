@@ -93,6 +93,9 @@ pub struct NewArtifact {
     pub sections: String,
     /// Source paths its DWARF names.
     pub source_names: Vec<String>,
+    /// The file's other IDs (its htlhash, its Go build-ID), which lead to
+    /// `artifact.build_id`.
+    pub file_ids: Vec<(super::meta::FileIdKind, String)>,
 }
 
 /// One entry of a `missing` query.
@@ -101,6 +104,8 @@ pub struct WantedItem {
     pub build_id: String,
     /// `executable`, `debuginfo` or `source`.
     pub kind: String,
+    /// The file's SHA-256 (may be empty in a claim).
+    #[serde(default)]
     pub sha256: String,
     /// For `source`: the absolute path the DWARF names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,6 +114,15 @@ pub struct WantedItem {
     /// server already serves something strictly better the item is not missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality: Option<i32>,
+    /// A claim (an agent publishing what it found on a host): the holder's
+    /// name. The item is missing only when nothing of its quality or
+    /// better is stored for the file, and then only to the first claimant
+    /// for a while (`upload_claims`), so a fleet uploads a file once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
+    /// In a claim: what `build_id` is — `gnu` (the default) or `htlhash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_kind: Option<String>,
 }
 
 /// Filters of the list API.

@@ -223,6 +223,11 @@ impl SymbolizeService {
     /// Names the files a build-ID's answers would come from right now
     /// (None: the store has none). Answers cached under this key stay
     /// right until a new upload changes it.
+    /// The symbol store it reads.
+    pub fn store(&self) -> &Arc<SymbolStore> {
+        &self.store
+    }
+
     pub async fn source_key(
         &self,
         build_id: &BuildId,

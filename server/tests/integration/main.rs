@@ -12,6 +12,7 @@ mod crash;
 mod deploy;
 mod durability;
 mod federation;
+mod file_ids;
 mod gdb;
 mod hostile;
 mod limits;

@@ -49,7 +49,10 @@ int main(int argc, char **argv)
 /// The demo program built with DWARF, split, plus addresses to sample.
 pub struct Demo {
     _dir: tempfile::TempDir,
+    /// The GNU build-ID (empty when built without one).
     pub build_id: String,
+    /// The program as linked (DWARF and symbols).
+    pub exe: PathBuf,
     pub debug: PathBuf,
     pub stripped: PathBuf,
     pub alpha: u64,
@@ -75,13 +78,23 @@ fn symbol(nm: &str, name: &str) -> (u64, u64) {
 
 impl Demo {
     pub fn build(variant: u32) -> Self {
+        Self::build_linked(variant, "-Wl,--build-id")
+    }
+
+    /// Linked with `-Wl,--build-id=none`: a file known only by its
+    /// htlhash.
+    pub fn without_build_id(variant: u32) -> Self {
+        Self::build_linked(variant, "-Wl,--build-id=none")
+    }
+
+    fn build_linked(variant: u32, link: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("demo.c");
         std::fs::write(&src, DEMO_C).unwrap();
         let exe = dir.path().join("demo");
         run(Command::new("gcc")
             .current_dir(dir.path())
-            .args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id"])
+            .args(["-O2", "-g", "-fno-omit-frame-pointer", link])
             .arg(format!("-DVARIANT={variant}"))
             .args(["-o", "demo", "demo.c"]));
         let debug = dir.path().join("demo.debug");
@@ -132,7 +145,12 @@ impl Demo {
             })
             .expect("an address inside the inlined gamma_inline");
         Self {
-            build_id: build_id_of(&exe),
+            build_id: if link.ends_with("=none") {
+                String::new()
+            } else {
+                build_id_of(&exe)
+            },
+            exe,
             debug,
             stripped,
             alpha: alpha + 4,
@@ -214,7 +232,7 @@ fn tree_paths(fg: &Value) -> Vec<(String, i64, String)> {
     out
 }
 
-fn assert_named(fg: &Value, what: &str) {
+pub fn assert_named(fg: &Value, what: &str) {
     let p = tree_paths(fg);
     let find = |path: &str| {
         p.iter()
@@ -243,7 +261,7 @@ fn assert_named(fg: &Value, what: &str) {
     assert!(alpha["line"].as_u64().unwrap() > 0, "{alpha}");
 }
 
-fn flamegraph(server: &Server, tenant: &str, service: &str, extra: &str) -> Value {
+pub fn flamegraph(server: &Server, tenant: &str, service: &str, extra: &str) -> Value {
     get_json(
         server,
         tenant,

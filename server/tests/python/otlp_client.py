@@ -295,7 +295,8 @@ def loop(args):
 
 
 def stacks(args):
-    """Spec: {"service", "binary": {"path", "build_id"}, "period",
+    """Spec: {"service", "binary": {"path", "build_id", "id_kind"?: "gnu"
+    (default), "htlhash" or "go"}, "period",
     "type"?: "off_cpu" or "TYPE:UNIT" (alloc_space:bytes, inuse_space:bytes,
     ...), "resource"?: {k: v}, "stacks": [{"frames": [address, "kernel
     name" or {"name", "type", "file"?, "line"?} (a frame the sender named:
@@ -333,7 +334,8 @@ def stacks(args):
     binary = spec["binary"]
     m = dic.d.mapping_table.add(memory_start=0, memory_limit=1 << 40, file_offset=0,
                                 filename_strindex=dic.string(binary["path"]))
-    m.attribute_indices.append(dic.attr("process.executable.build_id.gnu", binary["build_id"]))
+    id_kind = binary.get("id_kind", "gnu")
+    m.attribute_indices.append(dic.attr(f"process.executable.build_id.{id_kind}", binary["build_id"]))
     mapping = len(dic.d.mapping_table) - 1
     locations = {}
 

@@ -1,0 +1,395 @@
+//! Publishing the files no CI uploaded: every executable or library whose
+//! code is sampled is offered once ([`Offers::offer`]); in the background,
+//! batches of offers go to the server's `missing` API as *claims*, and the
+//! files the server grants (it has nothing as good for them, and no other
+//! agent of the fleet is publishing them) are uploaded as found on the
+//! host — through `/proc/PID/map_files` or the process's root, like every
+//! file the agent reads — paced to `--upload-bytes-per-second`.
+//!
+//! Nothing here runs on the sampler thread but the offer (a `try_send`), and
+//! the uploads share the export task's runtime without blocking it: files
+//! are read on the blocking pool, a chunk at a time, and the body is paced
+//! by sleeping, so an export is never late because of an upload.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::maps::MapEntry;
+
+/// Offers waiting for the uploader; more are dropped (and offered again
+/// when a new process maps the file).
+const QUEUE: usize = 1024;
+/// Offers claimed in one `missing` request.
+const BATCH: usize = 256;
+/// How long offers gather before a claim request.
+const GATHER: Duration = Duration::from_secs(2);
+/// Bytes read and sent per piece of an upload body.
+const CHUNK: usize = 256 << 10;
+
+/// A file whose code was sampled, and how to reach it.
+pub struct Offer {
+    pub pid: u32,
+    pub map: MapEntry,
+    /// Its GNU build-ID, else its htlhash.
+    pub id: String,
+    pub htlhash: bool,
+    /// 3 DWARF, 2 `.symtab`, 1 `.dynsym`, 0 nothing.
+    pub symbols: i32,
+    pub size: u64,
+}
+
+/// The sampler's end of the queue.
+#[derive(Clone)]
+pub struct Offers {
+    tx: mpsc::Sender<Offer>,
+    stats: Arc<Stats>,
+}
+
+impl Offers {
+    /// Hands an offer to the uploader without waiting; counted as dropped
+    /// when the queue is full.
+    pub fn offer(&self, offer: Offer) {
+        self.stats.offered.fetch_add(1, Relaxed);
+        if self.tx.try_send(offer).is_err() {
+            self.stats.dropped.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// What the uploader did (the stats line's `uploads:` segment).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub offered: AtomicU64,
+    pub dropped: AtomicU64,
+    /// Granted by the server and uploaded.
+    pub uploaded: AtomicU64,
+    pub uploaded_bytes: AtomicU64,
+    /// Not uploaded: larger than `--upload-max-file-bytes`, or no symbols.
+    pub skipped: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// The counts of [`Stats`] at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Snapshot {
+    pub offered: u64,
+    pub uploaded: u64,
+    pub uploaded_bytes: u64,
+    /// Skipped (too large, no symbols) and dropped (queue full).
+    pub skipped: u64,
+    pub failed: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            offered: self.offered.load(Relaxed),
+            uploaded: self.uploaded.load(Relaxed),
+            uploaded_bytes: self.uploaded_bytes.load(Relaxed),
+            skipped: self.skipped.load(Relaxed) + self.dropped.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+        }
+    }
+}
+
+/// Where and how fast to upload.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The server's HTTP API, e.g. `http://symtrace:8002`.
+    pub url: String,
+    pub tenant: Option<String>,
+    pub token: Option<String>,
+    pub bytes_per_second: u64,
+    pub max_file_bytes: u64,
+    /// This agent's name in its claims (host and process).
+    pub holder: String,
+    pub proc_root: PathBuf,
+}
+
+/// The queue between sampler and uploader, and its stats.
+pub fn channel() -> (Offers, mpsc::Receiver<Offer>, Arc<Stats>) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let stats = Arc::new(Stats::default());
+    (
+        Offers {
+            tx,
+            stats: stats.clone(),
+        },
+        rx,
+        stats,
+    )
+}
+
+/// The uploader task: until the sampler's end is dropped.
+pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, stats: Arc<Stats>) {
+    let client = match reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "no HTTP client: binaries are not uploaded");
+            return;
+        }
+    };
+    let mut told_token = false;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        let until = tokio::time::Instant::now() + GATHER;
+        while batch.len() < BATCH {
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(offer)) => batch.push(offer),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let (wanted, skipped): (Vec<Offer>, Vec<Offer>) = batch
+            .into_iter()
+            .partition(|o| o.symbols > 0 && o.size <= options.max_file_bytes);
+        stats.skipped.fetch_add(skipped.len() as u64, Relaxed);
+        if wanted.is_empty() {
+            continue;
+        }
+        let granted = match claim(&client, &options, &wanted).await {
+            Ok(g) => g,
+            Err(e) => {
+                if e.contains("401") && !told_token && options.token.is_none() {
+                    told_token = true;
+                    tracing::warn!("the server wants a token to publish binaries: pass --token");
+                }
+                tracing::warn!(error = %e, files = wanted.len(), "claiming binaries to upload failed");
+                stats.failed.fetch_add(wanted.len() as u64, Relaxed);
+                continue;
+            }
+        };
+        for (index, key) in granted {
+            let Some(offer) = wanted.get(index) else {
+                continue;
+            };
+            match upload(&client, &options, offer, &key).await {
+                Ok(bytes) => {
+                    stats.uploaded.fetch_add(1, Relaxed);
+                    stats.uploaded_bytes.fetch_add(bytes, Relaxed);
+                    tracing::info!(path = %offer.map.path, id = %offer.id, key, bytes, "published a binary no CI uploaded");
+                }
+                Err(e) => {
+                    stats.failed.fetch_add(1, Relaxed);
+                    tracing::warn!(path = %offer.map.path, id = %offer.id, error = %e, "uploading a binary failed");
+                }
+            }
+        }
+    }
+}
+
+fn request(
+    client: &reqwest::Client,
+    options: &Options,
+    method: reqwest::Method,
+    path: &str,
+) -> reqwest::RequestBuilder {
+    let mut req = client.request(
+        method,
+        format!("{}{path}", options.url.trim_end_matches('/')),
+    );
+    if let Some(t) = &options.tenant {
+        req = req.header("X-Scope-OrgID", t);
+    }
+    if let Some(t) = &options.token {
+        req = req.bearer_auth(t);
+    }
+    req
+}
+
+/// The offers (by index) the server grants this agent, with the key to
+/// upload each under.
+async fn claim(
+    client: &reqwest::Client,
+    options: &Options,
+    offers: &[Offer],
+) -> Result<Vec<(usize, String)>, String> {
+    let items: Vec<Value> = offers
+        .iter()
+        .map(|o| {
+            json!({
+                "build_id": o.id,
+                "id_kind": if o.htlhash { "htlhash" } else { "gnu" },
+                "kind": "executable",
+                "quality": o.symbols,
+                "claim": options.holder,
+            })
+        })
+        .collect();
+    let resp = request(
+        client,
+        options,
+        reqwest::Method::POST,
+        "/api/v1/debuginfo/missing",
+    )
+    .timeout(Duration::from_secs(30))
+    .json(&json!({ "items": items }))
+    .send()
+    .await
+    .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {body}"));
+    }
+    Ok(body["missing"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter_map(|i| {
+                    let key = i["upload_as"].as_str()?;
+                    // The key goes into a URL path: hex digits only.
+                    let ok = !key.is_empty() && key.bytes().all(|b| b.is_ascii_hexdigit());
+                    let index = i["index"].as_u64()? as usize;
+                    ok.then(|| (index, key.to_owned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Uploads the offered file under `key`, paced; returns the bytes sent.
+async fn upload(
+    client: &reqwest::Client,
+    options: &Options,
+    offer: &Offer,
+    key: &str,
+) -> Result<u64, String> {
+    let (root, pid, map) = (options.proc_root.clone(), offer.pid, offer.map.clone());
+    let opened =
+        tokio::task::spawn_blocking(move || crate::safefile::open_mapped(&root, pid, &map))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|skip| format!("the file cannot be read again: {skip:?}"))?;
+    let size = opened.size;
+    if size > options.max_file_bytes {
+        return Err(format!("{size} bytes, over --upload-max-file-bytes"));
+    }
+    let file = Arc::new(opened);
+    let rate = options.bytes_per_second.max(1);
+    let started = Instant::now();
+    let body = futures::stream::unfold(0u64, move |offset| {
+        let file = file.clone();
+        async move {
+            if offset >= size {
+                return None;
+            }
+            // Paced: the piece at `offset` leaves no earlier than
+            // offset / rate seconds after the start.
+            let due = started + Duration::from_secs_f64(offset as f64 / rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+            let len = CHUNK.min((size - offset) as usize);
+            let read = tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::FileExt;
+                let mut buf = vec![0u8; len];
+                file.file.read_exact_at(&mut buf, offset).map(|()| buf)
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r);
+            Some(match read {
+                Ok(buf) => (Ok(bytes::Bytes::from(buf)), offset + len as u64),
+                Err(e) => (Err(e), size),
+            })
+        }
+    });
+    let path = format!(
+        "/api/v1/debuginfo/{key}/executable?origin=agent&file={}",
+        url_escape(&offer.map.path)
+    );
+    // Slow by design: the pace, plus a minute.
+    let timeout = Duration::from_secs(60 + size / rate);
+    let resp = request(client, options, reqwest::Method::PUT, &path)
+        .timeout(timeout)
+        .header(reqwest::header::CONTENT_LENGTH, size)
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    if status.is_success() {
+        Ok(size)
+    } else {
+        let text = resp.text().await.unwrap_or_default();
+        Err(format!(
+            "{status}: {}",
+            text.chars().take(300).collect::<String>()
+        ))
+    }
+}
+
+/// `s` as a URL query value.
+fn url_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The default upload URL: the OTLP endpoint's host, the server's default
+/// HTTP port.
+pub fn default_url(grpc_endpoint: &str) -> String {
+    let rest = grpc_endpoint
+        .split_once("://")
+        .map_or(grpc_endpoint, |(_, r)| r);
+    let host_port = rest.split('/').next().unwrap_or(rest);
+    let host = match host_port.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host_port,
+    };
+    format!("http://{host}:8002")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_url_keeps_the_host() {
+        assert_eq!(default_url("http://10.0.0.5:4317"), "http://10.0.0.5:8002");
+        assert_eq!(default_url("http://symtrace"), "http://symtrace:8002");
+        assert_eq!(default_url("http://[::1]:4317/"), "http://[::1]:8002");
+    }
+
+    #[test]
+    fn paths_are_escaped_for_the_query() {
+        assert_eq!(url_escape("/usr/lib/a b&c=d"), "/usr/lib/a%20b%26c%3Dd");
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let (offers, _rx, stats) = channel();
+        for _ in 0..QUEUE + 5 {
+            offers.offer(Offer {
+                pid: 1,
+                map: MapEntry {
+                    start: 0,
+                    end: 1,
+                    offset: 0,
+                    dev: 0,
+                    inode: 1,
+                    path: "/x".into(),
+                    deleted: false,
+                },
+                id: "ab".into(),
+                htlhash: false,
+                symbols: 2,
+                size: 1,
+            });
+        }
+        assert_eq!(stats.offered.load(Relaxed), QUEUE as u64 + 5);
+        assert_eq!(stats.dropped.load(Relaxed), 5);
+    }
+}

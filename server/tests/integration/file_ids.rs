@@ -1,0 +1,181 @@
+//! Files without a GNU build-ID (stored under their htlhash, found by it
+//! and by their Go build-ID), agents' claims, and agent uploads ranking
+//! below a CI's.
+
+use serde_json::{json, Value};
+
+use crate::query::{assert_named, flamegraph, Demo, SPAN_A, SPAN_B, TRACE};
+use crate::support::*;
+
+fn send_by_file_id(
+    python: &std::path::Path,
+    server: &Server,
+    demo: &Demo,
+    id: &str,
+    service: &str,
+) {
+    let text = crate::memory::send(
+        python,
+        server,
+        json!({
+            "service": service,
+            "tenant": "q",
+            "binary": {"path": "/usr/local/bin/demo", "build_id": id, "id_kind": "htlhash"},
+            "stacks": [
+                {"frames": [demo.alpha, demo.main], "count": 60, "trace_id": TRACE, "span_id": SPAN_A},
+                {"frames": [demo.inlined, demo.main], "count": 30, "trace_id": TRACE, "span_id": SPAN_B},
+                {"frames": ["schedule", demo.alpha, demo.main], "count": 10},
+            ],
+        }),
+    );
+    assert!(text.contains("sent 100 events"), "{text}");
+}
+
+fn claim(server: &Server, id: &str, id_kind: &str, quality: i32, holder: &str) -> Value {
+    let resp = client()
+        .post(format!("{}/api/v1/debuginfo/missing", server.url))
+        .json(
+            &json!({"items": [{"build_id": id, "id_kind": id_kind, "kind": "executable",
+                                  "quality": quality, "claim": holder}]}),
+        )
+        .send()
+        .unwrap();
+    let (status, body) = json_of(resp);
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn status_of(fg: &Value) -> String {
+    fg["build_ids"][0]["status"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_file_without_a_gnu_build_id_is_stored_claimed_and_named_by_its_htlhash() {
+    let Some(python) = python() else { return };
+    if !require(
+        have("llvm-symbolizer-19") && have("gcc"),
+        "llvm-symbolizer-19 and gcc",
+    ) {
+        return;
+    }
+    for backend in Backend::all() {
+        let server = Server::start(&backend, &[]);
+        let demo = Demo::without_build_id(7);
+        let htl = symtrace_elf::htlhash_bytes(&std::fs::read(&demo.exe).unwrap());
+
+        // Frames sent under the htlhash, before anything is stored.
+        send_by_file_id(&python, &server, &demo, &htl, "nobid");
+        let fg = flamegraph(&server, "q", "nobid", "");
+        assert_eq!(status_of(&fg), "unknown_build_id", "{fg}");
+
+        // One agent of two gets the claim; the query says an upload is on its way.
+        let first = claim(&server, &htl, "htlhash", 3, "host-a");
+        assert_eq!(first["missing"][0]["upload_as"], htl.as_str(), "{first}");
+        let second = claim(&server, &htl, "htlhash", 3, "host-b");
+        assert_eq!(second["missing"], json!([]), "{second}");
+        let again = claim(&server, &htl, "htlhash", 3, "host-a");
+        assert_eq!(
+            again["missing"][0]["upload_as"],
+            htl.as_str(),
+            "the holder renews: {again}"
+        );
+        assert_eq!(
+            status_of(&flamegraph(&server, "q", "nobid", "")),
+            "upload_pending"
+        );
+        // Hostile claims are refused.
+        for (id, kind, holder) in [
+            ("xyz", "htlhash", "h"),
+            (htl.as_str(), "sha1", "h"),
+            (htl.as_str(), "htlhash", ""),
+        ] {
+            let resp = client()
+                .post(format!("{}/api/v1/debuginfo/missing", server.url))
+                .json(&json!({"items": [{"build_id": id, "id_kind": kind, "kind": "executable", "claim": holder}]}))
+                .send()
+                .unwrap();
+            let (status, body) = json_of(resp);
+            assert_error(status, &body, 400, "item 0");
+        }
+
+        // Under another key: refused, and told the right one.
+        let wrong = "ab".repeat(16);
+        let (status, body) =
+            server.put_file(&format!("/api/v1/debuginfo/{wrong}/executable"), &demo.exe);
+        assert_error(status, &body, 422, &htl);
+        // The stripped copy has another htlhash and no Go build-ID to tie
+        // it to the original: not under the original's key.
+        let (status, body) = server.put_file(
+            &format!("/api/v1/debuginfo/{htl}/executable"),
+            &demo.stripped,
+        );
+        assert_error(status, &body, 422, "Go build-ID");
+
+        let (status, body) = server.put_file(
+            &format!("/api/v1/debuginfo/{htl}/executable?origin=agent"),
+            &demo.exe,
+        );
+        assert_eq!(status, 201, "{body}");
+        let fg = flamegraph(&server, "q", "nobid", "");
+        assert_eq!(status_of(&fg), "ok", "{fg}");
+        assert_named(&fg, "stored under its htlhash");
+        // Stored with DWARF: nobody is asked for it again.
+        assert_eq!(
+            claim(&server, &htl, "htlhash", 3, "host-b")["missing"],
+            json!([])
+        );
+        // debuginfod clients use GNU build-IDs; the store lists it.
+        let (status, listed) = json_of(server.get(&format!("/api/v1/debuginfo/{htl}")));
+        assert_eq!(status, 200, "{listed}");
+        assert_eq!(listed["artifacts"][0]["origin"], "agent", "{listed}");
+        let unknown = "cd".repeat(16);
+        send_by_file_id(&python, &server, &demo, &unknown, "other");
+        assert_eq!(
+            status_of(&flamegraph(&server, "q", "other", "")),
+            "unknown_build_id"
+        );
+    }
+}
+
+#[test]
+fn an_agent_upload_ranks_below_a_ci_upload_of_the_same_quality() {
+    if !require(
+        have("llvm-symbolizer-19") && have("gcc"),
+        "llvm-symbolizer-19 and gcc",
+    ) {
+        return;
+    }
+    let server = Server::start(&Backend::local(), &[]);
+    let demo = Demo::build(8);
+    let served = |server: &Server| {
+        let (_, v) = json_of(server.get(&format!("/api/v1/debuginfo/{}", demo.build_id)));
+        v["served"]["debuginfo"].as_str().unwrap().to_owned()
+    };
+    // The agent's (the whole binary, DWARF) first, then the CI's split file.
+    let (status, agent) = server.put_file(
+        &format!(
+            "/api/v1/debuginfo/{}/executable?origin=agent",
+            demo.build_id
+        ),
+        &demo.exe,
+    );
+    assert_eq!(status, 201, "{agent}");
+    assert_eq!(served(&server), agent["sha256"].as_str().unwrap());
+    let ci = server.upload(&demo.build_id, "debuginfo", &demo.debug);
+    assert_eq!(served(&server), ci["sha256"].as_str().unwrap());
+    // A later agent upload does not take its place.
+    let again = server.put_file(
+        &format!(
+            "/api/v1/debuginfo/{}/executable?origin=agent",
+            demo.build_id
+        ),
+        &demo.exe,
+    );
+    assert_eq!(again.0, 200, "{}", again.1);
+    assert_eq!(served(&server), ci["sha256"].as_str().unwrap());
+    let (status, body) = server.put_file(
+        &format!("/api/v1/debuginfo/{}/executable?origin=ci", demo.build_id),
+        &demo.exe,
+    );
+    assert_error(status, &body, 400, "origin");
+}
