@@ -10,7 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use symtrace_testkit::agent::{bpf_test, clang_with_frame_pointers, number_after, Agent};
+use symtrace_testkit::agent::{
+    bpf_test, clang_with_frame_pointers, number_after, samples_with, summary, tree_nodes, wait_for,
+    Agent,
+};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 fn workload_source(name: &str) -> PathBuf {
@@ -25,73 +28,6 @@ fn start_agent(server: &Server, extra: &[&str]) -> Agent {
         &server.grpc_addr,
         extra,
     )
-}
-
-/// The service's CPU flamegraph, folded (root first): (frames, samples).
-fn folded(server: &Server, service: &str) -> Vec<(String, u64)> {
-    let url = format!(
-        "{}/api/v1/flamegraph?service={service}&format=folded&from=now-1h&to=now",
-        server.url
-    );
-    let resp = kit::client().get(url).send().unwrap();
-    if resp.status() != 200 {
-        return Vec::new(); // not ingested yet
-    }
-    kit::folded(&resp.text().unwrap())
-}
-
-/// The fields of the service's CPU flamegraph nodes named `name` (JSON
-/// format). Read out of the text: a JSON tree of a deep stack (node's are
-/// 50 frames deep) is beyond serde_json's recursion limit.
-fn tree_nodes(server: &Server, service: &str, name: &str) -> Vec<Value> {
-    let url = format!(
-        "{}/api/v1/flamegraph?service={service}&from=now-1h&to=now",
-        server.url
-    );
-    let resp = kit::client().get(url).send().unwrap();
-    assert_eq!(resp.status(), 200);
-    let text = resp.text().unwrap();
-    let needle = format!("\"name\":{}", Value::from(name));
-    text.match_indices(&needle)
-        .filter_map(|(at, _)| {
-            let start = text[..at].rfind('{')?;
-            let end = at + text[at..].find(",\"children\":[")?;
-            serde_json::from_str(&format!("{}}}", &text[start..end])).ok()
-        })
-        .collect()
-}
-
-/// Samples of stacks holding `frame`.
-fn samples_with(stacks: &[(String, u64)], frame: &str) -> u64 {
-    stacks
-        .iter()
-        .filter(|(s, _)| s.split(';').any(|f| f == frame))
-        .map(|(_, n)| n)
-        .sum()
-}
-
-/// Waits until `done` holds for the service's folded stacks (or 30 s).
-fn wait_for(
-    server: &Server,
-    service: &str,
-    done: impl Fn(&[(String, u64)]) -> bool,
-) -> Vec<(String, u64)> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let stacks = folded(server, service);
-        if done(&stacks) || Instant::now() > deadline {
-            return stacks;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn summary(stacks: &[(String, u64)]) -> String {
-    let mut lines: Vec<String> = stacks.iter().map(|(f, n)| format!("{n:>6} {f}")).collect();
-    lines.sort();
-    lines.reverse();
-    lines.truncate(40);
-    lines.join("\n")
 }
 
 /// The line of `source` (1-based) that holds `needle`.

@@ -9,7 +9,7 @@
 //! - [`go_build_id`]: the Go toolchain's build-ID, from the `Go` note
 //!   (`.note.go.buildid`, type 4) that `go build` writes instead of a GNU
 //!   one. Stripping keeps it, so it ties a stripped Go binary to its
-//!   unstripped original.
+//!   unstripped original: all of them are stored under [`go_key`].
 
 use std::io::{self, Read, Seek, SeekFrom};
 
@@ -43,6 +43,18 @@ pub fn htlhash<R: Read + Seek>(reader: &mut R) -> io::Result<String> {
 /// [`htlhash`] of bytes in memory.
 pub fn htlhash_bytes(data: &[u8]) -> String {
     htlhash(&mut io::Cursor::new(data)).expect("reading memory cannot fail")
+}
+
+/// The key a file with Go build-ID `go_build_id` (and no GNU build-ID) is
+/// stored under: 128 bits of SHA-256 over `go-build-id:` and the ID, in hex.
+/// Every variant of the build — as linked, stripped, its debug-only file —
+/// has the same Go build-ID, so all of them go under one key, as the files
+/// of one GNU build-ID do.
+pub fn go_key(go_build_id: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"go-build-id:");
+    hasher.update(go_build_id.as_bytes());
+    hex::encode(&hasher.finalize()[..16])
 }
 
 /// Whether `id` has the form of an htlhash: 32 lowercase hex digits.

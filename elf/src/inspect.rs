@@ -111,6 +111,17 @@ impl ElfInfo {
         }
     }
 
+    /// The key the symbol store keeps this file under: its GNU build-ID,
+    /// else the [`crate::go_key`] of its Go build-ID, else its htlhash.
+    pub fn storage_key(&self) -> BuildId {
+        let key = match (&self.build_id, &self.go_build_id) {
+            (Some(id), _) => return id.clone(),
+            (None, Some(go)) => crate::go_key(go),
+            (None, None) => self.htlhash.clone(),
+        };
+        key.parse().expect("32 hex digits are a valid key")
+    }
+
     /// The section named `name` that has bytes in this file.
     pub fn section(&self, name: &str) -> Option<&SectionEntry> {
         self.sections.iter().find(|s| s.name == name && !s.nobits)

@@ -39,7 +39,7 @@ pub use decompress::{
     check_section, section_data, Budget, DecompressionKind, DEFAULT_MAX_DECOMPRESSED_BYTES,
 };
 pub use file_id::{
-    go_build_id, htlhash, htlhash_bytes, is_go_build_id, is_htlhash, MAX_GO_BUILD_ID,
+    go_build_id, go_key, htlhash, htlhash_bytes, is_go_build_id, is_htlhash, MAX_GO_BUILD_ID,
 };
 pub use inspect::{inspect, inspect_with, ElfInfo, FileKind, Quality, SectionEntry};
 pub use path::{canonical_path, escape_path};

@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
+use crate::Server;
+
 /// Whether BPF programs can be loaded here: root and kernel BTF.
 pub fn bpf_available() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -47,13 +51,20 @@ pub struct Agent {
 impl Agent {
     /// Starts `bin` against `grpc_addr` at 97 Hz, exporting every second
     /// with `--stats`, and waits until it samples and has read the running
-    /// processes.
+    /// processes. It publishes no binaries unless `extra` says where
+    /// (`--upload-url`): a test's server holds what the test uploads.
     pub fn start(bin: &Path, grpc_addr: &str, extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let (stdout, stderr) = (dir.path().join("stdout"), dir.path().join("stderr"));
+        let uploads: &[&str] = if extra.contains(&"--upload-url") {
+            &[]
+        } else {
+            &["--no-upload-binaries"]
+        };
         let child = Command::new(bin)
             .args(["--server", &format!("http://{grpc_addr}")])
             .args(["--frequency", "97", "--interval", "1s", "--stats"])
+            .args(uploads)
             .args(extra)
             .env("RUST_LOG", "info,symtrace_agent=debug")
             .env("NO_COLOR", "1")
@@ -168,4 +179,72 @@ pub fn clang_with_frame_pointers(out: &Path, sources: &[PathBuf], extra: &[&str]
             .arg("-o")
             .arg(out),
     );
+}
+
+/// The service's CPU flamegraph, folded (root first): (frames, samples).
+pub fn folded(server: &Server, service: &str) -> Vec<(String, u64)> {
+    let url = format!(
+        "{}/api/v1/flamegraph?service={service}&format=folded&from=now-1h&to=now",
+        server.url
+    );
+    let resp = crate::client().get(url).send().unwrap();
+    if resp.status() != 200 {
+        return Vec::new(); // not ingested yet
+    }
+    crate::folded(&resp.text().unwrap())
+}
+
+/// The fields of the service's CPU flamegraph nodes named `name` (JSON
+/// format). Read out of the text: a JSON tree of a deep stack (node's are
+/// 50 frames deep) is beyond serde_json's recursion limit.
+pub fn tree_nodes(server: &Server, service: &str, name: &str) -> Vec<Value> {
+    let url = format!(
+        "{}/api/v1/flamegraph?service={service}&from=now-1h&to=now",
+        server.url
+    );
+    let resp = crate::client().get(url).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().unwrap();
+    let needle = format!("\"name\":{}", Value::from(name));
+    text.match_indices(&needle)
+        .filter_map(|(at, _)| {
+            let start = text[..at].rfind('{')?;
+            let end = at + text[at..].find(",\"children\":[")?;
+            serde_json::from_str(&format!("{}}}", &text[start..end])).ok()
+        })
+        .collect()
+}
+
+/// Samples of stacks holding `frame`.
+pub fn samples_with(stacks: &[(String, u64)], frame: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(s, _)| s.split(';').any(|f| f == frame))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Waits until `done` holds for the service's folded stacks (or 30 s).
+pub fn wait_for(
+    server: &Server,
+    service: &str,
+    done: impl Fn(&[(String, u64)]) -> bool,
+) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stacks = folded(server, service);
+        if done(&stacks) || Instant::now() > deadline {
+            return stacks;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The 40 heaviest stacks, one per line, for assertion messages.
+pub fn summary(stacks: &[(String, u64)]) -> String {
+    let mut lines: Vec<String> = stacks.iter().map(|(f, n)| format!("{n:>6} {f}")).collect();
+    lines.sort();
+    lines.reverse();
+    lines.truncate(40);
+    lines.join("\n")
 }

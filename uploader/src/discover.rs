@@ -1,4 +1,5 @@
-//! Finding ELF files and grouping them by build-ID.
+//! Finding ELF files and grouping them by build-ID (or, for files without
+//! one, by the key the store keeps them under: see `ElfInfo::storage_key`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
@@ -94,27 +95,24 @@ pub fn discover(paths: &[PathBuf]) -> Discovery {
 pub fn add_file(found: &mut Discovery, path: &Path) {
     match read_elf(path) {
         Ok(None) => found.non_elf += 1,
-        Ok(Some(file)) => match file.info.build_id.clone() {
-            Some(id) => {
-                let group = found.groups.entry(id).or_default();
-                if file.is_binary() {
-                    group.binaries.push(file);
-                } else {
-                    group.debug_files.push(file);
-                }
+        // Object files (`.o` left by build scripts) have no build-ID and
+        // nothing to publish.
+        Ok(Some(file))
+            if file.info.build_id.is_none()
+                && file.info.file_kind == symtrace_elf::FileKind::Relocatable =>
+        {
+            found.objects_ignored += 1
+        }
+        // Grouped by the key the store keeps them under: the GNU build-ID,
+        // else (a plain `go build`) the Go build-ID's key, else the htlhash.
+        Ok(Some(file)) => {
+            let group = found.groups.entry(file.info.storage_key()).or_default();
+            if file.is_binary() {
+                group.binaries.push(file);
+            } else {
+                group.debug_files.push(file);
             }
-            // Object files (`.o` left by build scripts) have no build-ID and
-            // nothing to publish.
-            None if file.info.file_kind == symtrace_elf::FileKind::Relocatable => {
-                found.objects_ignored += 1
-            }
-            None => found.failures.push(Failure {
-                path: path.to_path_buf(),
-                reason: "ELF file without a GNU build-ID note: link it with -Wl,--build-id \
-                         (Rust: -C link-arg=-Wl,--build-id)"
-                    .into(),
-            }),
-        },
+        }
         Err(reason) => found.failures.push(Failure {
             path: path.to_path_buf(),
             reason,

@@ -142,6 +142,19 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
         .map(|f| f.path.clone())
         .unwrap_or_default();
 
+    // A file with neither a GNU nor a Go build-ID is known only by its
+    // htlhash, which a split or stripped copy does not share: it is
+    // published whole, DWARF and all.
+    let whole_only =
+        binary.is_some_and(|b| b.info.build_id.is_none() && b.info.go_build_id.is_none());
+    if whole_only && opts.strip {
+        plan.errors.push(format!(
+            "{}: no GNU or Go build-ID, so its stripped copy could not be tied to its debug \
+             info; not stripped (link it with -Wl,--build-id)",
+            plan.label.display()
+        ));
+        return plan;
+    }
     // The executable is hashed while its debug info is split (unless it is
     // about to be rewritten by --strip).
     let exe_hash = binary.filter(|_| !opts.strip).map(|b| {
@@ -170,6 +183,7 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
             }
             dwarf_file = Some(d);
         }
+        (_, Some(b)) if whole_only => dwarf_file = Some(b),
         (_, Some(b)) if b.info.has_dwarf || b.info.has_symtab => {
             let out = opts.work_dir.join(format!("{build_id}.debug"));
             let split = std::fs::File::open(&b.path)

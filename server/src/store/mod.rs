@@ -197,9 +197,6 @@ impl SymbolStore {
             .await
             .map_err(std::io::Error::other)??;
         validate(&info, build_id, kind)?;
-        if info.build_id.is_none() {
-            self.check_file_key(&info, build_id).await?;
-        }
         let quality = info.quality();
         let outcome = |status, served_sha256: String, source_files| UploadOutcome {
             status,
@@ -288,32 +285,6 @@ impl SymbolStore {
             quality = quality.as_str(), ?status, origin, "artifact stored"
         );
         Ok(outcome(status, served, new.source_names.len()))
-    }
-
-    /// A file without a GNU build-ID is stored under its own htlhash, or
-    /// under the key of a stored file with the same Go build-ID (its
-    /// unstripped original, when this is the stripped copy).
-    async fn check_file_key(&self, info: &ElfInfo, claimed: &BuildId) -> Result<()> {
-        if info.htlhash == claimed.as_str() {
-            return Ok(());
-        }
-        if let Some(go) = &info.go_build_id {
-            if self
-                .meta
-                .keys_of(FileIdKind::Go, go)
-                .await?
-                .iter()
-                .any(|k| k == claimed.as_str())
-            {
-                return Ok(());
-            }
-        }
-        Err(Error::Rejected(format!(
-            "the ELF file has no GNU build-ID note, so it is stored under its file ID (htlhash) \
-             {}, not {claimed}; a stripped copy goes under its original's key only when both \
-             have the same Go build-ID (link with -Wl,--build-id to give it a GNU build-ID)",
-            info.htlhash
-        )))
     }
 
     async fn served_sha(&self, build_id: &BuildId, kind: ArtifactKind) -> Result<String> {
@@ -527,8 +498,22 @@ fn rejection(e: symtrace_elf::Error) -> String {
 
 fn validate(info: &ElfInfo, claimed: &BuildId, kind: ArtifactKind) -> Result<()> {
     match &info.build_id {
-        // Checked against the file's other IDs (`check_file_key`).
-        None => {}
+        // A file without a GNU build-ID: under the key of its Go build-ID,
+        // else under its own htlhash.
+        None if info.storage_key() == *claimed || info.htlhash == claimed.as_str() => {}
+        None => {
+            return Err(Error::Rejected(format!(
+                "the ELF file has no GNU build-ID note, so it is stored under {} ({}), not \
+                 {claimed}; a stripped copy of a file without a GNU or Go build-ID has another \
+                 htlhash and cannot be tied to it (link with -Wl,--build-id)",
+                info.storage_key(),
+                if info.go_build_id.is_some() {
+                    "the key of its Go build-ID"
+                } else {
+                    "its htlhash"
+                }
+            )))
+        }
         Some(found) if found != claimed => {
             return Err(Error::Rejected(format!(
                 "the ELF file's build-ID is {found}, not {claimed} as the URL says"

@@ -1,0 +1,251 @@
+//! Every frame named out of the box (issue #25): the agent publishes the
+//! binaries no CI uploaded, and Go programs as `go build` makes them are
+//! named. Real agents with their BPF programs loaded into this kernel, a
+//! real server, real compilers (clang, Debian's Go); root and BTF needed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use symtrace_testkit::agent::{
+    bpf_test, clang_with_frame_pointers, number_after, samples_with, summary, tree_nodes, wait_for,
+    Agent,
+};
+use symtrace_testkit::{self as kit, Backend, Server};
+
+fn workload(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workload")
+        .join(name)
+}
+
+/// An agent that publishes to `server`, fast (the test's own binaries are
+/// sampled too; the cap keeps the big ones out).
+fn publishing_agent(server: &Server) -> Agent {
+    Agent::start(
+        Path::new(env!("CARGO_BIN_EXE_symtrace-agent")),
+        &server.grpc_addr,
+        &[
+            "--upload-url",
+            &server.url,
+            "--upload-bytes-per-second",
+            "268435456",
+            "--upload-max-file-bytes",
+            "67108864",
+        ],
+    )
+}
+
+/// The flamegraph's `build_ids` entry for `id`.
+fn status_of(server: &Server, service: &str, id: &str) -> Option<String> {
+    let url = format!(
+        "{}/api/v1/flamegraph?service={service}&from=now-1h&to=now",
+        server.url
+    );
+    let (status, body) = kit::json_of(kit::client().get(url).send().unwrap());
+    assert_eq!(status, 200, "{body}");
+    body["build_ids"]
+        .as_array()?
+        .iter()
+        .find(|b| b["build_id"] == id)
+        .map(|b| b["status"].as_str().unwrap_or_default().to_owned())
+}
+
+fn run_for(exe: &Path, service: &str, seconds: &str) -> std::process::Child {
+    Command::new(exe)
+        .arg(seconds)
+        .env("OTEL_SERVICE_NAME", service)
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_service_never_uploaded_is_named_from_what_two_agents_published_once() {
+    let Some(_one) = bpf_test(&["clang-19", "objcopy"]) else {
+        return;
+    };
+    let server = Server::start(&Backend::local(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("vendor-full");
+    clang_with_frame_pointers(&full, &[workload("symtab_service.c")], &[]);
+    // What runs: a symbol table, no DWARF (the vendor's build).
+    let service_exe = dir.path().join("vendor-svc");
+    kit::run(
+        Command::new("objcopy")
+            .arg("--strip-debug")
+            .arg(&full)
+            .arg(&service_exe),
+    );
+    let build_id = kit::build_id_of(&service_exe);
+    let mut agents = [publishing_agent(&server), publishing_agent(&server)];
+    let service = kit::unique("vendor-");
+    let mut child = run_for(&service_exe, &service, "6");
+    let stacks = wait_for(&server, &service, |s| samples_with(s, "publish_heavy") > 0);
+    assert!(
+        samples_with(&stacks, "publish_heavy") > 0 && samples_with(&stacks, "publish_light") > 0,
+        "the symbol table the agent published names the service:\n{}",
+        summary(&stacks)
+    );
+    assert_eq!(
+        status_of(&server, &service, &build_id).as_deref(),
+        Some("symbols_only")
+    );
+    child.wait().unwrap();
+
+    // Published once, by one of the two agents, marked as an agent's.
+    let (_, details) = kit::json_of(server.get(&format!("/api/v1/debuginfo/{build_id}")));
+    let artifacts = details["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 1, "{details}");
+    assert_eq!(artifacts[0]["origin"], "agent");
+    assert_eq!(artifacts[0]["quality"], 2, "a symbol table");
+    for agent in &mut agents {
+        agent.stop();
+    }
+    let published: u64 = agents
+        .iter()
+        .map(|a| number_after(&a.last_line("total:").unwrap(), "binaries published "))
+        .sum();
+    let created = server.metric(
+        "symtrace_uploads_total",
+        &[("origin", "agent"), ("result", "created")],
+    );
+    let all = server.metric("symtrace_uploads_total", &[("origin", "agent")]);
+    let (_, listed) = kit::json_of(server.get("/api/v1/debuginfo?limit=1000"));
+    let by_agents = listed["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["origin"] == "agent")
+        .count();
+    // Every file the two agents sent was new: nothing was sent twice.
+    assert!(published >= 1);
+    assert_eq!(
+        created as u64, published,
+        "uploads created vs the agents' count"
+    );
+    assert_eq!(all, created, "an agent upload that was not new");
+    assert_eq!(by_agents as u64, published);
+
+    // The CI's DWARF for the same build-ID takes over: file and line.
+    server.upload(&build_id, "debuginfo", &full);
+    assert_eq!(
+        status_of(&server, &service, &build_id).as_deref(),
+        Some("ok")
+    );
+    let nodes = tree_nodes(&server, &service, "publish_heavy");
+    assert!(!nodes.is_empty());
+    for node in &nodes {
+        assert!(
+            node["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("symtab_service.c")),
+            "{node}"
+        );
+        assert!(node["line"].as_u64().is_some_and(|l| l > 0), "{node}");
+    }
+}
+
+/// Builds the Go workload with Debian's toolchain: `go build` with `flags`.
+fn go_build(dir: &Path, out: &Path, flags: &[&str]) {
+    kit::run(
+        Command::new("go")
+            .arg("build")
+            .args(flags)
+            .arg("-o")
+            .arg(out)
+            .arg(".")
+            .current_dir(workload("gowork"))
+            .env("GOCACHE", dir.join("gocache"))
+            .env("GOPATH", dir.join("gopath"))
+            .env("GOFLAGS", "-buildvcs=false")
+            .env("GO111MODULE", "on"),
+    );
+}
+
+#[test]
+fn a_plain_go_build_is_named_with_file_and_line() {
+    let Some(_one) = bpf_test(&["go", "readelf"]) else {
+        return;
+    };
+    let server = Server::start(&Backend::local(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("goplain");
+    let small = dir.path().join("gosmall");
+    go_build(dir.path(), &plain, &[]);
+    go_build(dir.path(), &small, &["-ldflags=-s -w"]);
+    let notes =
+        String::from_utf8(kit::run(Command::new("readelf").arg("-n").arg(&plain)).stdout).unwrap();
+    assert!(
+        notes.contains("GO BUILDID") && !notes.contains("Build ID:"),
+        "a plain go build has only Go's build-ID:\n{notes}"
+    );
+    // Published as CI would, with the uploader.
+    let out = kit::run(
+        Command::new(kit::workspace_bin("symtrace-upload"))
+            .args(["--server", &server.url, "--no-sources"])
+            .arg(&plain)
+            .arg(&small),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut agent = publishing_agent(&server);
+    let (plain_svc, small_svc) = (kit::unique("go-plain-"), kit::unique("go-small-"));
+    let mut a = run_for(&plain, &plain_svc, "6");
+    let mut b = run_for(&small, &small_svc, "6");
+    let stacks = wait_for(&server, &plain_svc, |s| {
+        samples_with(s, "main.heavyWork") > 0 && samples_with(s, "main.lightWork") > 0
+    });
+    assert!(
+        samples_with(&stacks, "main.heavyWork") > 0 && samples_with(&stacks, "main.lightWork") > 0,
+        "{}",
+        summary(&stacks)
+    );
+    // Under the Go runtime's frames. (main.main is missing above a
+    // frameless leaf: Go writes no .eh_frame to recover its caller from.)
+    assert!(
+        stacks
+            .iter()
+            .any(|(s, _)| s.contains("runtime.main;") && s.ends_with("main.heavyWork")),
+        "{}",
+        summary(&stacks)
+    );
+    let source = workload("gowork/main.go");
+    let text = std::fs::read_to_string(&source).unwrap();
+    let decl = text
+        .lines()
+        .position(|l| l.contains("func heavyWork"))
+        .unwrap() as u64
+        + 1;
+    let nodes: Vec<Value> = tree_nodes(&server, &plain_svc, "main.heavyWork");
+    assert!(!nodes.is_empty());
+    for node in &nodes {
+        assert!(
+            node["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("gowork/main.go")),
+            "{node}"
+        );
+        let line = node["line"].as_u64().unwrap_or(0);
+        assert!(
+            (decl..decl + 5).contains(&line),
+            "line {line}, heavyWork at {decl}: {node}"
+        );
+    }
+    // `-s -w` left no symbol table and no DWARF: reported as such.
+    let small_id = symtrace_elf::htlhash_bytes(&std::fs::read(&small).unwrap());
+    let small_stacks = wait_for(&server, &small_svc, |s| !s.is_empty());
+    assert!(!small_stacks.is_empty());
+    assert_eq!(
+        status_of(&server, &small_svc, &small_id).as_deref(),
+        Some("no_symbols"),
+        "{}",
+        summary(&small_stacks)
+    );
+    a.wait().unwrap();
+    b.wait().unwrap();
+    agent.stop();
+}
