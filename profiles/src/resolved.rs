@@ -63,6 +63,30 @@ impl BuildIdStatus {
     }
 }
 
+impl BuildIdStatus {
+    /// Why frames of a module with this status are named as they are, or
+    /// not at all, and what would name them: for people.
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Ok => "named from DWARF: functions, inlined calls, files and lines".into(),
+            Self::SymbolsOnly => "a symbol table only: functions without files or lines; an \
+                address outside every symbol stays unnamed (upload its debug info to name it)"
+                .into(),
+            Self::NoSymbols => "the stored files have no symbols (a stripped binary, a Go \
+                binary built with -ldflags=-s): publish its unstripped build, or use an \
+                upstream debuginfod server that has its debug info"
+                .into(),
+            Self::UnknownBuildId => "no file with this ID is stored here or upstream: publish it \
+                with symtrace-upload, or let symtrace-agent publish it"
+                .into(),
+            Self::UploadPending => {
+                "an agent is publishing the file; the next query names it".into()
+            }
+            Self::Error(message) => format!("symbolizing failed: {message}"),
+        }
+    }
+}
+
 impl fmt::Display for BuildIdStatus {
     /// The name, and for errors `error: <message>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -156,7 +180,24 @@ pub struct Resolved {
     /// Shown frames of each raw frame, leaf (innermost) first.
     expansion_items: Vec<u32>,
     /// Build-IDs asked and how they answered.
-    pub build_ids: Vec<(String, BuildIdStatus)>,
+    pub build_ids: Vec<ModuleStatus>,
+}
+
+/// How one module's (build-ID's) frames were named.
+#[derive(Debug, Clone)]
+pub struct ModuleStatus {
+    /// The ID the frames came with.
+    pub build_id: String,
+    /// Which kind of ID it is.
+    pub kind: BuildIdKind,
+    /// The mapping's file name.
+    pub module: String,
+    /// How the ID answered.
+    pub status: BuildIdStatus,
+    /// Distinct addresses asked.
+    pub addresses: usize,
+    /// Of those, the ones left unnamed.
+    pub unnamed: usize,
 }
 
 impl Resolved {
@@ -185,8 +226,20 @@ impl Resolved {
         let mut by_pointer: FxHashMap<(*const u8, *const u8, u32, u32), u32> = FxHashMap::default();
         for answer in answers {
             let b = answer.job.build_id;
-            out.build_ids
-                .push((answer.job.build_id_text, answer.status));
+            let module = answer
+                .job
+                .frames
+                .first()
+                .map(|&(f, _)| agg.str(agg.frames[f as usize].module).to_owned())
+                .unwrap_or_default();
+            out.build_ids.push(ModuleStatus {
+                build_id: answer.job.build_id_text.clone(),
+                kind: answer.job.kind,
+                module,
+                status: answer.status.clone(),
+                addresses: answer.job.frames.len(),
+                unnamed: answer.found.iter().filter(|f| f.is_none()).count(),
+            });
             by_pointer.reserve(answer.job.frames.len());
             for ((frame, _), named) in answer.job.frames.iter().zip(answer.found) {
                 if *frame as usize >= out.expansion_spans.len() {

@@ -8,7 +8,10 @@ use crate::{Error, Inputs, Source};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Symbol<'data> {
     pub address: u64,
-    /// Size; symbols without one extend to the next symbol.
+    /// Size; a symbol without one covers only its own address (a label in
+    /// hand-written assembly: how far its code goes is unknown, and naming
+    /// everything up to the next symbol after it names code that is not
+    /// its own — padding, local functions the table leaves out).
     pub size: u64,
     pub name: &'data str,
 }
@@ -65,15 +68,45 @@ impl<'data> SymbolTable<'data> {
         }
     }
 
-    /// The symbol containing `address`.
+    /// The symbol whose extent holds `address`; `None` between symbols,
+    /// never the nearest one before.
     pub fn find(&self, address: u64) -> Option<&Symbol<'data>> {
         let i = self.symbols.partition_point(|s| s.address <= address);
         let symbol = self.symbols.get(i.checked_sub(1)?)?;
-        let end = match symbol.size {
-            0 => self.symbols.get(i).map_or(u64::MAX, |next| next.address),
-            size => symbol.address.saturating_add(size),
-        };
+        let end = symbol.address.saturating_add(symbol.size.max(1));
         (address < end).then_some(symbol)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_named_only_inside_a_symbols_extent() {
+        let sym = |address, size, name| Symbol {
+            address,
+            size,
+            name,
+        };
+        let table = SymbolTable {
+            source: Some(Source::Dynsym),
+            symbols: vec![
+                sym(0x1000, 0x20, "a"),
+                sym(0x1100, 0, "label"),
+                sym(0x1200, 0x10, "b"),
+            ],
+        };
+        let name = |address| table.find(address).map(|s| s.name);
+        assert_eq!(name(0xfff), None);
+        assert_eq!(name(0x1000), Some("a"));
+        assert_eq!(name(0x101f), Some("a"));
+        // A gap (a static function .dynsym leaves out): not a's.
+        assert_eq!(name(0x1020), None);
+        assert_eq!(name(0x1100), Some("label"));
+        assert_eq!(name(0x1101), None, "a size-0 symbol has no extent");
+        assert_eq!(name(0x120f), Some("b"));
+        assert_eq!(name(0x1210), None);
     }
 }
 

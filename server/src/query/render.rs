@@ -20,7 +20,17 @@ fn summary(answer: &Answer, sides: &[Selection], max_nodes: usize, t: &tree::Tre
         .resolved
         .build_ids
         .iter()
-        .map(|(b, s)| json!({"build_id": b, "status": s.to_string()}))
+        .map(|m| {
+            json!({
+                "build_id": m.build_id,
+                "id_kind": m.kind.as_str(),
+                "module": m.module,
+                "status": m.status.to_string(),
+                "reason": m.status.reason(),
+                "addresses": m.addresses,
+                "unnamed": m.unnamed,
+            })
+        })
         .collect();
     let sel = &sides[0];
     json!({

@@ -298,6 +298,25 @@ function fillTop(functions) {
   }
 }
 
+// The modules whose frames stayed (partly) unnamed, and why: the
+// answer's per-build-ID status, with what would name them.
+function fillModules(modules) {
+  const list = $("modules");
+  list.replaceChildren();
+  const unnamed = modules.filter((m) => m.unnamed > 0);
+  list.classList.toggle("hidden", unnamed.length === 0);
+  for (const m of unnamed) {
+    const li = document.createElement("li");
+    li.dataset.status = m.status;
+    const name = (m.module || "").split("/").pop() || m.build_id;
+    const b = document.createElement("b");
+    b.textContent = name;
+    li.append(b, " — " + m.unnamed + " of " + m.addresses + " addresses unnamed: " + m.status.replace(/_/g, " ") + ". " + m.reason);
+    li.title = (m.id_kind || "gnu") + " " + m.build_id;
+    list.appendChild(li);
+  }
+}
+
 async function loadFlame(params) {
   state.query = params;
   showTab("flame");
@@ -342,6 +361,7 @@ async function loadFlame(params) {
       };
     }
     drawFlame();
+    fillModules(body.build_ids || []);
     fillTop(body.functions || []);
     setStatus("");
   } catch (e) {

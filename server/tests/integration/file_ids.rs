@@ -67,6 +67,17 @@ fn a_file_without_a_gnu_build_id_is_stored_claimed_and_named_by_its_htlhash() {
         send_by_file_id(&python, &server, &demo, &htl, "nobid");
         let fg = flamegraph(&server, "q", "nobid", "");
         assert_eq!(status_of(&fg), "unknown_build_id", "{fg}");
+        let module = &fg["build_ids"][0];
+        assert_eq!(module["id_kind"], "htlhash", "{fg}");
+        assert_eq!(module["module"], "/usr/local/bin/demo", "{fg}");
+        assert_eq!(module["unnamed"], module["addresses"], "{fg}");
+        assert!(
+            module["reason"]
+                .as_str()
+                .unwrap()
+                .contains("symtrace-upload"),
+            "{fg}"
+        );
 
         // One agent of two gets the claim; the query says an upload is on its way.
         let first = claim(&server, &htl, "htlhash", 3, "host-a");
@@ -118,6 +129,7 @@ fn a_file_without_a_gnu_build_id_is_stored_claimed_and_named_by_its_htlhash() {
         assert_eq!(status, 201, "{body}");
         let fg = flamegraph(&server, "q", "nobid", "");
         assert_eq!(status_of(&fg), "ok", "{fg}");
+        assert_eq!(fg["build_ids"][0]["unnamed"], 0, "{fg}");
         assert_named(&fg, "stored under its htlhash");
         // Stored with DWARF: nobody is asked for it again.
         assert_eq!(

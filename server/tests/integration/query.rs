@@ -608,6 +608,13 @@ fn web_ui_in_headless_chromium() {
             demo.main], "count": 5}],
     });
     crate::memory::send(&python, &server, jit);
+    // And a library nobody published.
+    let vendor = json!({
+        "service": "ui-jit",
+        "binary": {"path": "/opt/vendor/libsecret.so", "build_id": "ab".repeat(20)},
+        "stacks": [{"frames": [0x1234, 0x5678], "count": 2}],
+    });
+    crate::memory::send(&python, &server, vendor);
     let artifacts = artifacts_dir();
     let out = run(node_script(&modules, "ui.cjs").args([
         server.url.as_str(),
@@ -690,6 +697,16 @@ fn web_ui_in_headless_chromium() {
         (48..=82).contains(&jit_hue) && (8..=42).contains(&native_hue),
         "{r}"
     );
+    // Unnamed frames: which module, how many, why.
+    assert_eq!(r["modules_hidden_when_named"], true, "{r}");
+    let modules = r["modules"].as_str().unwrap();
+    assert!(
+        modules.contains("libsecret.so")
+            && modules.contains("2 of 2 addresses unnamed: unknown build id")
+            && modules.contains("symtrace-upload"),
+        "{r}"
+    );
+    assert!(!modules.contains("demo"), "{r}");
     let tip = r["jit_tooltip"].as_str().unwrap();
     assert!(
         tip.contains("[v8js]") && tip.contains("/srv/app.js:12"),

@@ -45,6 +45,7 @@ function hue(css) {
     await frame.waitFor();
     report.summary = await page.textContent("#summary");
     report.frames = await page.locator("#flame .frame").count();
+    report.modules_hidden_when_named = await page.locator("#modules").isHidden();
     report.top = await page.locator("#top tbody tr").allTextContents();
     const before = await frame.boundingBox();
     // Hover shows file:line.
@@ -137,6 +138,8 @@ function hue(css) {
       .evaluate((e) => getComputedStyle(e).backgroundColor));
     await jit.hover();
     report.jit_tooltip = await page.textContent("#tooltip");
+    // The module nothing names, and why.
+    report.modules = await page.textContent("#modules");
     await page.screenshot({ path: path.join(artifacts, "ui-jit.png"), fullPage: true });
   } finally {
     report.errors = errors;
