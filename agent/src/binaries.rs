@@ -147,13 +147,7 @@ pub struct Binaries {
     /// Where sampled files go to be published (`--no-upload-binaries`:
     /// nowhere).
     pub offers: Option<crate::upload::Offers>,
-    /// Files offered already (device, inode).
-    offered: std::collections::HashSet<(u64, u64)>,
 }
-
-/// Files remembered as offered; beyond it the set starts over (the server
-/// answers a repeated offer from its own records).
-const MAX_OFFERED: usize = 100_000;
 
 impl Binaries {
     pub fn get(&mut self, proc_root: &Path, pid: u32, map: &MapEntry) -> Option<Arc<Binary>> {
@@ -178,8 +172,8 @@ impl Binaries {
     }
 
     /// Offers the file of `map`, whose code process `pid` was sampled in,
-    /// for publishing — once per file.
-    pub fn offer_sampled(&mut self, pid: u32, map: &MapEntry) {
+    /// for publishing — once per file, held open from now on.
+    pub fn offer_sampled(&mut self, proc_root: &Path, pid: u32, map: &MapEntry) {
         let Some(offers) = &self.offers else { return };
         let Some(Some(binary)) = self.by_file.get(&(map.dev, map.inode)) else {
             return;
@@ -187,19 +181,18 @@ impl Binaries {
         let Some(id) = binary.build_id.clone().or_else(|| binary.htlhash.clone()) else {
             return;
         };
-        if self.offered.len() >= MAX_OFFERED {
-            self.offered.clear();
-        }
-        if !self.offered.insert((map.dev, map.inode)) {
+        if !offers.wants(map, binary.symbols, binary.size) {
             return;
         }
+        let Ok(file) = safefile::open_mapped(proc_root, pid, map) else {
+            return;
+        };
         offers.offer(crate::upload::Offer {
-            pid,
+            file,
             map: map.clone(),
             id,
             htlhash: binary.build_id.is_none(),
             symbols: binary.symbols,
-            size: binary.size,
         });
     }
 

@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         },
     ));
     let uploads = (!args.no_upload_binaries).then(|| {
-        let (offers, rx, stats) = upload::channel();
+        let (offers, rx) = upload::channel(args.upload_max_file_bytes);
         let options = upload::Options {
             url: args
                 .upload_url
@@ -88,12 +88,11 @@ fn main() -> anyhow::Result<()> {
             tenant: args.tenant.clone(),
             token: args.token.clone(),
             bytes_per_second: args.upload_bytes_per_second,
-            max_file_bytes: args.upload_max_file_bytes,
             holder: format!("{host_name}/{}", std::process::id()),
-            proc_root: "/proc".into(),
         };
         tracing::info!(url = %options.url, "publishing the binaries the server lacks");
-        runtime.spawn(upload::run(rx, options, stats.clone()));
+        runtime.spawn(upload::run(rx, options, offers.clone()));
+        let stats = offers.stats();
         (offers, stats)
     });
     let stop = Arc::new(AtomicBool::new(false));

@@ -76,7 +76,7 @@ impl Resolver<'_> {
                     map,
                     self.vdso,
                 ));
-                self.binaries.offer_sampled(self.pid, map);
+                self.binaries.offer_sampled(self.root, self.pid, map);
                 self.process.mappings[i] = Some(m.clone());
                 m
             }

@@ -68,6 +68,17 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// An already open file, as if opened through a mapping.
+    #[cfg(test)]
+    pub fn for_test(file: File) -> Self {
+        let meta = file.metadata().unwrap();
+        Opened {
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            file,
+        }
+    }
+
     /// Whether the file is as it was when opened (size, modification time).
     pub fn unchanged(&self) -> bool {
         self.file

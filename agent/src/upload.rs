@@ -11,9 +11,9 @@
 //! are read on the blocking pool, a chunk at a time, and the body is paced
 //! by sleeping, so an export is never late because of an upload.
 
-use std::path::PathBuf;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 
 use crate::maps::MapEntry;
 
-/// Offers waiting for the uploader; more are dropped (and offered again
-/// when a new process maps the file).
-const QUEUE: usize = 1024;
+/// Offers waiting for the uploader, each holding its file open; more are
+/// dropped (and offered again when a new process maps the file).
+const QUEUE: usize = 256;
 /// Offers claimed in one `missing` request.
 const BATCH: usize = 256;
 /// How long offers gather before a claim request.
@@ -31,33 +31,73 @@ const GATHER: Duration = Duration::from_secs(2);
 /// Bytes read and sent per piece of an upload body.
 const CHUNK: usize = 256 << 10;
 
-/// A file whose code was sampled, and how to reach it.
+/// A file whose code was sampled, open: a short-lived process's file can
+/// still be read when its turn comes.
 pub struct Offer {
-    pub pid: u32,
+    pub file: crate::safefile::Opened,
     pub map: MapEntry,
     /// Its GNU build-ID, else its htlhash.
     pub id: String,
     pub htlhash: bool,
     /// 3 DWARF, 2 `.symtab`, 1 `.dynsym`, 0 nothing.
     pub symbols: i32,
-    pub size: u64,
 }
+
+/// Files remembered as offered; beyond it the set starts over (the server
+/// answers a repeated offer from its own records).
+const MAX_OFFERED: usize = 100_000;
 
 /// The sampler's end of the queue.
 #[derive(Clone)]
 pub struct Offers {
     tx: mpsc::Sender<Offer>,
     stats: Arc<Stats>,
+    /// Files (device, inode) offered and not failed: offered once.
+    offered: Arc<Mutex<HashSet<(u64, u64)>>>,
+    max_file_bytes: u64,
 }
 
 impl Offers {
+    /// Whether the file of `map` is worth offering: not offered before,
+    /// with symbols, not over the size bound (else counted, once, as
+    /// unpublishable). Marks it offered.
+    pub fn wants(&self, map: &MapEntry, symbols: i32, size: u64) -> bool {
+        let mut offered = self.offered.lock().unwrap_or_else(|e| e.into_inner());
+        if offered.len() >= MAX_OFFERED {
+            offered.clear();
+        }
+        if !offered.insert((map.dev, map.inode)) {
+            return false;
+        }
+        if symbols == 0 || size > self.max_file_bytes {
+            self.stats.skipped.fetch_add(1, Relaxed);
+            return false;
+        }
+        true
+    }
+
     /// Hands an offer to the uploader without waiting; counted as dropped
-    /// when the queue is full.
+    /// (and offered again later) when the queue is full.
     pub fn offer(&self, offer: Offer) {
         self.stats.offered.fetch_add(1, Relaxed);
-        if self.tx.try_send(offer).is_err() {
+        if let Err(e) = self.tx.try_send(offer) {
             self.stats.dropped.fetch_add(1, Relaxed);
+            let offer = match e {
+                mpsc::error::TrySendError::Full(o) | mpsc::error::TrySendError::Closed(o) => o,
+            };
+            self.forget(&offer.map);
         }
+    }
+
+    /// Lets the file of `map` be offered again (its upload failed).
+    fn forget(&self, map: &MapEntry) {
+        let mut offered = self.offered.lock().unwrap_or_else(|e| e.into_inner());
+        offered.remove(&(map.dev, map.inode));
+    }
+
+    /// What the uploader did so far.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
     }
 }
 
@@ -69,7 +109,8 @@ pub struct Stats {
     /// Granted by the server and uploaded.
     pub uploaded: AtomicU64,
     pub uploaded_bytes: AtomicU64,
-    /// Not uploaded: larger than `--upload-max-file-bytes`, or no symbols.
+    /// Files not offered: larger than `--upload-max-file-bytes`, or
+    /// without symbols.
     pub skipped: AtomicU64,
     pub failed: AtomicU64,
 }
@@ -105,28 +146,28 @@ pub struct Options {
     pub tenant: Option<String>,
     pub token: Option<String>,
     pub bytes_per_second: u64,
-    pub max_file_bytes: u64,
     /// This agent's name in its claims (host and process).
     pub holder: String,
-    pub proc_root: PathBuf,
 }
 
-/// The queue between sampler and uploader, and its stats.
-pub fn channel() -> (Offers, mpsc::Receiver<Offer>, Arc<Stats>) {
+/// The queue between sampler and uploader (files up to `max_file_bytes`).
+pub fn channel(max_file_bytes: u64) -> (Offers, mpsc::Receiver<Offer>) {
     let (tx, rx) = mpsc::channel(QUEUE);
-    let stats = Arc::new(Stats::default());
     (
         Offers {
             tx,
-            stats: stats.clone(),
+            stats: Arc::new(Stats::default()),
+            offered: Arc::default(),
+            max_file_bytes,
         },
         rx,
-        stats,
     )
 }
 
-/// The uploader task: until the sampler's end is dropped.
-pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, stats: Arc<Stats>) {
+/// The uploader task: until the sampler's end is dropped. `offers` is
+/// told of failures, so their files are offered again.
+pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, offers: Offers) {
+    let stats = offers.stats();
     let client = match reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()
@@ -147,13 +188,7 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, stats: Arc<Sta
                 Ok(None) | Err(_) => break,
             }
         }
-        let (wanted, skipped): (Vec<Offer>, Vec<Offer>) = batch
-            .into_iter()
-            .partition(|o| o.symbols > 0 && o.size <= options.max_file_bytes);
-        stats.skipped.fetch_add(skipped.len() as u64, Relaxed);
-        if wanted.is_empty() {
-            continue;
-        }
+        let wanted = batch;
         let granted = match claim(&client, &options, &wanted).await {
             Ok(g) => g,
             Err(e) => {
@@ -163,6 +198,9 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, stats: Arc<Sta
                 }
                 tracing::warn!(error = %e, files = wanted.len(), "claiming binaries to upload failed");
                 stats.failed.fetch_add(wanted.len() as u64, Relaxed);
+                for offer in &wanted {
+                    offers.forget(&offer.map);
+                }
                 continue;
             }
         };
@@ -177,7 +215,10 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, stats: Arc<Sta
                     tracing::info!(path = %offer.map.path, id = %offer.id, key, bytes, "published a binary no CI uploaded");
                 }
                 Err(e) => {
+                    // Offered again when sampled in a new process; the
+                    // claim is this agent's until it runs out.
                     stats.failed.fetch_add(1, Relaxed);
+                    offers.forget(&offer.map);
                     tracing::warn!(path = %offer.map.path, id = %offer.id, error = %e, "uploading a binary failed");
                 }
             }
@@ -262,17 +303,8 @@ async fn upload(
     offer: &Offer,
     key: &str,
 ) -> Result<u64, String> {
-    let (root, pid, map) = (options.proc_root.clone(), offer.pid, offer.map.clone());
-    let opened =
-        tokio::task::spawn_blocking(move || crate::safefile::open_mapped(&root, pid, &map))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|skip| format!("the file cannot be read again: {skip:?}"))?;
-    let size = opened.size;
-    if size > options.max_file_bytes {
-        return Err(format!("{size} bytes, over --upload-max-file-bytes"));
-    }
-    let file = Arc::new(opened);
+    let size = offer.file.size;
+    let file = Arc::new(offer.file.file.try_clone().map_err(|e| e.to_string())?);
     let rate = options.bytes_per_second.max(1);
     let started = Instant::now();
     let body = futures::stream::unfold(0u64, move |offset| {
@@ -289,7 +321,7 @@ async fn upload(
             let read = tokio::task::spawn_blocking(move || {
                 use std::os::unix::fs::FileExt;
                 let mut buf = vec![0u8; len];
-                file.file.read_exact_at(&mut buf, offset).map(|()| buf)
+                file.read_exact_at(&mut buf, offset).map(|()| buf)
             })
             .await
             .map_err(std::io::Error::other)
@@ -314,6 +346,9 @@ async fn upload(
         .await
         .map_err(|e| e.to_string())?;
     let status = resp.status();
+    if !offer.file.unchanged() {
+        return Err("the file changed while it was sent".into());
+    }
     if status.is_success() {
         Ok(size)
     } else {
@@ -368,28 +403,44 @@ mod tests {
         assert_eq!(url_escape("/usr/lib/a b&c=d"), "/usr/lib/a%20b%26c%3Dd");
     }
 
+    fn map(inode: u64) -> MapEntry {
+        MapEntry {
+            start: 0,
+            end: 1,
+            offset: 0,
+            dev: 0,
+            inode,
+            path: "/x".into(),
+            deleted: false,
+        }
+    }
+
     #[test]
-    fn a_full_queue_drops_and_counts() {
-        let (offers, _rx, stats) = channel();
-        for _ in 0..QUEUE + 5 {
+    fn files_are_offered_once_unless_dropped_and_only_with_symbols_within_the_bound() {
+        let (offers, _rx) = channel(1000);
+        assert!(!offers.wants(&map(1), 0, 10), "no symbols");
+        assert!(!offers.wants(&map(2), 2, 1001), "too large");
+        assert!(!offers.wants(&map(2), 2, 10), "counted once");
+        assert_eq!(offers.stats().skipped.load(Relaxed), 2);
+        assert!(offers.wants(&map(3), 2, 1000));
+        assert!(!offers.wants(&map(3), 2, 1000), "once");
+        let file = tempfile::tempfile().unwrap();
+        for inode in 0..QUEUE as u64 + 5 {
+            let m = map(100 + inode);
+            assert!(offers.wants(&m, 2, 1));
             offers.offer(Offer {
-                pid: 1,
-                map: MapEntry {
-                    start: 0,
-                    end: 1,
-                    offset: 0,
-                    dev: 0,
-                    inode: 1,
-                    path: "/x".into(),
-                    deleted: false,
-                },
+                file: crate::safefile::Opened::for_test(file.try_clone().unwrap()),
+                map: m,
                 id: "ab".into(),
                 htlhash: false,
                 symbols: 2,
-                size: 1,
             });
         }
+        let stats = offers.stats();
         assert_eq!(stats.offered.load(Relaxed), QUEUE as u64 + 5);
         assert_eq!(stats.dropped.load(Relaxed), 5);
+        // A dropped offer may be made again; a queued one not.
+        assert!(offers.wants(&map(100 + QUEUE as u64 + 4), 2, 1));
+        assert!(!offers.wants(&map(100), 2, 1));
     }
 }

@@ -8,8 +8,8 @@ use std::process::Command;
 
 use serde_json::Value;
 use symtrace_testkit::agent::{
-    bpf_test, clang_with_frame_pointers, number_after, samples_with, summary, tree_nodes, wait_for,
-    Agent,
+    bpf_test, clang_with_frame_pointers, folded, number_after, samples_with, summary, tree_nodes,
+    wait_for, Agent,
 };
 use symtrace_testkit::{self as kit, Backend, Server};
 
@@ -248,4 +248,164 @@ fn a_plain_go_build_is_named_with_file_and_line() {
     a.wait().unwrap();
     b.wait().unwrap();
     agent.stop();
+}
+
+/// Distinct unnamed frames of `module` (`module+0xADDRESS`) in the stacks.
+fn unnamed_frames(stacks: &[(String, u64)], module: &str) -> std::collections::BTreeSet<u64> {
+    let prefix = format!("{module}+0x");
+    stacks
+        .iter()
+        .flat_map(|(s, _)| s.split(';'))
+        .filter_map(|f| u64::from_str_radix(f.strip_prefix(&prefix)?, 16).ok())
+        .collect()
+}
+
+/// (address, size, name) of the defined functions of `file`'s dynamic
+/// symbol table, as binutils reads them.
+fn dynamic_functions(file: &Path) -> Vec<(u64, u64, String)> {
+    let out = kit::run(
+        Command::new("nm")
+            .args(["-D", "-S", "--defined-only"])
+            .arg(file),
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 4 || !matches!(f[2], "T" | "t" | "W" | "i") {
+                return None;
+            }
+            Some((
+                u64::from_str_radix(f[0], 16).ok()?,
+                u64::from_str_radix(f[1], 16).ok()?,
+                f[3].split('@').next()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn third_party_interpreters_are_named_as_far_as_their_own_symbols_go() {
+    let Some(_one) = bpf_test(&["node", "nm"]) else {
+        return;
+    };
+    let python = PathBuf::from("/usr/bin/python3.11");
+    assert!(python.exists(), "Debian's python3 (python3.11)");
+    let node = std::fs::canonicalize(
+        String::from_utf8(kit::run(Command::new("sh").args(["-c", "command -v node"])).stdout)
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let server = Server::start(&Backend::local(), &[]);
+    let mut agent = Agent::start(
+        Path::new(env!("CARGO_BIN_EXE_symtrace-agent")),
+        &server.grpc_addr,
+        &[
+            "--upload-url",
+            &server.url,
+            "--upload-bytes-per-second",
+            "268435456",
+            "--upload-max-file-bytes",
+            "134217728",
+        ],
+    );
+    let (py_svc, node_svc) = (kit::unique("py-"), kit::unique("node-"));
+    let mut py = Command::new(&python)
+        .args([
+            "-c",
+            "import time\nt = time.time()\nwhile time.time() - t < 8:\n    sum(i * i for i in range(10000))",
+        ])
+        .env("OTEL_SERVICE_NAME", &py_svc)
+        .spawn()
+        .unwrap();
+    let mut js = Command::new(&node)
+        .args([
+            "-e",
+            "const t = Date.now(); let s = 0; while (Date.now() - t < 8000) { for (let i = 0; i < 1e6; i++) s += Math.sqrt(i); JSON.stringify({s}); }",
+        ])
+        .env("OTEL_SERVICE_NAME", &node_svc)
+        .spawn()
+        .unwrap();
+    // Named from what the agent published: python's .dynsym, node's own
+    // symbol table.
+    // Node's 90 MB go first, and its DWARF is indexed: give it time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let named = |stacks: &[(String, u64)], frame: &str| {
+        stacks.iter().any(|(s, _)| s.split(';').any(|f| f == frame))
+    };
+    while std::time::Instant::now() < deadline
+        && !(named(&folded(&server, &py_svc), "_PyEval_EvalFrameDefault")
+            && named(&folded(&server, &node_svc), "node::Start"))
+    {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    py.wait().unwrap();
+    js.wait().unwrap();
+    agent.stop();
+    // Every sample exported; the flamegraph and the answer read together.
+    let py_stacks = wait_for(&server, &py_svc, |_| true);
+    let node_stacks = wait_for(&server, &node_svc, |_| true);
+    assert!(
+        samples_with(&py_stacks, "_PyEval_EvalFrameDefault") > 0,
+        "{}\n{}",
+        summary(&py_stacks),
+        agent.stderr()
+    );
+    assert!(
+        node_stacks.iter().any(|(s, _)| s.contains("node::Start")),
+        "{}",
+        summary(&node_stacks)
+    );
+
+    // python3.11: only .dynsym. A named frame is one of its functions; an
+    // unnamed one lies outside every function's extent (a static function
+    // the table leaves out), never named after the symbol before it.
+    let functions = dynamic_functions(&python);
+    assert!(functions.len() > 1000, "{} functions", functions.len());
+    let names: std::collections::HashSet<&str> =
+        functions.iter().map(|(_, _, n)| n.as_str()).collect();
+    let python_id = kit::build_id_of(&python);
+    let url = format!(
+        "{}/api/v1/flamegraph?service={py_svc}&from=now-1h&to=now",
+        server.url
+    );
+    let (_, fg) = kit::json_of(kit::client().get(url).send().unwrap());
+    let module = fg["build_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["build_id"] == python_id.as_str())
+        .unwrap_or_else(|| panic!("python3.11 in {}", fg["build_ids"]))
+        .clone();
+    assert_eq!(module["status"], "symbols_only", "{module}");
+    let unnamed = unnamed_frames(&py_stacks, "python3.11");
+    assert_eq!(module["unnamed"], unnamed.len(), "{module}");
+    if !unnamed.is_empty() {
+        assert!(
+            module["reason"]
+                .as_str()
+                .unwrap()
+                .contains("outside every symbol"),
+            "{module}"
+        );
+    }
+    for address in &unnamed {
+        let inside = functions
+            .iter()
+            .find(|(a, size, _)| (*a..a + size.max(&1)).contains(address));
+        assert!(inside.is_none(), "{address:#x} is inside {inside:?}");
+    }
+    // Frames in python3.11 that were named carry one of its functions.
+    let stack_text: String = py_stacks.iter().map(|(s, _)| format!("{s};")).collect();
+    assert!(names.contains("_PyEval_EvalFrameDefault"));
+    assert!(stack_text.contains("_PyEval_EvalFrameDefault;"));
+
+    // node: its own symbol table (and DWARF) names its frames.
+    let node_id = kit::build_id_of(&node);
+    let (_, details) = kit::json_of(server.get(&format!("/api/v1/debuginfo/{node_id}")));
+    assert_eq!(details["artifacts"][0]["origin"], "agent", "{details}");
+    let (_, details) = kit::json_of(server.get(&format!("/api/v1/debuginfo/{python_id}")));
+    assert_eq!(details["artifacts"][0]["origin"], "agent", "{details}");
+    assert_eq!(details["artifacts"][0]["quality"], 1, "{details}");
 }

@@ -238,7 +238,11 @@ impl Resolved {
                 module,
                 status: answer.status.clone(),
                 addresses: answer.job.frames.len(),
-                unnamed: answer.found.iter().filter(|f| f.is_none()).count(),
+                unnamed: answer
+                    .found
+                    .iter()
+                    .filter(|f| f.as_ref().is_none_or(|f| f.is_empty()))
+                    .count(),
             });
             by_pointer.reserve(answer.job.frames.len());
             for ((frame, _), named) in answer.job.frames.iter().zip(answer.found) {

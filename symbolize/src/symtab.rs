@@ -78,38 +78,6 @@ impl<'data> SymbolTable<'data> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_address_is_named_only_inside_a_symbols_extent() {
-        let sym = |address, size, name| Symbol {
-            address,
-            size,
-            name,
-        };
-        let table = SymbolTable {
-            source: Some(Source::Dynsym),
-            symbols: vec![
-                sym(0x1000, 0x20, "a"),
-                sym(0x1100, 0, "label"),
-                sym(0x1200, 0x10, "b"),
-            ],
-        };
-        let name = |address| table.find(address).map(|s| s.name);
-        assert_eq!(name(0xfff), None);
-        assert_eq!(name(0x1000), Some("a"));
-        assert_eq!(name(0x101f), Some("a"));
-        // A gap (a static function .dynsym leaves out): not a's.
-        assert_eq!(name(0x1020), None);
-        assert_eq!(name(0x1100), Some("label"));
-        assert_eq!(name(0x1101), None, "a size-0 symbol has no extent");
-        assert_eq!(name(0x120f), Some("b"));
-        assert_eq!(name(0x1210), None);
-    }
-}
-
 fn collect<'data, 'file>(
     file: &'file object::File<'data>,
     symbols: impl Iterator<Item = object::Symbol<'data, 'file>>,
@@ -150,5 +118,37 @@ fn is_code<'data>(file: &object::File<'data>, symbol: &object::Symbol<'data, '_>
             executable && !name.starts_with('$') && !name.starts_with(".L")
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_named_only_inside_a_symbols_extent() {
+        let sym = |address, size, name| Symbol {
+            address,
+            size,
+            name,
+        };
+        let table = SymbolTable {
+            source: Some(Source::Dynsym),
+            symbols: vec![
+                sym(0x1000, 0x20, "a"),
+                sym(0x1100, 0, "label"),
+                sym(0x1200, 0x10, "b"),
+            ],
+        };
+        let name = |address| table.find(address).map(|s| s.name);
+        assert_eq!(name(0xfff), None);
+        assert_eq!(name(0x1000), Some("a"));
+        assert_eq!(name(0x101f), Some("a"));
+        // A gap (a static function .dynsym leaves out): not a's.
+        assert_eq!(name(0x1020), None);
+        assert_eq!(name(0x1100), Some("label"));
+        assert_eq!(name(0x1101), None, "a size-0 symbol has no extent");
+        assert_eq!(name(0x120f), Some("b"));
+        assert_eq!(name(0x1210), None);
     }
 }
