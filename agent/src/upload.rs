@@ -208,11 +208,13 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, offers: Offers
             let Some(offer) = wanted.get(index) else {
                 continue;
             };
+            let started = Instant::now();
             match upload(&client, &options, offer, &key).await {
                 Ok(bytes) => {
                     stats.uploaded.fetch_add(1, Relaxed);
                     stats.uploaded_bytes.fetch_add(bytes, Relaxed);
-                    tracing::info!(path = %offer.map.path, id = %offer.id, key, bytes, "published a binary no CI uploaded");
+                    let elapsed_ms = started.elapsed().as_millis() as u64;
+                    tracing::info!(path = %offer.map.path, id = %offer.id, key, bytes, elapsed_ms, "published a binary no CI uploaded");
                 }
                 Err(e) => {
                     // Offered again when sampled in a new process; the

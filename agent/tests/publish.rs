@@ -409,3 +409,158 @@ fn third_party_interpreters_are_named_as_far_as_their_own_symbols_go() {
     assert_eq!(details["artifacts"][0]["origin"], "agent", "{details}");
     assert_eq!(details["artifacts"][0]["quality"], 1, "{details}");
 }
+
+/// The vendor service, linked with build-ID `build_id` and `pad` bytes of
+/// a non-loaded section: a file of a known size to upload.
+fn padded_service(dir: &Path, name: &str, build_id: &str, pad: usize) -> PathBuf {
+    let full = dir.join(format!("{name}-full"));
+    clang_with_frame_pointers(
+        &full,
+        &[workload("symtab_service.c")],
+        &[&format!("-Wl,--build-id=0x{build_id}")],
+    );
+    let padding = dir.join(format!("{name}.pad"));
+    let bytes: Vec<u8> = (0..pad).map(|i| (i * 131 % 251) as u8).collect();
+    std::fs::write(&padding, bytes).unwrap();
+    let out = dir.join(name);
+    kit::run(
+        Command::new("objcopy")
+            .arg("--strip-debug")
+            .arg(format!("--add-section=.pad={}", padding.display()))
+            .arg(&full)
+            .arg(&out),
+    );
+    out
+}
+
+/// Waits (up to `secs`) until the server stores something under `build_id`.
+fn wait_stored(server: &Server, build_id: &str, secs: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if server
+            .get(&format!("/api/v1/debuginfo/{build_id}"))
+            .status()
+            == 200
+        {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
+}
+
+/// (bytes, elapsed ms) of the agent's upload of `path`, from its log.
+fn upload_logged(agent: &Agent, path: &Path) -> (u64, u64) {
+    let log = agent.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("published a binary") && l.contains(&path.display().to_string()))
+        .unwrap_or_else(|| panic!("no upload of {} logged:\n{log}", path.display()));
+    (
+        number_after(line, "bytes="),
+        number_after(line, "elapsed_ms="),
+    )
+}
+
+#[test]
+fn uploads_keep_to_their_byte_rate_and_a_slow_server_delays_no_export() {
+    let Some(_one) = bpf_test(&["clang-19", "objcopy", "python3"]) else {
+        return;
+    };
+    let server = Server::start(&Backend::local(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_symtrace-agent"));
+
+    // The cap: 1.5 MiB at 512 KiB/s cannot take less than 3 s.
+    let rate = 512 * 1024u64;
+    let capped = padded_service(dir.path(), "capped", "c0ffee01", 3 << 19);
+    let size = std::fs::metadata(&capped).unwrap().len();
+    let mut agent = Agent::start(
+        agent_bin,
+        &server.grpc_addr,
+        &[
+            "--upload-url",
+            &server.url,
+            "--upload-bytes-per-second",
+            &rate.to_string(),
+            "--upload-max-file-bytes",
+            "4194304",
+        ],
+    );
+    let mut child = run_for(&capped, &kit::unique("capped-"), "4");
+    assert!(wait_stored(&server, "c0ffee01", 60), "{}", agent.stderr());
+    child.wait().unwrap();
+    agent.stop();
+    let (bytes, ms) = upload_logged(&agent, &capped);
+    assert_eq!(bytes, size);
+    let floor = size * 1000 / rate;
+    assert!(
+        ms >= floor * 95 / 100,
+        "{bytes} bytes in {ms} ms: faster than {rate} B/s"
+    );
+
+    // A slow server (a 32 KiB/s link in front of it): 256 KiB take 8 s,
+    // and the exports, which do not go through it, stay on time.
+    let mut link = Command::new("python3")
+        .arg(workload("slowlink.py"))
+        .arg(server.url.trim_start_matches("http://"))
+        .arg("32768")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(link.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let port = first.trim().strip_prefix("listening ").unwrap().to_owned();
+    let slow = padded_service(dir.path(), "slow", "c0ffee02", 256 << 10);
+    let mut agent = Agent::start(
+        agent_bin,
+        &server.grpc_addr,
+        &[
+            "--upload-url",
+            &format!("http://127.0.0.1:{port}"),
+            "--upload-bytes-per-second",
+            "16777216",
+            "--upload-max-file-bytes",
+            "4194304",
+        ],
+    );
+    let service = kit::unique("slow-");
+    let mut child = run_for(&slow, &service, "12");
+    assert!(wait_stored(&server, "c0ffee02", 60), "{}", agent.stderr());
+    child.wait().unwrap();
+    agent.stop();
+    let _ = link.kill();
+    let (_, ms) = upload_logged(&agent, &slow);
+    assert!(ms >= 6000, "the link is slow: {ms} ms");
+    // One export a second while the upload crawled: none waited.
+    let stats: Vec<String> = agent
+        .stdout()
+        .lines()
+        .filter(|l| l.starts_with("stats:"))
+        .map(str::to_owned)
+        .collect();
+    assert!(stats.len() >= 10, "{stats:?}");
+    for line in &stats {
+        assert!(number_after(line, "buffered ") <= 1, "{line}");
+    }
+    let total = agent.last_line("total:").unwrap();
+    assert_eq!(number_after(&total, "failed exports "), 0, "{total}");
+    let delivered: Vec<u64> = stats
+        .iter()
+        .map(|l| number_after(l, "samples in "))
+        .collect();
+    assert!(
+        delivered.windows(2).all(|w| w[1] > w[0]),
+        "a batch every interval: {delivered:?}"
+    );
+    let stacks = wait_for(&server, &service, |s| samples_with(s, "publish_heavy") > 0);
+    assert!(
+        samples_with(&stacks, "publish_heavy") > 0,
+        "{}",
+        summary(&stacks)
+    );
+}
