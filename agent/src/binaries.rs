@@ -193,6 +193,7 @@ impl Binaries {
             id,
             htlhash: binary.build_id.is_none(),
             symbols: binary.symbols,
+            attempts: 0,
         });
     }
 

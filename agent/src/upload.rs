@@ -30,6 +30,10 @@ const BATCH: usize = 256;
 const GATHER: Duration = Duration::from_secs(2);
 /// Bytes read and sent per piece of an upload body.
 const CHUNK: usize = 256 << 10;
+/// Tries per offer (a server away, an upload cut); between them 30 s,
+/// doubling.
+const ATTEMPTS: u32 = 5;
+const RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// A file whose code was sampled, open: a short-lived process's file can
 /// still be read when its turn comes.
@@ -41,6 +45,8 @@ pub struct Offer {
     pub htlhash: bool,
     /// 3 DWARF, 2 `.symtab`, 1 `.dynsym`, 0 nothing.
     pub symbols: i32,
+    /// Failed tries so far.
+    pub attempts: u32,
 }
 
 /// Files remembered as offered; beyond it the set starts over (the server
@@ -87,6 +93,22 @@ impl Offers {
             };
             self.forget(&offer.map);
         }
+    }
+
+    /// Tries `offer` again later, or — after [`ATTEMPTS`] — lets its file
+    /// be offered again when sampled in a new process.
+    fn retry(&self, mut offer: Offer) {
+        offer.attempts += 1;
+        if offer.attempts >= ATTEMPTS {
+            self.forget(&offer.map);
+            return;
+        }
+        let tx = self.tx.clone();
+        let delay = RETRY_AFTER * 2u32.pow(offer.attempts - 1);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = tx.send(offer).await;
+        });
     }
 
     /// Lets the file of `map` be offered again (its upload failed).
@@ -164,8 +186,8 @@ pub fn channel(max_file_bytes: u64) -> (Offers, mpsc::Receiver<Offer>) {
     )
 }
 
-/// The uploader task: until the sampler's end is dropped. `offers` is
-/// told of failures, so their files are offered again.
+/// The uploader task: until the sampler's end is dropped. Failures go
+/// back through `offers` (tried again later).
 pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, offers: Offers) {
     let stats = offers.stats();
     let client = match reqwest::Client::builder()
@@ -196,20 +218,21 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, offers: Offers
                     told_token = true;
                     tracing::warn!("the server wants a token to publish binaries: pass --token");
                 }
-                tracing::warn!(error = %e, files = wanted.len(), "claiming binaries to upload failed");
+                tracing::warn!(error = %e, files = wanted.len(), "claiming binaries to upload failed; trying again later");
                 stats.failed.fetch_add(wanted.len() as u64, Relaxed);
-                for offer in &wanted {
-                    offers.forget(&offer.map);
+                for offer in wanted {
+                    offers.retry(offer);
                 }
                 continue;
             }
         };
+        let mut wanted: Vec<Option<Offer>> = wanted.into_iter().map(Some).collect();
         for (index, key) in granted {
-            let Some(offer) = wanted.get(index) else {
+            let Some(offer) = wanted.get_mut(index).and_then(Option::take) else {
                 continue;
             };
             let started = Instant::now();
-            match upload(&client, &options, offer, &key).await {
+            match upload(&client, &options, &offer, &key).await {
                 Ok(bytes) => {
                     stats.uploaded.fetch_add(1, Relaxed);
                     stats.uploaded_bytes.fetch_add(bytes, Relaxed);
@@ -217,11 +240,11 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, offers: Offers
                     tracing::info!(path = %offer.map.path, id = %offer.id, key, bytes, elapsed_ms, "published a binary no CI uploaded");
                 }
                 Err(e) => {
-                    // Offered again when sampled in a new process; the
-                    // claim is this agent's until it runs out.
+                    // The claim is this agent's until it runs out: the
+                    // next try renews it.
                     stats.failed.fetch_add(1, Relaxed);
-                    offers.forget(&offer.map);
-                    tracing::warn!(path = %offer.map.path, id = %offer.id, error = %e, "uploading a binary failed");
+                    tracing::warn!(path = %offer.map.path, id = %offer.id, error = %e, attempt = offer.attempts + 1, "uploading a binary failed");
+                    offers.retry(offer);
                 }
             }
         }
@@ -436,6 +459,7 @@ mod tests {
                 id: "ab".into(),
                 htlhash: false,
                 symbols: 2,
+                attempts: 0,
             });
         }
         let stats = offers.stats();

@@ -179,18 +179,29 @@ fn a_plain_go_build_is_named_with_file_and_line() {
         notes.contains("GO BUILDID") && !notes.contains("Build ID:"),
         "a plain go build has only Go's build-ID:\n{notes}"
     );
-    // Published as CI would, with the uploader.
-    let out = kit::run(
-        Command::new(kit::workspace_bin("symtrace-upload"))
-            .args(["--server", &server.url, "--no-sources"])
-            .arg(&plain)
-            .arg(&small),
+    // Published as CI would: the DWARF split off and the binary stripped in
+    // place (`--strip`), so what runs has another htlhash than what was
+    // built; the `-s -w` build as it is.
+    let built = std::fs::read(&plain).unwrap();
+    for (file, strip) in [(&plain, true), (&small, false)] {
+        let out = kit::run(
+            Command::new(kit::workspace_bin("symtrace-upload"))
+                .args(["--server", &server.url, "--no-sources"])
+                .args(strip.then_some("--strip"))
+                .arg(file),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stripped = std::fs::read(&plain).unwrap();
+    assert_ne!(
+        symtrace_elf::htlhash_bytes(&built),
+        symtrace_elf::htlhash_bytes(&stripped)
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(!symtrace_elf::inspect(&stripped).unwrap().has_dwarf);
 
     let mut agent = publishing_agent(&server);
     let (plain_svc, small_svc) = (kit::unique("go-plain-"), kit::unique("go-small-"));

@@ -4,8 +4,9 @@
 //! A profiler names a file by its GNU build-ID, or — for a file without
 //! one, a plain `go build` for instance — by its htlhash (the
 //! OpenTelemetry eBPF profiler's file ID) or its Go build-ID. The store
-//! keeps every file under one key (its GNU build-ID, else its htlhash) and
-//! indexes it by its other IDs too ([`key_of`]).
+//! keeps every file under one key (its GNU build-ID, else the key of its Go
+//! build-ID, else its htlhash: `ElfInfo::storage_key`) and indexes it by
+//! its other IDs too ([`key_of`]).
 //!
 //! An agent that samples a file the server has no symbols for asks, in a
 //! `missing` request, to *claim* it: the claim is granted to one agent of

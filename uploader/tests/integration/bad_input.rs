@@ -22,7 +22,7 @@ fn files_that_cannot_be_published_are_reported() {
         &["-g", "-Wl,--build-id", "hello.c"],
         "good",
     );
-    compile(
+    let no_build_id = compile(
         dir.path(),
         "gcc",
         &["-g", "-Wl,--build-id=none", "hello.c"],
@@ -33,8 +33,26 @@ fn files_that_cannot_be_published_are_reported() {
 
     let (code, summary, stderr) = upload(&server.url, &[], &[dir.path()]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("-Wl,--build-id"), "{stderr}");
     assert!(stderr.contains("dangling"), "{stderr}");
+    // A file without a GNU build-ID is no longer refused: it is published
+    // whole under its htlhash (it has no Go build-ID either).
+    let htlhash = symtrace_elf::htlhash_bytes(&std::fs::read(&no_build_id).unwrap());
+    let (status, details) = json_of(server.get(&format!("/api/v1/debuginfo/{htlhash}")));
+    assert_eq!(status, 200, "{details}\n{stderr}");
+    let artifacts = details["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 1, "whole, not split: {details}");
+    assert_eq!(artifacts[0]["kind"], "executable", "{details}");
+    assert_eq!(artifacts[0]["has_dwarf"], true, "{details}");
+    // …and never stripped: a stripped copy would have another htlhash.
+    let before = std::fs::read(&no_build_id).unwrap();
+    let (code, _, stderr) = upload(&server.url, &["--strip"], &[&no_build_id]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no GNU or Go build-ID"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&no_build_id).unwrap(),
+        before,
+        "left as built"
+    );
     assert!(summary["non_elf_files"].as_u64().unwrap() >= 1, "{summary}");
     // The good file was still published.
     let id = build_id_of(&good);
