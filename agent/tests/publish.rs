@@ -545,6 +545,7 @@ fn uploads_keep_to_their_byte_rate_and_a_slow_server_delays_no_export() {
     child.wait().unwrap();
     agent.stop();
     let _ = link.kill();
+    let _ = link.wait();
     let (_, ms) = upload_logged(&agent, &slow);
     assert!(ms >= 6000, "the link is slow: {ms} ms");
     // One export a second while the upload crawled: none waited.
