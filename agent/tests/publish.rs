@@ -19,9 +19,9 @@ fn workload(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// An agent that publishes to `server`, fast (the test's own binaries are
-/// sampled too; the cap keeps the big ones out).
-fn publishing_agent(server: &Server) -> Agent {
+/// An agent that publishes to `server`, fast, files up to `max_bytes` (the
+/// test's own binaries are sampled too; the bound keeps the big ones out).
+fn publishing_agent(server: &Server, max_bytes: u64) -> Agent {
     Agent::start(
         Path::new(env!("CARGO_BIN_EXE_symtrace-agent")),
         &server.grpc_addr,
@@ -31,7 +31,7 @@ fn publishing_agent(server: &Server) -> Agent {
             "--upload-bytes-per-second",
             "268435456",
             "--upload-max-file-bytes",
-            "67108864",
+            &max_bytes.to_string(),
         ],
     )
 }
@@ -77,7 +77,10 @@ fn a_service_never_uploaded_is_named_from_what_two_agents_published_once() {
             .arg(&service_exe),
     );
     let build_id = kit::build_id_of(&service_exe);
-    let mut agents = [publishing_agent(&server), publishing_agent(&server)];
+    let mut agents = [
+        publishing_agent(&server, 64 << 20),
+        publishing_agent(&server, 64 << 20),
+    ];
     let service = kit::unique("vendor-");
     let mut child = run_for(&service_exe, &service, "6");
     let stacks = wait_for(&server, &service, |s| samples_with(s, "publish_heavy") > 0);
@@ -203,7 +206,7 @@ fn a_plain_go_build_is_named_with_file_and_line() {
     );
     assert!(!symtrace_elf::inspect(&stripped).unwrap().has_dwarf);
 
-    let mut agent = publishing_agent(&server);
+    let mut agent = publishing_agent(&server, 64 << 20);
     let (plain_svc, small_svc) = (kit::unique("go-plain-"), kit::unique("go-small-"));
     let mut a = run_for(&plain, &plain_svc, "6");
     let mut b = run_for(&small, &small_svc, "6");
@@ -309,18 +312,8 @@ fn third_party_interpreters_are_named_as_far_as_their_own_symbols_go() {
     )
     .unwrap();
     let server = Server::start(&Backend::local(), &[]);
-    let mut agent = Agent::start(
-        Path::new(env!("CARGO_BIN_EXE_symtrace-agent")),
-        &server.grpc_addr,
-        &[
-            "--upload-url",
-            &server.url,
-            "--upload-bytes-per-second",
-            "268435456",
-            "--upload-max-file-bytes",
-            "134217728",
-        ],
-    );
+    // node is 99 MB.
+    let mut agent = publishing_agent(&server, 128 << 20);
     let (py_svc, node_svc) = (kit::unique("py-"), kit::unique("node-"));
     let mut py = Command::new(&python)
         .args([
