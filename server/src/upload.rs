@@ -36,6 +36,9 @@ use crate::zerocopy::PeerAddr;
 
 /// Most entries a `missing` request may ask about.
 const MAX_MISSING_ITEMS: usize = 100_000;
+/// Most claims a `missing` request may make (each costs a few database
+/// round trips; an agent sends at most 256).
+const MAX_CLAIMS: usize = 1024;
 /// Most members a source bundle may hold.
 const MAX_BUNDLE_ENTRIES: usize = 100_000;
 
@@ -375,6 +378,14 @@ async fn missing(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             format!("at most {MAX_MISSING_ITEMS} items per request"),
+        ));
+    }
+    let claims = request.items.iter().filter(|i| i.claim.is_some()).count();
+    if claims > MAX_CLAIMS {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("at most {MAX_CLAIMS} claims per request, not {claims}"),
         ));
     }
     for (i, item) in request.items.iter().enumerate() {

@@ -109,6 +109,18 @@ fn a_file_without_a_gnu_build_id_is_stored_claimed_and_named_by_its_htlhash() {
             assert_error(status, &body, 400, "item 0");
         }
 
+        // At most 1,024 claims a request.
+        let many: Vec<Value> = (0..1025)
+            .map(|i| json!({"build_id": format!("{i:032x}"), "id_kind": "htlhash",
+                            "kind": "executable", "claim": "h"}))
+            .collect();
+        let resp = client()
+            .post(format!("{}/api/v1/debuginfo/missing", server.url))
+            .json(&json!({ "items": many }))
+            .send()
+            .unwrap();
+        let (status, body) = json_of(resp);
+        assert_error(status, &body, 413, "1024 claims");
         // Under another key: refused, and told the right one.
         let wrong = "ab".repeat(16);
         let (status, body) =
