@@ -181,7 +181,7 @@ impl Binaries {
         let Some(id) = binary.build_id.clone().or_else(|| binary.htlhash.clone()) else {
             return;
         };
-        if !offers.wants(map, binary.symbols, binary.size) {
+        if !offers.wants(map, binary.symbols, binary.size, binary.build_id.is_some()) {
             return;
         }
         let Ok(file) = safefile::open_mapped(proc_root, pid, map) else {

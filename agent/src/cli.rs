@@ -163,8 +163,10 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_BYTES_PER_SECOND", default_value_t = 2 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
     pub upload_bytes_per_second: u64,
 
-    /// Largest binary published; larger ones are counted as unpublishable
-    /// (publish them from CI with symtrace-upload).
+    /// Largest binary published whole; a larger one with a GNU build-ID
+    /// and a symbol table is published as its symbol tables and DWARF
+    /// (like objcopy --only-keep-debug) if those fit, else counted as
+    /// unpublishable (publish it from CI with symtrace-upload).
     #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_MAX_FILE_BYTES", default_value_t = 512 << 20)]
     pub upload_max_file_bytes: u64,
 }

@@ -65,9 +65,10 @@ pub struct Offers {
 
 impl Offers {
     /// Whether the file of `map` is worth offering: not offered before,
-    /// with symbols, not over the size bound (else counted, once, as
-    /// unpublishable). Marks it offered.
-    pub fn wants(&self, map: &MapEntry, symbols: i32, size: u64) -> bool {
+    /// with symbols, within the size bound — or, with a GNU build-ID
+    /// (`gnu`) and a symbol table or DWARF, over it: its symbol tables are
+    /// sent then (else counted, once, as unpublishable). Marks it offered.
+    pub fn wants(&self, map: &MapEntry, symbols: i32, size: u64, gnu: bool) -> bool {
         let mut offered = self.offered.lock().unwrap_or_else(|e| e.into_inner());
         if offered.len() >= MAX_OFFERED {
             offered.clear();
@@ -75,7 +76,8 @@ impl Offers {
         if !offered.insert((map.dev, map.inode)) {
             return false;
         }
-        if symbols == 0 || size > self.max_file_bytes {
+        let fits = size <= self.max_file_bytes || (gnu && symbols >= 2);
+        if symbols == 0 || !fits {
             self.stats.skipped.fetch_add(1, Relaxed);
             return false;
         }
@@ -168,6 +170,8 @@ pub struct Options {
     pub tenant: Option<String>,
     pub token: Option<String>,
     pub bytes_per_second: u64,
+    /// Files larger than this go as their symbol tables, if those fit.
+    pub max_file_bytes: u64,
     /// This agent's name in its claims (host and process).
     pub holder: String,
 }
@@ -239,12 +243,16 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, offers: Offers
                     let elapsed_ms = started.elapsed().as_millis() as u64;
                     tracing::info!(path = %offer.map.path, id = %offer.id, key, bytes, elapsed_ms, "published a binary no CI uploaded");
                 }
-                Err(e) => {
+                Err(Failure::Retry(e)) => {
                     // The claim is this agent's until it runs out: the
                     // next try renews it.
                     stats.failed.fetch_add(1, Relaxed);
                     tracing::warn!(path = %offer.map.path, id = %offer.id, error = %e, attempt = offer.attempts + 1, "uploading a binary failed");
                     offers.retry(offer);
+                }
+                Err(Failure::GiveUp(e)) => {
+                    stats.skipped.fetch_add(1, Relaxed);
+                    tracing::warn!(path = %offer.map.path, id = %offer.id, error = %e, "not publishing a binary");
                 }
             }
         }
@@ -321,27 +329,22 @@ async fn claim(
         .unwrap_or_default())
 }
 
-/// Uploads the offered file under `key`, paced; returns the bytes sent.
-async fn upload(
-    client: &reqwest::Client,
-    options: &Options,
-    offer: &Offer,
-    key: &str,
-) -> Result<u64, String> {
-    let size = offer.file.size;
-    let file = Arc::new(offer.file.file.try_clone().map_err(|e| e.to_string())?);
-    let rate = options.bytes_per_second.max(1);
-    let started = Instant::now();
-    let body = futures::stream::unfold(0u64, move |offset| {
+/// Why an upload did not happen: worth another try later, or not.
+enum Failure {
+    Retry(String),
+    GiveUp(String),
+}
+
+type Pieces = futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
+
+/// The whole file, a piece at a time, read on the blocking pool.
+fn whole_file(file: Arc<std::fs::File>, size: u64) -> Pieces {
+    Box::pin(futures::stream::unfold(0u64, move |offset| {
         let file = file.clone();
         async move {
             if offset >= size {
                 return None;
             }
-            // Paced: the piece at `offset` leaves no earlier than
-            // offset / rate seconds after the start.
-            let due = started + Duration::from_secs_f64(offset as f64 / rate as f64);
-            tokio::time::sleep_until(due.into()).await;
             let len = CHUNK.min((size - offset) as usize);
             let read = tokio::task::spawn_blocking(move || {
                 use std::os::unix::fs::FileExt;
@@ -356,32 +359,145 @@ async fn upload(
                 Err(e) => (Err(e), size),
             })
         }
+    }))
+}
+
+/// What `objcopy --only-keep-debug` would write of the file (its symbol
+/// table and DWARF; code and data left out), written on the blocking pool
+/// into the body as it goes; more than `max` bytes fail the upload.
+fn symbol_tables(file: Arc<std::fs::File>, max: u64) -> Pieces {
+    struct Sender {
+        tx: mpsc::Sender<std::io::Result<bytes::Bytes>>,
+        buf: Vec<u8>,
+        written: u64,
+        max: u64,
+    }
+    impl std::io::Write for Sender {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.written += data.len() as u64;
+            if self.written > self.max {
+                return Err(std::io::Error::other(OVER_BOUND));
+            }
+            self.buf.extend_from_slice(data);
+            if self.buf.len() >= CHUNK {
+                self.flush()?;
+            }
+            Ok(data.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            if self.buf.is_empty() {
+                return Ok(());
+            }
+            let piece = bytes::Bytes::from(std::mem::take(&mut self.buf));
+            self.tx
+                .blocking_send(Ok(piece))
+                .map_err(|_| std::io::Error::other("the upload was given up"))
+        }
+    }
+    let (tx, rx) = mpsc::channel(2);
+    tokio::task::spawn_blocking(move || {
+        let mut out = Sender {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(CHUNK),
+            written: 0,
+            max,
+        };
+        let result = symtrace_elf::only_keep_debug(&*file, &mut out)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|_| std::io::Write::flush(&mut out));
+        if let Err(e) = result {
+            let _ = tx.blocking_send(Err(e));
+        }
     });
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    }))
+}
+
+/// The message of a symbol-table extract over the size bound.
+const OVER_BOUND: &str = "its symbol tables are over --upload-max-file-bytes too";
+
+/// `pieces` paced to `rate` bytes a second from now: a piece leaves no
+/// earlier than (bytes before it) / rate seconds after the start; `sent`
+/// counts what left.
+fn paced(pieces: Pieces, rate: u64, sent: Arc<AtomicU64>) -> Pieces {
+    let started = Instant::now();
+    Box::pin(futures::StreamExt::then(pieces, move |piece| {
+        let sent = sent.clone();
+        async move {
+            let before = sent.load(Relaxed);
+            let due = started + Duration::from_secs_f64(before as f64 / rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+            if let Ok(bytes) = &piece {
+                sent.fetch_add(bytes.len() as u64, Relaxed);
+            }
+            piece
+        }
+    }))
+}
+
+/// Uploads the offered file under `key`, paced; returns the bytes sent.
+/// A file within `--upload-max-file-bytes` goes whole (the executable);
+/// a larger one with a GNU build-ID as its symbol tables and DWARF only
+/// (a debuginfo file), if those fit.
+async fn upload(
+    client: &reqwest::Client,
+    options: &Options,
+    offer: &Offer,
+    key: &str,
+) -> Result<u64, Failure> {
+    let size = offer.file.size;
+    let file = offer
+        .file
+        .file
+        .try_clone()
+        .map_err(|e| Failure::Retry(e.to_string()))?;
+    let file = Arc::new(file);
+    let rate = options.bytes_per_second.max(1);
+    let whole = size <= options.max_file_bytes;
+    let (pieces, kind, length) = if whole {
+        (whole_file(file, size), "executable", Some(size))
+    } else {
+        (
+            symbol_tables(file, options.max_file_bytes),
+            "debuginfo",
+            None,
+        )
+    };
+    let sent = Arc::new(AtomicU64::new(0));
+    let body = paced(pieces, rate, sent.clone());
     let path = format!(
-        "/api/v1/debuginfo/{key}/executable?origin=agent&file={}",
+        "/api/v1/debuginfo/{key}/{kind}?origin=agent&file={}",
         url_escape(&offer.map.path)
     );
     // Slow by design: the pace, plus a minute.
-    let timeout = Duration::from_secs(60 + size / rate);
-    let resp = request(client, options, reqwest::Method::PUT, &path)
-        .timeout(timeout)
-        .header(reqwest::header::CONTENT_LENGTH, size)
-        .body(reqwest::Body::wrap_stream(body))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs(60 + length.unwrap_or(options.max_file_bytes) / rate);
+    let mut req = request(client, options, reqwest::Method::PUT, &path).timeout(timeout);
+    if let Some(n) = length {
+        req = req.header(reqwest::header::CONTENT_LENGTH, n);
+    }
+    let resp = req.body(reqwest::Body::wrap_stream(body)).send().await;
+    let resp = match resp {
+        Err(e) if format!("{e:?}").contains(OVER_BOUND) => {
+            return Err(Failure::GiveUp(OVER_BOUND.into()))
+        }
+        r => r.map_err(|e| Failure::Retry(e.to_string()))?,
+    };
     let status = resp.status();
     if !offer.file.unchanged() {
-        return Err("the file changed while it was sent".into());
+        return Err(Failure::Retry("the file changed while it was sent".into()));
     }
     if status.is_success() {
-        Ok(size)
+        return Ok(sent.load(Relaxed));
+    }
+    let text = resp.text().await.unwrap_or_default();
+    let message = format!("{status}: {}", text.chars().take(300).collect::<String>());
+    // The server refused the file itself: another try sends the same.
+    if matches!(status.as_u16(), 400 | 409 | 413 | 422) {
+        Err(Failure::GiveUp(message))
     } else {
-        let text = resp.text().await.unwrap_or_default();
-        Err(format!(
-            "{status}: {}",
-            text.chars().take(300).collect::<String>()
-        ))
+        Err(Failure::Retry(message))
     }
 }
 
@@ -443,16 +559,24 @@ mod tests {
     #[test]
     fn files_are_offered_once_unless_dropped_and_only_with_symbols_within_the_bound() {
         let (offers, _rx) = channel(1000);
-        assert!(!offers.wants(&map(1), 0, 10), "no symbols");
-        assert!(!offers.wants(&map(2), 2, 1001), "too large");
-        assert!(!offers.wants(&map(2), 2, 10), "counted once");
-        assert_eq!(offers.stats().skipped.load(Relaxed), 2);
-        assert!(offers.wants(&map(3), 2, 1000));
-        assert!(!offers.wants(&map(3), 2, 1000), "once");
+        assert!(!offers.wants(&map(1), 0, 10, true), "no symbols");
+        assert!(
+            !offers.wants(&map(2), 1, 1001, true),
+            "too large, .dynsym only"
+        );
+        assert!(!offers.wants(&map(2), 2, 10, true), "counted once");
+        assert!(
+            !offers.wants(&map(4), 2, 1001, false),
+            "too large, no GNU build-ID"
+        );
+        assert_eq!(offers.stats().skipped.load(Relaxed), 3);
+        assert!(offers.wants(&map(3), 2, 1000, false));
+        assert!(!offers.wants(&map(3), 2, 1000, false), "once");
+        assert!(offers.wants(&map(5), 2, 1001, true), "its symbol tables");
         let file = tempfile::tempfile().unwrap();
         for inode in 0..QUEUE as u64 + 5 {
             let m = map(100 + inode);
-            assert!(offers.wants(&m, 2, 1));
+            assert!(offers.wants(&m, 2, 1, true));
             offers.offer(Offer {
                 file: crate::safefile::Opened::for_test(file.try_clone().unwrap()),
                 map: m,
@@ -466,7 +590,7 @@ mod tests {
         assert_eq!(stats.offered.load(Relaxed), QUEUE as u64 + 5);
         assert_eq!(stats.dropped.load(Relaxed), 5);
         // A dropped offer may be made again; a queued one not.
-        assert!(offers.wants(&map(100 + QUEUE as u64 + 4), 2, 1));
-        assert!(!offers.wants(&map(100), 2, 1));
+        assert!(offers.wants(&map(100 + QUEUE as u64 + 4), 2, 1, true));
+        assert!(!offers.wants(&map(100), 2, 1, true));
     }
 }

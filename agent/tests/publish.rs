@@ -569,3 +569,45 @@ fn uploads_keep_to_their_byte_rate_and_a_slow_server_delays_no_export() {
         summary(&stacks)
     );
 }
+
+#[test]
+fn a_binary_over_the_size_bound_is_published_as_its_symbol_table() {
+    let Some(_one) = bpf_test(&["clang-19", "objcopy"]) else {
+        return;
+    };
+    let server = Server::start(&Backend::local(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("big-full");
+    clang_with_frame_pointers(
+        &full,
+        &[workload("symtab_service.c")],
+        &["-DPAD_BYTES=3145728"],
+    );
+    let big = dir.path().join("big-svc");
+    kit::run(
+        Command::new("objcopy")
+            .arg("--strip-debug")
+            .arg(&full)
+            .arg(&big),
+    );
+    assert!(std::fs::metadata(&big).unwrap().len() > 3 << 20);
+    let build_id = kit::build_id_of(&big);
+    let mut agent = publishing_agent(&server, 1 << 20);
+    let service = kit::unique("big-");
+    let mut child = run_for(&big, &service, "5");
+    let stacks = wait_for(&server, &service, |s| samples_with(s, "publish_heavy") > 0);
+    child.wait().unwrap();
+    agent.stop();
+    assert!(
+        samples_with(&stacks, "publish_heavy") > 0,
+        "{}\n{}",
+        summary(&stacks),
+        agent.stderr()
+    );
+    let (_, details) = kit::json_of(server.get(&format!("/api/v1/debuginfo/{build_id}")));
+    let artifact = &details["artifacts"][0];
+    assert_eq!(artifact["kind"], "debuginfo", "{details}");
+    assert_eq!(artifact["origin"], "agent", "{details}");
+    assert_eq!(artifact["quality"], 2, "{details}");
+    assert!(artifact["size"].as_u64().unwrap() < 1 << 20, "{details}");
+}

@@ -6,6 +6,11 @@
 
 static volatile unsigned long sink;
 
+#ifdef PAD_BYTES
+/* Read-only data that makes the file large (its code stays small). */
+const unsigned char publish_pad[PAD_BYTES] = {1};
+#endif
+
 __attribute__((noinline)) void publish_heavy(long n)
 {
   for (long i = 0; i < n; i++)

@@ -111,8 +111,10 @@ fn a_file_without_a_gnu_build_id_is_stored_claimed_and_named_by_its_htlhash() {
 
         // At most 1,024 claims a request.
         let many: Vec<Value> = (0..1025)
-            .map(|i| json!({"build_id": format!("{i:032x}"), "id_kind": "htlhash",
-                            "kind": "executable", "claim": "h"}))
+            .map(|i| {
+                json!({"build_id": format!("{i:032x}"), "id_kind": "htlhash",
+                            "kind": "executable", "claim": "h"})
+            })
             .collect();
         let resp = client()
             .post(format!("{}/api/v1/debuginfo/missing", server.url))
