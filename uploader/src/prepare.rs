@@ -150,7 +150,8 @@ pub fn plan(build_id: &BuildId, group: &Group, opts: &Options<'_>) -> Plan {
     if whole_only && opts.strip {
         plan.errors.push(format!(
             "{}: no GNU or Go build-ID, so its stripped copy could not be tied to its debug \
-             info; not stripped (link it with -Wl,--build-id)",
+             info; neither stripped nor published (publish it without --strip, or link it \
+             with -Wl,--build-id)",
             plan.label.display()
         ));
         return plan;
