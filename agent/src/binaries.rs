@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use object::{Object, ObjectSection, ObjectSegment, ReadRef};
+use symtrace_elf::Quality;
 
 use crate::cfi::SectionRef;
 use crate::maps::MapEntry;
@@ -24,9 +25,9 @@ pub struct Binary {
     /// For a file without a GNU build-ID: its htlhash (the OpenTelemetry
     /// eBPF profiler's file ID), which the server knows it by.
     pub htlhash: Option<String>,
-    /// What names its code, as the server ranks it: 3 DWARF, 2 `.symtab`,
-    /// 1 `.dynsym`, 0 nothing (from the section headers alone).
-    pub symbols: i32,
+    /// What names its code, as the server ranks it (from the section
+    /// headers alone).
+    pub symbols: Quality,
     /// Its size in bytes (0 when parsed from memory).
     pub size: u64,
     /// PT_LOAD segments: (file offset, file size, virtual address).
@@ -74,13 +75,13 @@ impl Binary {
             })
         };
         let symbols = if present(&[".debug_info", ".zdebug_info"]) {
-            3
+            Quality::Dwarf
         } else if present(&[".symtab"]) {
-            2
+            Quality::SymTab
         } else if present(&[".dynsym"]) {
-            1
+            Quality::DynSym
         } else {
-            0
+            Quality::None
         };
         Ok(Binary {
             build_id,
@@ -321,7 +322,7 @@ mod tests {
         let binary = Binary {
             build_id: None,
             htlhash: None,
-            symbols: 0,
+            symbols: Quality::None,
             size: 0,
             loads: vec![(0, 0x1d570, 0), (0x1d570, 0x4eb80, 0x1e570)],
             thread_ctx_offset: None,

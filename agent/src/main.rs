@@ -88,7 +88,6 @@ fn main() -> anyhow::Result<()> {
             tenant: args.tenant.clone(),
             token: args.token.clone(),
             bytes_per_second: args.upload_bytes_per_second,
-            max_file_bytes: args.upload_max_file_bytes,
             holder: format!("{host_name}/{}", std::process::id()),
         };
         tracing::info!(url = %options.url, "publishing the binaries the server lacks");

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use symtrace_elf::Quality;
+
 use crate::maps::MapEntry;
 
 /// Offers waiting for the uploader, each holding its file open; more are
@@ -43,8 +45,8 @@ pub struct Offer {
     /// Its GNU build-ID, else its htlhash.
     pub id: String,
     pub htlhash: bool,
-    /// 3 DWARF, 2 `.symtab`, 1 `.dynsym`, 0 nothing.
-    pub symbols: i32,
+    /// What names its code.
+    pub symbols: Quality,
     /// Failed tries so far.
     pub attempts: u32,
 }
@@ -68,7 +70,7 @@ impl Offers {
     /// with symbols, within the size bound — or, with a GNU build-ID
     /// (`gnu`) and a symbol table or DWARF, over it: its symbol tables are
     /// sent then (else counted, once, as unpublishable). Marks it offered.
-    pub fn wants(&self, map: &MapEntry, symbols: i32, size: u64, gnu: bool) -> bool {
+    pub fn wants(&self, map: &MapEntry, symbols: Quality, size: u64, gnu: bool) -> bool {
         let mut offered = self.offered.lock().unwrap_or_else(|e| e.into_inner());
         if offered.len() >= MAX_OFFERED {
             offered.clear();
@@ -76,8 +78,8 @@ impl Offers {
         if !offered.insert((map.dev, map.inode)) {
             return false;
         }
-        let fits = size <= self.max_file_bytes || (gnu && symbols >= 2);
-        if symbols == 0 || !fits {
+        let fits = size <= self.max_file_bytes || (gnu && symbols >= Quality::SymTab);
+        if symbols == Quality::None || !fits {
             self.stats.skipped.fetch_add(1, Relaxed);
             return false;
         }
@@ -125,7 +127,7 @@ impl Offers {
     }
 }
 
-/// What the uploader did (the stats line's `uploads:` segment).
+/// What the uploader did (the stats line's `binaries published` segment).
 #[derive(Debug, Default)]
 pub struct Stats {
     pub offered: AtomicU64,
@@ -170,8 +172,6 @@ pub struct Options {
     pub tenant: Option<String>,
     pub token: Option<String>,
     pub bytes_per_second: u64,
-    /// Files larger than this go as their symbol tables, if those fit.
-    pub max_file_bytes: u64,
     /// This agent's name in its claims (host and process).
     pub holder: String,
 }
@@ -214,29 +214,28 @@ pub async fn run(mut rx: mpsc::Receiver<Offer>, options: Options, offers: Offers
                 Ok(None) | Err(_) => break,
             }
         }
-        let wanted = batch;
-        let granted = match claim(&client, &options, &wanted).await {
+        let granted = match claim(&client, &options, &batch).await {
             Ok(g) => g,
             Err(e) => {
                 if e.contains("401") && !told_token && options.token.is_none() {
                     told_token = true;
                     tracing::warn!("the server wants a token to publish binaries: pass --token");
                 }
-                tracing::warn!(error = %e, files = wanted.len(), "claiming binaries to upload failed; trying again later");
-                stats.failed.fetch_add(wanted.len() as u64, Relaxed);
-                for offer in wanted {
+                tracing::warn!(error = %e, files = batch.len(), "claiming binaries to upload failed; trying again later");
+                stats.failed.fetch_add(batch.len() as u64, Relaxed);
+                for offer in batch {
                     offers.retry(offer);
                 }
                 continue;
             }
         };
-        let mut wanted: Vec<Option<Offer>> = wanted.into_iter().map(Some).collect();
+        let mut batch: Vec<Option<Offer>> = batch.into_iter().map(Some).collect();
         for (index, key) in granted {
-            let Some(offer) = wanted.get_mut(index).and_then(Option::take) else {
+            let Some(offer) = batch.get_mut(index).and_then(Option::take) else {
                 continue;
             };
             let started = Instant::now();
-            match upload(&client, &options, &offer, &key).await {
+            match upload(&client, &options, offers.max_file_bytes, &offer, &key).await {
                 Ok(bytes) => {
                     stats.uploaded.fetch_add(1, Relaxed);
                     stats.uploaded_bytes.fetch_add(bytes, Relaxed);
@@ -292,7 +291,7 @@ async fn claim(
                 "build_id": o.id,
                 "id_kind": if o.htlhash { "htlhash" } else { "gnu" },
                 "kind": "executable",
-                "quality": o.symbols,
+                "quality": o.symbols.rank(),
                 "claim": options.holder,
             })
         })
@@ -438,12 +437,13 @@ fn paced(pieces: Pieces, rate: u64, sent: Arc<AtomicU64>) -> Pieces {
 }
 
 /// Uploads the offered file under `key`, paced; returns the bytes sent.
-/// A file within `--upload-max-file-bytes` goes whole (the executable);
+/// A file within `max` (`--upload-max-file-bytes`) goes whole (the executable);
 /// a larger one with a GNU build-ID as its symbol tables and DWARF only
 /// (a debuginfo file), if those fit.
 async fn upload(
     client: &reqwest::Client,
     options: &Options,
+    max: u64,
     offer: &Offer,
     key: &str,
 ) -> Result<u64, Failure> {
@@ -455,15 +455,11 @@ async fn upload(
         .map_err(|e| Failure::Retry(e.to_string()))?;
     let file = Arc::new(file);
     let rate = options.bytes_per_second.max(1);
-    let whole = size <= options.max_file_bytes;
+    let whole = size <= max;
     let (pieces, kind, length) = if whole {
         (whole_file(file, size), "executable", Some(size))
     } else {
-        (
-            symbol_tables(file, options.max_file_bytes),
-            "debuginfo",
-            None,
-        )
+        (symbol_tables(file, max), "debuginfo", None)
     };
     let sent = Arc::new(AtomicU64::new(0));
     let body = paced(pieces, rate, sent.clone());
@@ -472,7 +468,7 @@ async fn upload(
         url_escape(&offer.map.path)
     );
     // Slow by design: the pace, plus a minute.
-    let timeout = Duration::from_secs(60 + length.unwrap_or(options.max_file_bytes) / rate);
+    let timeout = Duration::from_secs(60 + length.unwrap_or(max) / rate);
     let mut req = request(client, options, reqwest::Method::PUT, &path).timeout(timeout);
     if let Some(n) = length {
         req = req.header(reqwest::header::CONTENT_LENGTH, n);
@@ -559,30 +555,39 @@ mod tests {
     #[test]
     fn files_are_offered_once_unless_dropped_and_only_with_symbols_within_the_bound() {
         let (offers, _rx) = channel(1000);
-        assert!(!offers.wants(&map(1), 0, 10, true), "no symbols");
         assert!(
-            !offers.wants(&map(2), 1, 1001, true),
+            !offers.wants(&map(1), Quality::None, 10, true),
+            "no symbols"
+        );
+        assert!(
+            !offers.wants(&map(2), Quality::DynSym, 1001, true),
             "too large, .dynsym only"
         );
-        assert!(!offers.wants(&map(2), 2, 10, true), "counted once");
         assert!(
-            !offers.wants(&map(4), 2, 1001, false),
+            !offers.wants(&map(2), Quality::SymTab, 10, true),
+            "counted once"
+        );
+        assert!(
+            !offers.wants(&map(4), Quality::SymTab, 1001, false),
             "too large, no GNU build-ID"
         );
         assert_eq!(offers.stats().skipped.load(Relaxed), 3);
-        assert!(offers.wants(&map(3), 2, 1000, false));
-        assert!(!offers.wants(&map(3), 2, 1000, false), "once");
-        assert!(offers.wants(&map(5), 2, 1001, true), "its symbol tables");
+        assert!(offers.wants(&map(3), Quality::SymTab, 1000, false));
+        assert!(!offers.wants(&map(3), Quality::SymTab, 1000, false), "once");
+        assert!(
+            offers.wants(&map(5), Quality::SymTab, 1001, true),
+            "its symbol tables"
+        );
         let file = tempfile::tempfile().unwrap();
         for inode in 0..QUEUE as u64 + 5 {
             let m = map(100 + inode);
-            assert!(offers.wants(&m, 2, 1, true));
+            assert!(offers.wants(&m, Quality::SymTab, 1, true));
             offers.offer(Offer {
                 file: crate::safefile::Opened::for_test(file.try_clone().unwrap()),
                 map: m,
                 id: "ab".into(),
                 htlhash: false,
-                symbols: 2,
+                symbols: Quality::SymTab,
                 attempts: 0,
             });
         }
@@ -590,7 +595,7 @@ mod tests {
         assert_eq!(stats.offered.load(Relaxed), QUEUE as u64 + 5);
         assert_eq!(stats.dropped.load(Relaxed), 5);
         // A dropped offer may be made again; a queued one not.
-        assert!(offers.wants(&map(100 + QUEUE as u64 + 4), 2, 1, true));
-        assert!(!offers.wants(&map(100), 2, 1, true));
+        assert!(offers.wants(&map(100 + QUEUE as u64 + 4), Quality::SymTab, 1, true));
+        assert!(!offers.wants(&map(100), Quality::SymTab, 1, true));
     }
 }

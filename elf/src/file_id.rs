@@ -59,10 +59,7 @@ pub fn go_key(go_build_id: &str) -> String {
 
 /// Whether `id` has the form of an htlhash: 32 lowercase hex digits.
 pub fn is_htlhash(id: &str) -> bool {
-    id.len() == 32
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    id.len() == 32 && id.parse::<crate::BuildId>().is_ok()
 }
 
 /// Whether `id` may be a Go build-ID: 1 to [`MAX_GO_BUILD_ID`] characters

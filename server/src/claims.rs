@@ -18,7 +18,6 @@ use symtrace_elf::BuildId;
 use symtrace_profiles::model::BuildIdKind;
 
 use crate::error::{ApiError, ApiResult};
-use crate::store::meta::FileIdKind;
 use crate::store::model::{now_ms, WantedItem};
 use crate::store::SymbolStore;
 
@@ -39,12 +38,15 @@ pub async fn key_of(
     kind: BuildIdKind,
     id: &str,
 ) -> crate::store::Result<Option<BuildId>> {
-    let kind = match kind {
+    let well_formed = match kind {
         BuildIdKind::Gnu => return Ok(id.parse().ok()),
-        BuildIdKind::Htlhash if symtrace_elf::is_htlhash(id) => FileIdKind::Htlhash,
-        BuildIdKind::Go if symtrace_elf::is_go_build_id(id) => FileIdKind::Go,
-        _ => return Ok(None),
+        BuildIdKind::Htlhash => symtrace_elf::is_htlhash(id),
+        BuildIdKind::Go => symtrace_elf::is_go_build_id(id),
+        BuildIdKind::None => false,
     };
+    if !well_formed {
+        return Ok(None);
+    }
     let keys = store.meta.keys_of(kind, id).await?;
     Ok(keys.into_iter().find_map(|k| k.parse().ok()))
 }

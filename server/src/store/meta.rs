@@ -161,7 +161,7 @@ macro_rules! blob_kept {
 mod file_ids;
 mod profiles;
 mod trace_index;
-pub use file_ids::{FileIdKind, FileIdMetadata};
+pub use file_ids::FileIdMetadata;
 pub use profiles::ProfileMetadata;
 
 const ARTIFACT_COLUMNS: &str = "build_id, kind, sha256, size, quality, has_dwarf, has_symtab, \
@@ -440,7 +440,10 @@ impl MetadataStore for SqlMetadata {
         on_pool!(self, p => {
             let mut conn = p.acquire().await?;
             for item in items {
-                let lacks = if item.kind == "source" {
+                // Claims are decided apart (`claims::claim`).
+                let lacks = if item.claim.is_some() {
+                    false
+                } else if item.kind == "source" {
                     let path = symtrace_elf::canonical_path(item.path.as_deref().unwrap_or(""));
                     sqlx::query(
                         "SELECT 1 FROM sources WHERE build_id = $1 AND path = $2 AND sha256 = $3",

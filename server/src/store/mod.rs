@@ -27,10 +27,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use symtrace_elf::{Budget, BuildId, DecompressionKind, ElfInfo};
+use symtrace_profiles::model::BuildIdKind;
 
 use blobs::BlobStore;
 use lookup_cache::LookupCache;
-use meta::{FileIdKind, MetadataStore};
+use meta::MetadataStore;
 use model::{now_ms, Artifact, ArtifactKind, NewArtifact, ServedArtifact, SourceFile};
 use spool::Spooled;
 
@@ -259,8 +260,8 @@ impl SymbolStore {
             },
             sections: serde_json::to_string(&sections).unwrap_or_else(|_| "[]".into()),
             source_names,
-            file_ids: std::iter::once((FileIdKind::Htlhash, info.htlhash.clone()))
-                .chain(info.go_build_id.clone().map(|id| (FileIdKind::Go, id)))
+            file_ids: std::iter::once((BuildIdKind::Htlhash, info.htlhash.clone()))
+                .chain(info.go_build_id.clone().map(|id| (BuildIdKind::Go, id)))
                 .collect(),
         };
         match self.meta.commit_artifact(&new).await {

@@ -95,7 +95,7 @@ pub struct NewArtifact {
     pub source_names: Vec<String>,
     /// The file's other IDs (its htlhash, its Go build-ID), which lead to
     /// `artifact.build_id`.
-    pub file_ids: Vec<(super::meta::FileIdKind, String)>,
+    pub file_ids: Vec<(symtrace_profiles::model::BuildIdKind, String)>,
 }
 
 /// One entry of a `missing` query.
@@ -117,7 +117,7 @@ pub struct WantedItem {
     /// A claim (an agent publishing what it found on a host): the holder's
     /// name. The item is missing only when nothing of its quality or
     /// better is stored for the file, and then only to the first claimant
-    /// for a while (`upload_claims`), so a fleet uploads a file once.
+    /// for a while (a lease, `claims`), so a fleet uploads a file once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,
     /// In a claim: what `build_id` is — `gnu` (the default) or `htlhash`.

@@ -3,6 +3,7 @@
 //! (`commit_artifact`).
 
 use async_trait::async_trait;
+use symtrace_profiles::model::BuildIdKind;
 
 use super::{MetaResult, Pool, SqlMetadata};
 
@@ -10,36 +11,19 @@ use super::{MetaResult, Pool, SqlMetadata};
 /// under different keys is rare; a bound keeps a lookup cheap).
 const MAX_KEYS: i64 = 16;
 
-/// Which kind of ID a profiler sent for a file without a GNU build-ID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileIdKind {
-    /// The OpenTelemetry eBPF profiler's file ID (32 hex digits).
-    Htlhash,
-    /// The Go toolchain's build-ID.
-    Go,
-}
-
-impl FileIdKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Htlhash => "htlhash",
-            Self::Go => "go",
-        }
-    }
-}
-
 #[async_trait]
 pub trait FileIdMetadata {
     /// The keys (build-IDs the store holds files under) of files known by
-    /// this ID, newest first.
-    async fn keys_of(&self, kind: FileIdKind, id: &str) -> MetaResult<Vec<String>>;
+    /// this ID (`kind`: `Htlhash` or `Go`; the table has no other), newest
+    /// first.
+    async fn keys_of(&self, kind: BuildIdKind, id: &str) -> MetaResult<Vec<String>>;
     /// Whether the named lease is held and not expired at `now`.
     async fn lease_held(&self, name: &str, now: i64) -> MetaResult<bool>;
 }
 
 #[async_trait]
 impl FileIdMetadata for SqlMetadata {
-    async fn keys_of(&self, kind: FileIdKind, id: &str) -> MetaResult<Vec<String>> {
+    async fn keys_of(&self, kind: BuildIdKind, id: &str) -> MetaResult<Vec<String>> {
         let sql = "SELECT build_id FROM file_ids WHERE id_kind = $1 AND file_id = $2 \
                    ORDER BY created_at DESC LIMIT $3";
         on_pool!(self, p => sqlx::query_scalar::<_, String>(sql)
