@@ -50,13 +50,14 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* Per process (tgid): where `otel_thread_ctx_v1` is relative to the thread
- * pointer (set by userspace from the executable's symbol and TLS segment). */
+/* Per process (tgid): how its threads reach `otel_thread_ctx_v1` (set by
+ * userspace from the executable's symbol and TLS segment, or from the GOT
+ * entry of a library's TLS relocation). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, __s64);
+	__type(value, struct thread_ctx_loc);
 } thread_ctx_offsets SEC(".maps");
 
 /* Per slot (tgid mod PUBLISHING_SLOTS): how many processes in
@@ -134,18 +135,80 @@ static __always_inline void count(__u32 which)
 		*c += 1; /* per-CPU: no other writer */
 }
 
+/* glibc's dynamic thread vector (x86-64): the thread control block holds
+ * the DTV pointer at thread pointer + 8; dtv[-1] is its length in entries,
+ * dtv[0] the generation it is up to date with, and dtv[m] (16 bytes each)
+ * starts with the address of module m's TLS block for this thread — NULL
+ * or -1 (TLS_DTV_UNALLOCATED) until the thread first touches it. */
+#define DTV_ENTRY 16
+#define MAX_TLS_MODULES 65536
+#define TLS_STATIC_MAX (1LL << 30)
+
+/* The address of the thread's `otel_thread_ctx_v1` slot, or 0. For a
+ * library's slot the GOT entry is read at every sample, not once by the
+ * agent: a library dlopen'ed after the agent read the process is found by
+ * the agent as soon as ld.so reports it (on_dl_change), before its
+ * relocations are done, and is read from the first sample after its
+ * writer first publishes. */
+static __always_inline __u64 ctx_slot(__u64 tp, const struct thread_ctx_loc *loc)
+{
+	if (loc->kind == CTX_TP_OFFSET)
+		return tp + loc->tp_offset;
+	__u64 got[2];
+	if (bpf_probe_read_user(got, sizeof(got), (void *)loc->got))
+		return 0;
+	__u64 module, offset, generation = 0;
+	if (loc->kind == CTX_TLSDESC) {
+		if (!got[0])
+			return 0; /* not relocated yet */
+		__s64 arg = (__s64)got[1];
+		if (arg < 0 && arg > -TLS_STATIC_MAX)
+			return tp + arg; /* static TLS: the resolver returns its argument */
+		__u64 dynamic[3]; /* glibc's struct tlsdesc_dynamic_arg */
+		if (bpf_probe_read_user(dynamic, sizeof(dynamic), (void *)got[1]))
+			return 0;
+		module = dynamic[0];
+		offset = dynamic[1];
+		generation = dynamic[2];
+	} else {
+		module = got[0];
+		offset = got[1];
+	}
+	if (!module || module >= MAX_TLS_MODULES || offset != loc->tls_offset)
+		return 0; /* not relocated yet, or not what the ELF file says */
+	__u64 dtv = 0, head[2];
+	if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + 8)) || dtv < DTV_ENTRY)
+		return 0;
+	if (bpf_probe_read_user(head, sizeof(head), (void *)(dtv - DTV_ENTRY)))
+		return 0;
+	/* head[0]: dtv[-1], the length; dtv[0] (the generation) follows it. */
+	__u64 dtv_generation = 0;
+	if (bpf_probe_read_user(&dtv_generation, sizeof(dtv_generation), (void *)dtv))
+		return 0;
+	if (module > head[0] || dtv_generation < generation)
+		return 0; /* this thread has not caught up with the dlopen */
+	__u64 block = 0;
+	if (bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + module * DTV_ENTRY)))
+		return 0;
+	if (!block || block == (__u64)-1)
+		return 0; /* this thread never touched the library's TLS */
+	return block + offset;
+}
+
 /* Copies the sampled thread's OTEP 4947 record: thread pointer (fsbase,
- * CO-RE) + offset → the TLS slot → the record. Anything unreadable leaves
- * `valid` 0: a garbage pointer costs a failed probe read, nothing more. */
+ * CO-RE) → the TLS slot (ctx_slot) → the record. Anything unreadable
+ * leaves `valid` 0: a garbage pointer costs a failed probe read, nothing
+ * more. */
 static __always_inline void read_trace_ctx(struct task_struct *task, __u32 tgid,
 					   struct trace_ctx *out)
 {
-	__s64 *offset = bpf_map_lookup_elem(&thread_ctx_offsets, &tgid);
-	if (!offset)
+	struct thread_ctx_loc *loc = bpf_map_lookup_elem(&thread_ctx_offsets, &tgid);
+	if (!loc)
 		return;
 	__u64 tp = BPF_CORE_READ(task, thread.fsbase);
+	__u64 slot = tp ? ctx_slot(tp, loc) : 0;
 	__u64 record = 0;
-	if (!tp || bpf_probe_read_user(&record, sizeof(record), (void *)(tp + *offset))) {
+	if (!slot || bpf_probe_read_user(&record, sizeof(record), (void *)slot)) {
 		count(COUNTER_CTX_UNREADABLE);
 		return;
 	}
@@ -328,6 +391,21 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* ld.so's debugger hook, `_dl_debug_state`, called whenever the link map
+ * changes (dlopen, dlclose): wakes the agent with the pid, bit 31 set, so
+ * that a library mapped now is looked at within milliseconds — before its
+ * constructors and its first use (attached per ld.so file). */
+SEC("uprobe")
+int on_dl_change(struct pt_regs *ctx)
+{
+	__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
+	if (pid) {
+		*pid = (__u32)(bpf_get_current_pid_tgid() >> 32) | DL_CHANGE_BIT;
+		bpf_ringbuf_submit(pid, BPF_RB_FORCE_WAKEUP);
+	}
+	return 0;
+}
+
 SEC("raw_tracepoint/sched_process_exit")
 int on_exit(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -360,13 +438,14 @@ static __always_inline int in_span(struct task_struct *task, __u32 tgid)
 	__u32 *publishers = bpf_map_lookup_elem(&publishing, &slot);
 	if (!publishers || !*publishers)
 		return 0;
-	__s64 *offset = bpf_map_lookup_elem(&thread_ctx_offsets, &tgid);
-	if (!offset)
+	struct thread_ctx_loc *loc = bpf_map_lookup_elem(&thread_ctx_offsets, &tgid);
+	if (!loc)
 		return 0;
 	__u64 tp = BPF_CORE_READ(task, thread.fsbase);
+	__u64 at = tp ? ctx_slot(tp, loc) : 0;
 	__u64 record = 0;
 	__u8 valid = 0;
-	if (!tp || bpf_probe_read_user(&record, sizeof(record), (void *)(tp + *offset)) || !record)
+	if (!at || bpf_probe_read_user(&record, sizeof(record), (void *)at) || !record)
 		return 0;
 	if (bpf_probe_read_user(&valid, 1, (void *)(record + __builtin_offsetof(struct trace_ctx, valid))))
 		return 0;

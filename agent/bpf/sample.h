@@ -18,6 +18,8 @@
 /* Slots of the scheduler program's filter of publishing processes (a power
  * of two). */
 #define PUBLISHING_SLOTS 65536
+/* Set in an exec_wakeups entry sent by on_dl_change (a pid has fewer bits). */
+#define DL_CHANGE_BIT 2147483648u
 
 /* Why the frame-pointer walk of the user stack ended. */
 enum user_stack_end {
@@ -56,6 +58,29 @@ struct trace_ctx {
 	__u8 trace_flags;
 	__u16 attrs_size;        /* as the writer set it (may exceed the copy) */
 	__u8 attrs[TRACE_CTX_ATTRS];
+};
+
+/* How a process's threads reach their OTEP 4947 slot (map
+ * thread_ctx_offsets, by tgid). */
+enum thread_ctx_kind {
+	/* The slot is at thread pointer + tp_offset (an executable's slot). */
+	CTX_TP_OFFSET = 0,
+	/* A library's slot, through its R_X86_64_TLSDESC GOT entry at `got`
+	 * {resolver, argument}: the argument is the slot's offset from the
+	 * thread pointer (static TLS) or points to glibc's {module ID, offset,
+	 * generation} (dynamic TLS: a dlopen'ed library). */
+	CTX_TLSDESC = 1,
+	/* A library's slot, through its general-dynamic GOT entry at `got`
+	 * {module ID, offset} (R_X86_64_DTPMOD64 + DTPOFF64). */
+	CTX_GD = 2,
+};
+
+struct thread_ctx_loc {
+	__s64 tp_offset;     /* CTX_TP_OFFSET */
+	__u64 got;           /* the GOT entry's address in the process */
+	__u64 tls_offset;    /* the slot's offset in its module's TLS block */
+	__u32 kind;          /* enum thread_ctx_kind */
+	__u32 pad;
 };
 
 struct cpu_sample {
@@ -208,11 +233,19 @@ struct live_key {
 #define LAYOUT_ALLOC_FREE_PID 4
 #define LAYOUT_ALLOC_FREE_PTR 8
 #define LAYOUT_LIVE_KEY_SIZE 16
+#define LAYOUT_THREAD_CTX_LOC_SIZE 32
+#define LAYOUT_THREAD_CTX_LOC_GOT 8
+#define LAYOUT_THREAD_CTX_LOC_TLS_OFFSET 16
+#define LAYOUT_THREAD_CTX_LOC_KIND 24
 
 #define LAYOUT_CHECK(what, value, expected) \
 	_Static_assert((value) == (expected), \
 		       "bpf/sample.h: " what " does not match its LAYOUT_ number; " \
 		       "change the number and agent/src/record.rs with it")
+LAYOUT_CHECK("sizeof(struct thread_ctx_loc)", sizeof(struct thread_ctx_loc), LAYOUT_THREAD_CTX_LOC_SIZE);
+LAYOUT_CHECK("thread_ctx_loc.got", __builtin_offsetof(struct thread_ctx_loc, got), LAYOUT_THREAD_CTX_LOC_GOT);
+LAYOUT_CHECK("thread_ctx_loc.tls_offset", __builtin_offsetof(struct thread_ctx_loc, tls_offset), LAYOUT_THREAD_CTX_LOC_TLS_OFFSET);
+LAYOUT_CHECK("thread_ctx_loc.kind", __builtin_offsetof(struct thread_ctx_loc, kind), LAYOUT_THREAD_CTX_LOC_KIND);
 LAYOUT_CHECK("sizeof(struct trace_ctx)", sizeof(struct trace_ctx), LAYOUT_TRACE_CTX_SIZE);
 LAYOUT_CHECK("trace_ctx.trace_id", __builtin_offsetof(struct trace_ctx, trace_id), LAYOUT_TRACE_CTX_TRACE_ID);
 LAYOUT_CHECK("trace_ctx.span_id", __builtin_offsetof(struct trace_ctx, span_id), LAYOUT_TRACE_CTX_SPAN_ID);

@@ -35,9 +35,12 @@ pub struct Binary {
     /// When this file, as a process's executable, defines the OTEP 4947
     /// `otel_thread_ctx_v1` slot: its offset from the thread pointer.
     pub thread_ctx_offset: Option<i64>,
-    /// When this file, as a shared library, defines the slot: the ELF
-    /// address of its TLSDESC GOT entry.
-    pub thread_ctx_tlsdesc_got: Option<u64>,
+    /// When this file, as a shared library, defines the slot: the GOT
+    /// entry of its TLS relocation.
+    pub thread_ctx_library: Option<crate::threadctx::LibrarySlot>,
+    /// When this file is a dynamic loader: the file offset of its debugger
+    /// hook `_dl_debug_state`, called at every dlopen and dlclose.
+    pub dl_debug_state: Option<u64>,
     /// Where its call-frame information is (read when a leaf needs it).
     pub eh_frame: Option<SectionRef>,
     pub eh_frame_hdr: Option<SectionRef>,
@@ -93,7 +96,8 @@ impl Binary {
             eh_frame_hdr: section(".eh_frame_hdr"),
             text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
             thread_ctx_offset: crate::threadctx::executable_offset(&file, data),
-            thread_ctx_tlsdesc_got: crate::threadctx::library_tlsdesc_got(&file),
+            thread_ctx_library: crate::threadctx::library_slot(&file),
+            dl_debug_state: dl_debug_state(&file),
             memory_probes: crate::usdt::memory_probes(&file, data),
         })
     }
@@ -122,6 +126,22 @@ impl Binary {
             None => map_offset,
         }
     }
+}
+
+/// The file offset of `_dl_debug_state` in a dynamic loader's `.dynsym`
+/// (glibc's and musl's ld.so both export it: debuggers stop there).
+fn dl_debug_state<'d, R: ReadRef<'d>>(file: &object::File<'d, R>) -> Option<u64> {
+    use object::ObjectSymbol;
+    let address = file
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("_dl_debug_state") && s.is_definition())?
+        .address();
+    file.segments().find_map(|s| {
+        let (offset, size) = s.file_range();
+        (s.address()..s.address() + size)
+            .contains(&address)
+            .then(|| offset + (address - s.address()))
+    })
 }
 
 fn page_size() -> u64 {
@@ -326,7 +346,8 @@ mod tests {
             size: 0,
             loads: vec![(0, 0x1d570, 0), (0x1d570, 0x4eb80, 0x1e570)],
             thread_ctx_offset: None,
-            thread_ctx_tlsdesc_got: None,
+            thread_ctx_library: None,
+            dl_debug_state: None,
             eh_frame: None,
             eh_frame_hdr: None,
             text_address: 0,

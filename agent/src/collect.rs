@@ -68,15 +68,11 @@ impl Collector {
         tracing::debug!(functions = procs.vdso_functions(), "vDSO symbols read");
         let priming = Instant::now();
         let primed = procs.prime();
-        let publishing = procs.take_tls_changes();
+        let publishing = hand_over(&mut self.sampler, &mut procs);
         tracing::info!(
-            "read {primed} running processes in {:?}; {} publish OpenTelemetry thread contexts",
+            "read {primed} running processes in {:?}; {publishing} publish OpenTelemetry thread contexts",
             priming.elapsed(),
-            publishing.len()
         );
-        for (pid, offset) in publishing {
-            self.sampler.set_thread_ctx_offset(pid, offset);
-        }
         let mut probes = MemoryProbes::new(Path::new("/proc"));
         let mut mem = memory::Memory::default();
         if self.sampler.memory_enabled() {
@@ -108,9 +104,15 @@ impl Collector {
             let now = Instant::now();
             let wait = next_drain.saturating_duration_since(now);
             let wait = probes.next_due(now).map_or(wait, |d| d.min(wait));
-            let execs = self.sampler.wait(wait);
+            let wakeups = self.sampler.wait(wait);
+            if !wakeups.link_maps.is_empty() {
+                for &pid in &wakeups.link_maps {
+                    procs.link_map_changed(pid);
+                }
+                hand_over(&mut self.sampler, &mut procs);
+            }
             if self.sampler.memory_enabled() {
-                for pid in execs {
+                for pid in wakeups.execs {
                     probes.exec(pid);
                 }
                 probes.tick(Instant::now(), &mut procs, &mut self.sampler);
@@ -242,9 +244,7 @@ impl Collector {
                 let stale: Vec<u64> = ptrs.into_iter().filter(|&p| !mem.has(pid, p)).collect();
                 self.sampler.forget_live(pid, &stale);
             }
-            for (pid, offset) in procs.take_tls_changes() {
-                self.sampler.set_thread_ctx_offset(pid, offset);
-            }
+            hand_over(&mut self.sampler, &mut procs);
             let now = Instant::now();
             if now >= next_cpu_sync {
                 next_cpu_sync = now + CPU_SYNC;
@@ -331,6 +331,35 @@ impl Collector {
             uploads: self.uploads.as_ref().map(|(_, stats)| stats.snapshot()),
         }
     }
+}
+
+/// Hands the BPF side what reading processes found: trace-context
+/// locations, and dynamic loaders to hook (their dlopen hook, attached
+/// through a descriptor of the very file the process maps). Returns how
+/// many processes now publish contexts.
+fn hand_over(sampler: &mut Sampler, procs: &mut Processes) -> usize {
+    use std::os::fd::AsRawFd;
+    let changes = procs.take_tls_changes();
+    let publishing = changes.iter().filter(|(_, loc)| loc.is_some()).count();
+    for (pid, loc) in changes {
+        sampler.set_thread_ctx_offset(pid, loc);
+    }
+    for (pid, map, offset) in procs.take_new_loaders() {
+        let attached = crate::safefile::open_mapped(Path::new("/proc"), pid, &map)
+            .map_err(|why| anyhow::anyhow!("not opened: {why:?}"))
+            .and_then(|opened| {
+                let path = format!("/proc/self/fd/{}", opened.file.as_raw_fd());
+                sampler.attach_dl_hook(Path::new(&path), offset)
+            });
+        match attached {
+            Ok(()) => tracing::debug!(path = %map.path, "dlopen hook attached"),
+            Err(e) => {
+                tracing::warn!(path = %map.path, "dlopen hook not attached: libraries loaded later are found only when the mappings are read again: {e:#}");
+                procs.loader_not_hooked(&map);
+            }
+        }
+    }
+    publishing
 }
 
 /// Resolves a record's user stack into `out` (see `Processes::resolve`),

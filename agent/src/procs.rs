@@ -16,7 +16,9 @@ use crate::binaries::Binaries;
 use crate::cfi::CfiCache;
 use crate::jit::{self, ProcessJit, Symbol};
 use crate::maps::{self, MapEntry};
-use crate::record::{self, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
+use crate::record::{
+    self, ThreadCtxLoc, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE,
+};
 use crate::resolve::Resolver;
 use crate::threadctx;
 use crate::unwind::{self, Cut, LeafStep, UnwindStats};
@@ -90,9 +92,12 @@ pub(crate) struct Process {
     pub(crate) mappings: Vec<Option<Arc<Mapping>>>,
     pub(crate) maps_read: Instant,
     last_sample: Instant,
-    /// Its executable defines `otel_thread_ctx_v1` (the BPF program reads
-    /// its threads' contexts).
+    /// Its executable or a library defines `otel_thread_ctx_v1` (the BPF
+    /// program reads its threads' contexts).
     publishes_context: bool,
+    /// Its `OTEL_CTX` mapping was there when `info` was read (else `info`
+    /// is read again when the mappings show one).
+    process_context_read: bool,
     /// Its JIT symbols, made when a sample first lands in code without a
     /// build-ID.
     pub(crate) jit: Option<Box<ProcessJit>>,
@@ -116,9 +121,13 @@ pub struct Processes {
     pub unwind: UnwindStats,
     /// Processes gone before their first sample was read.
     pub vanished: u64,
-    /// Trace-context offsets to hand to the BPF program: `Some` for a new
+    /// Trace-context locations to hand to the BPF program: `Some` for a
     /// process that publishes thread contexts, `None` for one that is gone.
-    tls_changes: Vec<(u32, Option<i64>)>,
+    tls_changes: Vec<(u32, Option<ThreadCtxLoc>)>,
+    /// Dynamic loaders seen (device, inode), and those whose dlopen hook is
+    /// yet to be attached: (a process mapping it, its mapping, the hook's
+    /// file offset).
+    loaders: Loaders,
     /// Bounds and counters of every process's JIT symbols.
     jit: Arc<jit::Shared>,
 }
@@ -141,6 +150,7 @@ impl Processes {
             }),
             vanished: 0,
             tls_changes: Vec::new(),
+            loaders: Loaders::default(),
             cfi: CfiCache::new(cfi_budget),
             vdso: Vdso::read_own(),
             code_checks: FxHashMap::default(),
@@ -172,8 +182,57 @@ impl Processes {
 
     /// What changed for the BPF program's trace-context offsets since the
     /// last call.
-    pub fn take_tls_changes(&mut self) -> Vec<(u32, Option<i64>)> {
+    pub fn take_tls_changes(&mut self) -> Vec<(u32, Option<ThreadCtxLoc>)> {
         std::mem::take(&mut self.tls_changes)
+    }
+
+    /// Dynamic loaders met since the last call, whose dlopen hook is to be
+    /// attached: (a process mapping it, its mapping, the hook's offset).
+    pub fn take_new_loaders(&mut self) -> Vec<(u32, MapEntry, u64)> {
+        std::mem::take(&mut self.loaders.new)
+    }
+
+    /// A loader whose hook could not be attached: tried again with the next
+    /// process that maps it.
+    pub fn loader_not_hooked(&mut self, map: &MapEntry) {
+        self.loaders.seen.remove(&(map.dev, map.inode));
+    }
+
+    /// ld.so says process `pid` changed its link map (a dlopen or dlclose):
+    /// its mappings are read again, and a library that defines the
+    /// OTEP 4947 slot — an addon, an extension loaded after start-up — is
+    /// handed to the BPF program now, before the library's first use.
+    /// Also reads its process context if one appeared.
+    pub fn link_map_changed(&mut self, pid: u32) {
+        let Some(process) = self.by_pid.get_mut(&pid) else {
+            // Not sampled yet (every process start calls the hook): read on
+            // its first sample, libraries and all.
+            return;
+        };
+        let Ok(text) = maps::read_text(&self.proc_root, pid) else {
+            return;
+        };
+        refresh(&self.proc_root, pid, process, &text, Instant::now());
+        if process.publishes_context {
+            return;
+        }
+        let location = library_location(
+            &self.proc_root,
+            pid,
+            process.info.executable_path.as_deref(),
+            &process.maps,
+            &mut self.binaries,
+            &mut self.loaders,
+        );
+        if let Some(loc) = location {
+            tracing::debug!(
+                pid,
+                ?loc,
+                "a library loaded now publishes OpenTelemetry thread contexts"
+            );
+            process.publishes_context = true;
+            self.tls_changes.push((pid, Some(loc)));
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -260,6 +319,7 @@ impl Processes {
             &self.proc_root,
             &mut self.binaries,
             &mut self.tls_changes,
+            &mut self.loaders,
             &mut self.vanished,
             pid,
             comm,
@@ -286,13 +346,23 @@ impl Processes {
             unknown,
             vanished,
             tls_changes,
+            loaders,
             cfi,
             vdso,
             code_checks,
             unwind: stats,
             jit,
         } = self;
-        let process = entry(by_pid, root, binaries, tls_changes, vanished, pid, comm);
+        let process = entry(
+            by_pid,
+            root,
+            binaries,
+            tls_changes,
+            loaders,
+            vanished,
+            pid,
+            comm,
+        );
         process.last_sample = now;
         if now.duration_since(process.maps_read) > MAPS_MAX_AGE {
             reread(root, pid, process, now);
@@ -400,11 +470,13 @@ impl Processes {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the disjoint borrows of Processes
 fn entry<'a>(
     by_pid: &'a mut HashMap<u32, Process>,
     root: &Path,
     binaries: &mut Binaries,
-    tls_changes: &mut Vec<(u32, Option<i64>)>,
+    tls_changes: &mut Vec<(u32, Option<ThreadCtxLoc>)>,
+    loaders: &mut Loaders,
     vanished: &mut u64,
     pid: u32,
     comm: &str,
@@ -417,14 +489,10 @@ fn entry<'a>(
             Vec::new()
         });
         let info = read_info(root, pid, comm, text.as_deref());
-        let offset = thread_ctx_offset(root, pid, &info, &maps, binaries);
-        if let Some(offset) = offset {
-            tracing::debug!(
-                pid,
-                offset,
-                "process publishes OpenTelemetry thread contexts"
-            );
-            tls_changes.push((pid, Some(offset)));
+        let location = thread_ctx_location(root, pid, &info, &maps, binaries, loaders);
+        if let Some(loc) = location {
+            tracing::debug!(pid, ?loc, "process publishes OpenTelemetry thread contexts");
+            tls_changes.push((pid, Some(loc)));
         }
         Process {
             info: Arc::new(info),
@@ -432,55 +500,102 @@ fn entry<'a>(
             maps,
             maps_read: Instant::now(),
             last_sample: Instant::now(),
-            publishes_context: offset.is_some(),
+            publishes_context: location.is_some(),
+            process_context_read: text
+                .as_deref()
+                .is_some_and(|t| threadctx::process_context_address(t).is_some()),
             jit: None,
         }
     })
 }
 
-/// Where the process's threads keep their OTEP 4947 slot, relative to the
-/// thread pointer: the executable's own symbol first (the one symbol lookup
-/// finds first), else a shared library's, through its resolved TLSDESC GOT
-/// entry (static TLS only: libraries loaded at start-up).
-fn thread_ctx_offset(
+/// The dynamic loaders met, by (device, inode).
+#[derive(Default)]
+struct Loaders {
+    seen: std::collections::HashSet<(u64, u64)>,
+    new: Vec<(u32, MapEntry, u64)>,
+}
+
+/// How the process's threads reach their OTEP 4947 slot: the executable's
+/// own symbol first (the one symbol lookup finds first), else a shared
+/// library's, through the GOT entry of its TLS relocation.
+fn thread_ctx_location(
     root: &Path,
     pid: u32,
     info: &ProcessInfo,
     maps: &[MapEntry],
     binaries: &mut Binaries,
-) -> Option<i64> {
+    loaders: &mut Loaders,
+) -> Option<ThreadCtxLoc> {
     let exe = info.executable_path.as_deref();
     if let Some(map) = exe.and_then(|exe| maps.iter().find(|m| m.path == exe)) {
         if let Some(offset) = binaries
             .get(root, pid, map)
             .and_then(|b| b.thread_ctx_offset)
         {
-            return Some(offset);
+            // The loaders are still looked for: a library loaded later
+            // changes nothing here, but the hook serves every process.
+            library_location(root, pid, exe, maps, binaries, loaders);
+            return Some(threadctx::executable_location(offset));
         }
     }
-    maps.iter()
+    library_location(root, pid, exe, maps, binaries, loaders)
+}
+
+/// The first mapped library that defines the slot (every mapped file is
+/// looked at once, cached by file; dynamic loaders are noted on the way).
+fn library_location(
+    root: &Path,
+    pid: u32,
+    exe: Option<&str>,
+    maps: &[MapEntry],
+    binaries: &mut Binaries,
+    loaders: &mut Loaders,
+) -> Option<ThreadCtxLoc> {
+    let mut found = None;
+    for map in maps
+        .iter()
         .filter(|m| m.is_file() && Some(m.path.as_str()) != exe)
-        .find_map(|map| {
-            let binary = binaries.get(root, pid, map)?;
-            let got = binary.thread_ctx_tlsdesc_got?;
-            let bias = map.start.wrapping_sub(binary.vaddr_of_mapping(map.offset));
-            let entry = threadctx::read_tlsdesc_entry(root, pid, got.wrapping_add(bias))?;
-            let offset = threadctx::tlsdesc_offset(entry);
-            if offset.is_none() {
-                tracing::debug!(pid, library = %map.path, "thread-context slot in dynamic TLS: not read");
+    {
+        let Some(binary) = binaries.get(root, pid, map) else {
+            continue;
+        };
+        if let Some(offset) = binary.dl_debug_state {
+            if loaders.seen.insert((map.dev, map.inode)) {
+                loaders.new.push((pid, map.clone(), offset));
             }
-            offset
-        })
+        }
+        if found.is_none() {
+            if let Some(slot) = binary.thread_ctx_library {
+                let bias = map.start.wrapping_sub(binary.vaddr_of_mapping(map.offset));
+                found = Some(threadctx::library_location(slot, bias));
+            }
+        }
+    }
+    found
+}
+
+/// Takes mappings read now (`text`); reads the process context again if
+/// one appeared since `info` was read.
+fn refresh(root: &Path, pid: u32, process: &mut Process, text: &str, now: Instant) {
+    let maps = maps::parse(text);
+    if maps != process.maps {
+        process.mappings = vec![None; maps.len()];
+        process.maps = maps;
+    }
+    process.maps_read = now;
+    if !process.process_context_read && threadctx::process_context_address(text).is_some() {
+        let info = read_info(root, pid, &process.info.executable_name, Some(text));
+        process.info = Arc::new(info);
+        process.process_context_read = true;
+    }
 }
 
 pub(crate) fn reread(root: &Path, pid: u32, process: &mut Process, now: Instant) {
-    if let Ok(maps) = maps::read(root, pid) {
-        if maps != process.maps {
-            process.mappings = vec![None; maps.len()];
-            process.maps = maps;
-        }
+    match maps::read_text(root, pid) {
+        Ok(text) => refresh(root, pid, process, &text, now),
+        Err(_) => process.maps_read = now,
     }
-    process.maps_read = now;
 }
 
 pub(crate) fn mapping_of(

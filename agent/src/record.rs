@@ -150,6 +150,13 @@ layout_check!(offset_of!(UsdtArgSpec, value), LAYOUT_USDT_ARG_VALUE);
 layout_check!(offset_of!(UsdtArgSpec, kind), LAYOUT_USDT_ARG_KIND);
 layout_check!(offset_of!(UsdtArgSpec, reg_off), LAYOUT_USDT_ARG_REG_OFF);
 layout_check!(offset_of!(UsdtArgSpec, size), LAYOUT_USDT_ARG_SIZE_FIELD);
+layout_check!(size_of::<ThreadCtxLoc>(), LAYOUT_THREAD_CTX_LOC_SIZE);
+layout_check!(offset_of!(ThreadCtxLoc, got), LAYOUT_THREAD_CTX_LOC_GOT);
+layout_check!(
+    offset_of!(ThreadCtxLoc, tls_offset),
+    LAYOUT_THREAD_CTX_LOC_TLS_OFFSET
+);
+layout_check!(offset_of!(ThreadCtxLoc, kind), LAYOUT_THREAD_CTX_LOC_KIND);
 layout_check!(size_of::<UsdtSpec>(), LAYOUT_USDT_SPEC_SIZE);
 layout_check!(offset_of!(UsdtSpec, probe), LAYOUT_USDT_SPEC_PROBE);
 layout_check!(size_of::<AllocSample>(), LAYOUT_ALLOC_SAMPLE_SIZE);
@@ -204,6 +211,18 @@ pub struct UsdtArgSpec {
 pub struct UsdtSpec {
     pub args: [UsdtArgSpec; USDT_ARGS],
     pub probe: u32,
+    pub pad: u32,
+}
+
+/// `struct thread_ctx_loc`: how a process's threads reach their OTEP 4947
+/// slot (the value of the BPF map `thread_ctx_offsets`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCtxLoc {
+    pub tp_offset: i64,
+    pub got: u64,
+    pub tls_offset: u64,
+    pub kind: u32,
     pub pad: u32,
 }
 

@@ -24,7 +24,8 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 const SAMPLER: &str = "on_cpu_sample";
 const OFF_CPU: &str = "on_switch";
 const MEMORY: &str = "on_usdt";
-const PROGRAMS: [&str; 5] = [SAMPLER, "on_exec", "on_exit", OFF_CPU, MEMORY];
+const DL_CHANGE: &str = "on_dl_change";
+const PROGRAMS: [&str; 6] = [SAMPLER, "on_exec", "on_exit", OFF_CPU, MEMORY, DL_CHANGE];
 
 /// Counters kept by the BPF program (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
@@ -78,6 +79,8 @@ pub struct Sampler {
 // written), as aya's maps need. (Here, not in record.rs: that file builds
 // on its own, without aya, in tests/layout.rs.)
 unsafe impl aya::Pod for record::UsdtSpec {}
+// SAFETY: as above: integers only, no padding (record.rs checks the layout).
+unsafe impl aya::Pod for record::ThreadCtxLoc {}
 // SAFETY: integers only.
 unsafe impl aya::Pod for record::LiveKey {}
 
@@ -91,7 +94,7 @@ struct MemoryMaps {
 /// scheduler program checks before looking a pid up: per slot (pid mod
 /// PUBLISHING_SLOTS), how many publishing processes fall in it.
 pub struct ThreadCtxMaps {
-    offsets: aya::maps::HashMap<MapData, u32, i64>,
+    offsets: aya::maps::HashMap<MapData, u32, record::ThreadCtxLoc>,
     publishing: Array<MapData, u32>,
 }
 
@@ -99,13 +102,17 @@ pub struct ThreadCtxMaps {
 pub struct CtxOffsets<'a>(&'a mut ThreadCtxMaps);
 
 impl CtxOffsets<'_> {
-    pub fn set(&mut self, pid: u32, offset: Option<i64>) {
+    pub fn set(&mut self, pid: u32, offset: Option<record::ThreadCtxLoc>) {
         if let Err(e) = self.update(pid, offset) {
             tracing::warn!(pid, "updating the trace-context offsets map: {e}");
         }
     }
 
-    fn update(&mut self, pid: u32, offset: Option<i64>) -> Result<(), aya::maps::MapError> {
+    fn update(
+        &mut self,
+        pid: u32,
+        offset: Option<record::ThreadCtxLoc>,
+    ) -> Result<(), aya::maps::MapError> {
         let maps = &mut *self.0;
         let known = maps.offsets.get(&pid, 0).is_ok();
         let change: i64 = match offset {
@@ -135,6 +142,15 @@ impl CtxOffsets<'_> {
         }
         Ok(())
     }
+}
+
+/// What woke [`Sampler::wait`].
+#[derive(Debug, Default)]
+pub struct Wakeups {
+    /// Processes that exec'd (only when memory profiling is on).
+    pub execs: Vec<u32>,
+    /// Processes whose link map changed (a dlopen or dlclose), once each.
+    pub link_maps: Vec<u32>,
 }
 
 pub struct Options {
@@ -361,10 +377,10 @@ impl Sampler {
     }
 
     /// Waits up to `timeout`, less if a process execs (memory profiling
-    /// wants a look at it within milliseconds); returns the pids that
-    /// exec'd. The sample ring buffer never wakes us: it is drained on a
-    /// timer.
-    pub fn wait(&mut self, timeout: Duration) -> Vec<u32> {
+    /// wants a look at it within milliseconds) or changes its link map (a
+    /// dlopen); returns those pids. The sample ring buffer never wakes us:
+    /// it is drained on a timer.
+    pub fn wait(&mut self, timeout: Duration) -> Wakeups {
         use std::os::fd::{AsFd, AsRawFd};
         let mut pfd = libc::pollfd {
             fd: self.exec_wakeups.as_fd().as_raw_fd(),
@@ -377,13 +393,40 @@ impl Sampler {
         let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         // SAFETY: poll reads and writes the one pollfd it is given.
         unsafe { libc::poll(&mut pfd, 1, ms) };
-        let mut pids = Vec::new();
+        let mut wakeups = Wakeups::default();
         while let Some(item) = self.exec_wakeups.next() {
             if let Ok(b) = <[u8; 4]>::try_from(&item[..]) {
-                pids.push(u32::from_ne_bytes(b));
+                let pid = u32::from_ne_bytes(b);
+                if pid & record::DL_CHANGE_BIT as u32 != 0 {
+                    let pid = pid & !(record::DL_CHANGE_BIT as u32);
+                    if !wakeups.link_maps.contains(&pid) {
+                        wakeups.link_maps.push(pid);
+                    }
+                } else {
+                    wakeups.execs.push(pid);
+                }
             }
         }
-        pids
+        wakeups
+    }
+
+    /// Attaches the link-map hook to a dynamic loader (`path`: a descriptor
+    /// of the file itself, `offset`: `_dl_debug_state`'s file offset).
+    pub fn attach_dl_hook(&mut self, path: &std::path::Path, offset: u64) -> anyhow::Result<()> {
+        let program: &mut UProbe = self
+            .bpf
+            .program_mut(DL_CHANGE)
+            .expect("program in the object")
+            .try_into()?;
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: None,
+        };
+        // Attached for the agent's life (one per loader file).
+        program
+            .attach(point, path, UProbeScope::AllProcesses)
+            .with_context(|| format!("uprobe at {offset:#x} of {}", path.display()))?;
+        Ok(())
     }
 
     /// Hands every record in the ring buffer to `each`, with the
@@ -403,9 +446,9 @@ impl Sampler {
         n
     }
 
-    /// Where process `pid`'s threads keep their trace-context pointer
-    /// (relative to the thread pointer), or `None` to stop reading it.
-    pub fn set_thread_ctx_offset(&mut self, pid: u32, offset: Option<i64>) {
+    /// How process `pid`'s threads reach their trace-context pointer, or
+    /// `None` to stop reading it.
+    pub fn set_thread_ctx_offset(&mut self, pid: u32, offset: Option<record::ThreadCtxLoc>) {
         CtxOffsets(&mut self.thread_ctx).set(pid, offset);
     }
 

@@ -2,7 +2,10 @@
 //!
 //! - the thread context (OTEP 4947): `otel_thread_ctx_v1`, an `STT_TLS`
 //!   symbol in the executable's `.dynsym` (or `.symtab`), becomes an offset
-//!   from the thread pointer that the BPF program adds to `fsbase`;
+//!   from the thread pointer that the BPF program adds to `fsbase`; in a
+//!   shared library's `.dynsym`, the address of the GOT entry of its TLS
+//!   relocation, which the BPF program follows (static TLS, or dynamic TLS
+//!   through the thread's DTV for a library loaded with dlopen);
 //! - the process context (OTEP 4719): the `OTEL_CTX` mapping, read through
 //!   `/proc/PID/mem`, gives `service.name`, other resource attributes and
 //!   the names of the thread-context attribute keys.
@@ -14,6 +17,8 @@ use object::{Object, ObjectSymbol, SymbolKind};
 use prost::Message;
 use symtrace_proto::common::any_value::Value;
 use symtrace_proto::processcontext::ProcessContext;
+
+use crate::record::{ThreadCtxLoc, CTX_GD, CTX_TLSDESC, CTX_TP_OFFSET};
 
 const SYMBOL: &str = "otel_thread_ctx_v1";
 
@@ -41,50 +46,96 @@ pub fn executable_offset<'d, R: object::ReadRef<'d>>(
     Some(symbol.address() as i64 - block as i64)
 }
 
-/// When a shared library defines `otel_thread_ctx_v1` and reaches it
-/// through TLSDESC (what OTEP 4947 asks of writers): the ELF address of the
-/// GOT entry of its `R_X86_64_TLSDESC` relocation. Once the dynamic loader
-/// has resolved it, the entry's second word is the slot's offset from the
-/// thread pointer when the library's TLS is static (loaded at start-up).
-pub fn library_tlsdesc_got<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Option<u64> {
+/// How a shared library that defines `otel_thread_ctx_v1` reaches it: the
+/// GOT entry of its TLS relocation, which the dynamic loader fills in with
+/// the slot's place (read by the BPF program at every sample).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LibrarySlot {
+    /// `R_X86_64_TLSDESC` (what OTEP 4947 asks of writers) or general
+    /// dynamic (`R_X86_64_DTPMOD64`, gcc's and LLVM's default with `-fPIC`).
+    pub dialect: Dialect,
+    /// The GOT entry's ELF virtual address.
+    pub got: u64,
+    /// The slot's offset in the library's TLS block (the symbol's value).
+    pub tls_offset: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Tlsdesc,
+    GeneralDynamic,
+}
+
+/// The slot of a shared library, from its `.dynsym` and dynamic
+/// relocations: a TLSDESC entry first, else a general-dynamic one.
+pub fn library_slot<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Option<LibrarySlot> {
     use object::{ObjectSymbolTable, RelocationFlags, RelocationTarget};
+    const R_X86_64_DTPMOD64: u32 = 16;
     const R_X86_64_TLSDESC: u32 = 36;
     let dynsym = file.dynamic_symbol_table()?;
     let symbol = dynsym
         .symbols()
         .find(|s| s.name() == Ok(SYMBOL) && s.kind() == SymbolKind::Tls && !s.is_undefined())?;
-    file.dynamic_relocations()?.find_map(|(offset, r)| {
-        let tlsdesc =
-            matches!(r.flags(), RelocationFlags::Elf { r_type } if r_type == R_X86_64_TLSDESC);
+    let tls_offset = symbol.address();
+    let mut general_dynamic = None;
+    for (offset, r) in file.dynamic_relocations()? {
+        let RelocationFlags::Elf { r_type } = r.flags() else {
+            continue;
+        };
         let ours = match r.target() {
-            RelocationTarget::Symbol(i) => i == symbol.index(),
+            RelocationTarget::Symbol(i) => i == symbol.index() && r.addend() == 0,
             // Resolved locally (-Bsymbolic): no symbol, the value as addend.
-            RelocationTarget::Absolute => r.addend() == symbol.address() as i64,
+            RelocationTarget::Absolute => r.addend() == tls_offset as i64,
             _ => false,
         };
-        (tlsdesc && ours).then_some(offset)
-    })
+        match r_type {
+            R_X86_64_TLSDESC if ours => {
+                return Some(LibrarySlot {
+                    dialect: Dialect::Tlsdesc,
+                    got: offset,
+                    tls_offset,
+                })
+            }
+            // Against the symbol only: a local-dynamic entry (the module
+            // alone, symbol 0) says nothing of which variable it serves.
+            R_X86_64_DTPMOD64
+                if general_dynamic.is_none()
+                    && matches!(r.target(), RelocationTarget::Symbol(i) if i == symbol.index()) =>
+            {
+                general_dynamic = Some(LibrarySlot {
+                    dialect: Dialect::GeneralDynamic,
+                    got: offset,
+                    tls_offset,
+                });
+            }
+            _ => {}
+        }
+    }
+    general_dynamic
 }
 
-/// The slot's offset from the thread pointer, from a resolved TLSDESC GOT
-/// entry (`resolver`, `argument`): glibc's static-TLS resolver returns the
-/// argument as the offset, a small negative number on x86-64. A library
-/// loaded with dlopen gets dynamic TLS (the argument is then a pointer):
-/// not read.
-pub fn tlsdesc_offset(entry: [u64; 2]) -> Option<i64> {
-    let offset = entry[1] as i64;
-    (entry[0] != 0 && (-(1 << 30)..0).contains(&offset)).then_some(offset)
+/// The BPF map's value for a process whose slot is `slot` of a library
+/// loaded with `bias` (its run-time address minus its ELF address).
+pub fn library_location(slot: LibrarySlot, bias: u64) -> ThreadCtxLoc {
+    ThreadCtxLoc {
+        tp_offset: 0,
+        got: slot.got.wrapping_add(bias),
+        tls_offset: slot.tls_offset,
+        kind: match slot.dialect {
+            Dialect::Tlsdesc => CTX_TLSDESC,
+            Dialect::GeneralDynamic => CTX_GD,
+        },
+        pad: 0,
+    }
 }
 
-/// Reads a resolved TLSDESC GOT entry of process `pid`.
-pub fn read_tlsdesc_entry(proc_root: &Path, pid: u32, address: u64) -> Option<[u64; 2]> {
-    let mem = std::fs::File::open(proc_root.join(pid.to_string()).join("mem")).ok()?;
-    let mut bytes = [0u8; 16];
-    mem.read_exact_at(&mut bytes, address).ok()?;
-    Some([
-        u64::from_ne_bytes(bytes[..8].try_into().ok()?),
-        u64::from_ne_bytes(bytes[8..].try_into().ok()?),
-    ])
+/// The BPF map's value for a process whose executable defines the slot.
+pub fn executable_location(tp_offset: i64) -> ThreadCtxLoc {
+    ThreadCtxLoc {
+        tp_offset,
+        kind: CTX_TP_OFFSET,
+        ..ThreadCtxLoc::default()
+    }
 }
 
 struct TlsSegment {
@@ -280,17 +331,24 @@ mod tests {
     }
 
     #[test]
-    fn tlsdesc_entries_of_static_tls_only() {
+    fn locations_for_the_bpf_program() {
+        let slot = LibrarySlot {
+            dialect: Dialect::Tlsdesc,
+            got: 0x652e0,
+            tls_offset: 0x2c8,
+        };
+        let loc = library_location(slot, 0x7f00_0000_0000);
         assert_eq!(
-            tlsdesc_offset([0x7f00_0000_1000, (-0x48i64) as u64]),
-            Some(-0x48)
+            (loc.got, loc.tls_offset, loc.kind),
+            (0x7f00_0006_52e0, 0x2c8, CTX_TLSDESC)
         );
-        assert_eq!(tlsdesc_offset([0, (-0x48i64) as u64]), None, "unresolved");
-        assert_eq!(
-            tlsdesc_offset([0x7f00_0000_1000, 0x5555_0000_2000]),
-            None,
-            "dynamic TLS"
-        );
+        let gd = LibrarySlot {
+            dialect: Dialect::GeneralDynamic,
+            ..slot
+        };
+        assert_eq!(library_location(gd, 0).kind, CTX_GD);
+        let exe = executable_location(-0x48);
+        assert_eq!((exe.tp_offset, exe.kind), (-0x48, CTX_TP_OFFSET));
     }
 
     #[test]
@@ -302,6 +360,6 @@ mod tests {
             None,
             "the test binary defines no otel_thread_ctx_v1"
         );
-        assert_eq!(library_tlsdesc_got(&file), None);
+        assert_eq!(library_slot(&file), None);
     }
 }

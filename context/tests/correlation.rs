@@ -420,6 +420,56 @@ fn a_slot_in_a_shared_library_is_read_through_its_tlsdesc_entry() {
     assert!(agent.stop().success());
 }
 
+/// The slot in a library loaded with dlopen after the agent read the
+/// process (an addon, an extension): dynamic TLS, reached through each
+/// thread's DTV — found through ld.so's link-map hook, in both TLS dialects
+/// (TLSDESC, which glibc may still place in static TLS, and general
+/// dynamic), on the main thread and on a thread started before the load.
+#[test]
+fn a_slot_in_a_library_loaded_later_is_read_through_the_dtv() {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let main = dir.path().join("raw_dlopen_main");
+    clang_with_frame_pointers(&main, &[c.join("raw_dlopen_main.c")], &["-pthread", "-ldl"]);
+    let server = Server::start(&Backend::local(), &[]);
+    server.upload(&kit::build_id_of(&main), "debuginfo", &main);
+    let mut agent = start_agent(&server);
+    for (dialect, trace) in [
+        ("gnu2", "6b8efff798038103d269b633813fc60c"),
+        ("gnu", "7b8efff798038103d269b633813fc60c"),
+    ] {
+        let lib = dir.path().join(format!("libraw_ctx_{dialect}.so"));
+        clang_with_frame_pointers(
+            &lib,
+            &[c.join("raw_lib.c")],
+            &["-shared", "-fPIC", &format!("-mtls-dialect={dialect}")],
+        );
+        let (a, b) = ("aee19b7ec3c1b174", "bee19b7ec3c1b174");
+        kit::run(Command::new(&main).args([lib.to_str().unwrap(), trace, a, b, "1.0", "0.5"]));
+        for (span, function, other) in [
+            (a, "lib_user_work", "lib_thread_work"),
+            (b, "lib_thread_work", "lib_user_work"),
+        ] {
+            let stacks = span_stacks(&server, trace, span, (HZ * 0.8) as u64);
+            assert!(
+                count(&stacks, function) as f64 >= HZ * 0.8,
+                "{dialect}: span {span} lacks {function}: {}",
+                stacks.len()
+            );
+            assert_eq!(
+                count(&stacks, other),
+                0,
+                "{dialect}: span {span} holds the other thread's {other}"
+            );
+        }
+    }
+    assert!(!agent.stderr().contains("ERROR"), "{}", agent.stderr());
+    assert!(agent.stop().success());
+}
+
 /// The trace view's summary of one span: (cpu_ns, off_cpu_ns, the whole).
 fn span_summary(server: &Server, trace: &str, span: &str, min_off_cpu: f64) -> (f64, f64, Value) {
     let deadline = Instant::now() + Duration::from_secs(30);
