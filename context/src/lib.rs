@@ -35,6 +35,6 @@ mod tracing_layer;
 
 pub use future::{FutureExt, InTraceContext};
 pub use record::Ids;
-pub use thread::{current, enter, published_record, set, set_attributes, Guard};
+pub use thread::{current, enter, published_record, set, set_attributes, swap, Guard};
 #[cfg(feature = "tracing")]
 pub use tracing_layer::TraceContextLayer;

@@ -76,6 +76,15 @@ pub(crate) fn replace(ids: &Ids, previous: &mut Ids) {
     });
 }
 
+/// Publishes `ids` and returns what was published before (for bindings
+/// that keep the previous context themselves, like the Node.js addon).
+#[inline]
+pub fn swap(ids: &Ids) -> Ids {
+    let mut previous = Ids::default();
+    replace(ids, &mut previous);
+    previous
+}
+
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
