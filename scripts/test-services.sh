@@ -10,7 +10,9 @@
 # docker-compose (1.29) to validate docker-compose.yml (`config` only, which
 # needs no container engine; installed without the recommended docker.io),
 # chromium + npm's playwright-core for the UI test, npm's pprof-format as the
-# independent pprof reader, and inferno's inferno-flamegraph.
+# independent pprof reader, npm's OpenTelemetry JS SDK for the Node.js
+# context package (context/node, linked there as @symtrace/context), and
+# inferno's inferno-flamegraph.
 # Idempotent: what is installed or running already is left alone.
 #
 # Prints the environment the tests read (source it: `. <(scripts/test-services.sh)`
@@ -77,15 +79,22 @@ fi
 # and npm's pprof-format (the independent pprof reader); inferno's
 # inferno-flamegraph renders our folded output.
 NODE_DIR=${SYMTRACE_TEST_NODE_DIR:-/opt/symtrace-node}
-if [ ! -d "$NODE_DIR/node_modules/playwright-core" ] || [ ! -d "$NODE_DIR/node_modules/pprof-format" ]; then
-  log "installing playwright-core and pprof-format into $NODE_DIR"
+# The OpenTelemetry JS SDK for @symtrace/context's tests and example service
+# (context/node, agent/tests/node_context.rs).
+OTEL_JS='@opentelemetry/api@^1.9 @opentelemetry/sdk-trace-node@^2 @opentelemetry/context-async-hooks@^2 @opentelemetry/resources@^2'
+if [ ! -d "$NODE_DIR/node_modules/playwright-core" ] || [ ! -d "$NODE_DIR/node_modules/pprof-format" ] \
+  || [ ! -d "$NODE_DIR/node_modules/@opentelemetry/sdk-trace-node" ]; then
+  log "installing playwright-core, pprof-format and OpenTelemetry JS into $NODE_DIR"
   mkdir -p "$NODE_DIR"
   # playwright-core after 1.49 needs Node >= 20 (Debian 12's own nodejs is 18).
   pw='playwright-core@^1.49'
   [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || pw='playwright-core@~1.49.1'
   (cd "$NODE_DIR" && { [ -f package.json ] || npm init -y >/dev/null; } && npm install --silent --no-audit --no-fund \
-    "$pw" 'pprof-format@^2.1' >&2)
+    "$pw" 'pprof-format@^2.1' $OTEL_JS >&2)
 fi
+# `require("@symtrace/context")` under NODE_PATH: this checkout's package.
+mkdir -p "$NODE_DIR/node_modules/@symtrace"
+ln -sfn "$(cd "$(dirname "$0")/.." && pwd)/context/node" "$NODE_DIR/node_modules/@symtrace/context"
 if ! command -v inferno-flamegraph >/dev/null 2>&1; then
   log "installing inferno (a minute on 2 cores)"
   cargo install inferno@0.12.8 --locked >&2
