@@ -2,8 +2,9 @@
 //! container) and where their code is (executable mappings → build-ID and
 //! ELF virtual address). Entries are read on a process's first sample and
 //! dropped on exec and exit; the mappings are read again when an address
-//! falls outside them (a new `dlopen`) or when they are older than
-//! `MAPS_MAX_AGE`.
+//! falls outside them (a new `dlopen`), when they are older than
+//! `MAPS_MAX_AGE`, and when ld.so reports a `dlopen` or `dlclose`
+//! (`link_map_changed`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -92,9 +93,9 @@ pub(crate) struct Process {
     pub(crate) mappings: Vec<Option<Arc<Mapping>>>,
     pub(crate) maps_read: Instant,
     last_sample: Instant,
-    /// Its executable or a library defines `otel_thread_ctx_v1` (the BPF
-    /// program reads its threads' contexts).
-    publishes_context: bool,
+    /// How its threads reach `otel_thread_ctx_v1`, when its executable or
+    /// a library defines it (the BPF program reads their contexts).
+    thread_ctx: Option<ThreadCtxLoc>,
     /// Its `OTEL_CTX` mapping was there when `info` was read (else `info`
     /// is read again when the mappings show one).
     process_context_read: bool,
@@ -213,8 +214,11 @@ impl Processes {
             return;
         };
         refresh(&self.proc_root, pid, process, &text, Instant::now());
-        if process.publishes_context {
-            return;
+        if process
+            .thread_ctx
+            .is_some_and(|l| l.kind == record::CTX_TP_OFFSET)
+        {
+            return; // the executable's slot, whatever the libraries do
         }
         let location = library_location(
             &self.proc_root,
@@ -224,14 +228,16 @@ impl Processes {
             &mut self.binaries,
             &mut self.loaders,
         );
-        if let Some(loc) = location {
+        if location != process.thread_ctx {
+            // A library loaded now publishes contexts, or the one that did
+            // was unloaded (dlclose): its GOT entry is no longer read.
             tracing::debug!(
                 pid,
-                ?loc,
-                "a library loaded now publishes OpenTelemetry thread contexts"
+                ?location,
+                "the library publishing OpenTelemetry thread contexts changed"
             );
-            process.publishes_context = true;
-            self.tls_changes.push((pid, Some(loc)));
+            process.thread_ctx = location;
+            self.tls_changes.push((pid, location));
         }
     }
 
@@ -262,7 +268,7 @@ impl Processes {
     /// exec: new mappings, maybe a new service name.
     pub fn forget(&mut self, pid: u32) {
         if let Some(p) = self.by_pid.remove(&pid) {
-            if p.publishes_context {
+            if p.thread_ctx.is_some() {
                 self.tls_changes.push((pid, None));
             }
         }
@@ -297,7 +303,7 @@ impl Processes {
         self.by_pid.retain(|&pid, p| {
             let keep = now.duration_since(p.last_sample) < IDLE_MAX_AGE
                 || root.join(pid.to_string()).exists();
-            if !keep && p.publishes_context {
+            if !keep && p.thread_ctx.is_some() {
                 changes.push((pid, None));
             }
             keep
@@ -500,7 +506,7 @@ fn entry<'a>(
             maps,
             maps_read: Instant::now(),
             last_sample: Instant::now(),
-            publishes_context: location.is_some(),
+            thread_ctx: location,
             process_context_read: text
                 .as_deref()
                 .is_some_and(|t| threadctx::process_context_address(t).is_some()),
