@@ -176,16 +176,14 @@ static __always_inline __u64 ctx_slot(__u64 tp, const struct thread_ctx_loc *loc
 	}
 	if (!module || module >= MAX_TLS_MODULES || offset != loc->tls_offset)
 		return 0; /* not relocated yet, or not what the ELF file says */
-	__u64 dtv = 0, head[2];
+	__u64 dtv = 0, head[3];
 	if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + 8)) || dtv < DTV_ENTRY)
 		return 0;
+	/* head[0]: dtv[-1]'s counter, the length; head[2]: dtv[0]'s, the
+	 * generation. */
 	if (bpf_probe_read_user(head, sizeof(head), (void *)(dtv - DTV_ENTRY)))
 		return 0;
-	/* head[0]: dtv[-1], the length; dtv[0] (the generation) follows it. */
-	__u64 dtv_generation = 0;
-	if (bpf_probe_read_user(&dtv_generation, sizeof(dtv_generation), (void *)dtv))
-		return 0;
-	if (module > head[0] || dtv_generation < generation)
+	if (module > head[0] || head[2] < generation)
 		return 0; /* this thread has not caught up with the dlopen */
 	__u64 block = 0;
 	if (bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + module * DTV_ENTRY)))
@@ -198,7 +196,8 @@ static __always_inline __u64 ctx_slot(__u64 tp, const struct thread_ctx_loc *loc
 /* Copies the sampled thread's OTEP 4947 record: thread pointer (fsbase,
  * CO-RE) → the TLS slot (ctx_slot) → the record. Anything unreadable
  * leaves `valid` 0: a garbage pointer costs a failed probe read, nothing
- * more. */
+ * more. A thread without a slot (one that never touched a library's TLS:
+ * a runtime's helper threads) is not counted as unreadable. */
 static __always_inline void read_trace_ctx(struct task_struct *task, __u32 tgid,
 					   struct trace_ctx *out)
 {
@@ -208,7 +207,9 @@ static __always_inline void read_trace_ctx(struct task_struct *task, __u32 tgid,
 	__u64 tp = BPF_CORE_READ(task, thread.fsbase);
 	__u64 slot = tp ? ctx_slot(tp, loc) : 0;
 	__u64 record = 0;
-	if (!slot || bpf_probe_read_user(&record, sizeof(record), (void *)slot)) {
+	if (!slot)
+		return;
+	if (bpf_probe_read_user(&record, sizeof(record), (void *)slot)) {
 		count(COUNTER_CTX_UNREADABLE);
 		return;
 	}
