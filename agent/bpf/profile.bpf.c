@@ -392,6 +392,17 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* The processes the agent has read (an LRU set, filled by the agent):
+ * only their link-map changes wake it. Every process start calls the hook
+ * too, and a process the agent has not read yet is read whole at its
+ * first sample anyway. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} dl_watch SEC(".maps");
+
 /* ld.so's debugger hook, `_dl_debug_state`, called whenever the link map
  * changes (dlopen, dlclose): wakes the agent with the pid, bit 31 set, so
  * that a library mapped now is looked at within milliseconds — before its
@@ -399,9 +410,12 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 SEC("uprobe")
 int on_dl_change(struct pt_regs *ctx)
 {
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&dl_watch, &tgid))
+		return 0;
 	__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
 	if (pid) {
-		*pid = (__u32)(bpf_get_current_pid_tgid() >> 32) | DL_CHANGE_BIT;
+		*pid = tgid | DL_CHANGE_BIT;
 		bpf_ringbuf_submit(pid, BPF_RB_FORCE_WAKEUP);
 	}
 	return 0;

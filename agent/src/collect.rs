@@ -334,15 +334,18 @@ impl Collector {
 }
 
 /// Hands the BPF side what reading processes found: trace-context
-/// locations, and dynamic loaders to hook (their dlopen hook, attached
-/// through a descriptor of the very file the process maps). Returns how
-/// many processes now publish contexts.
+/// locations, the processes whose dlopens are to wake us, and dynamic
+/// loaders to hook (attached through a descriptor of the very file the
+/// process maps). Returns how many processes now publish contexts.
 fn hand_over(sampler: &mut Sampler, procs: &mut Processes) -> usize {
     use std::os::fd::AsRawFd;
     let changes = procs.take_tls_changes();
     let publishing = changes.iter().filter(|(_, loc)| loc.is_some()).count();
     for (pid, loc) in changes {
         sampler.set_thread_ctx_offset(pid, loc);
+    }
+    for pid in procs.take_new_processes() {
+        sampler.watch_link_map(pid);
     }
     for (pid, map, offset) in procs.take_new_loaders() {
         let attached = crate::safefile::open_mapped(Path::new("/proc"), pid, &map)

@@ -193,6 +193,12 @@ impl Processes {
         std::mem::take(&mut self.loaders.new)
     }
 
+    /// Processes read since the last call: their link-map changes are to
+    /// wake the agent (`link_map_changed`).
+    pub fn take_new_processes(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.loaders.watch)
+    }
+
     /// A loader whose hook could not be attached: tried again with the next
     /// process that maps it.
     pub fn loader_not_hooked(&mut self, map: &MapEntry) {
@@ -496,6 +502,7 @@ fn entry<'a>(
         });
         let info = read_info(root, pid, comm, text.as_deref());
         let location = thread_ctx_location(root, pid, &info, &maps, binaries, loaders);
+        loaders.watch.push(pid);
         if let Some(loc) = location {
             tracing::debug!(pid, ?loc, "process publishes OpenTelemetry thread contexts");
             tls_changes.push((pid, Some(loc)));
@@ -515,11 +522,15 @@ fn entry<'a>(
     })
 }
 
-/// The dynamic loaders met, by (device, inode).
+/// The dynamic loaders met, by (device, inode); and the processes read
+/// since the last hand-over, whose link-map changes are to wake the agent
+/// (every process start calls the hook: only those of processes the agent
+/// knows do).
 #[derive(Default)]
 struct Loaders {
     seen: std::collections::HashSet<(u64, u64)>,
     new: Vec<(u32, MapEntry, u64)>,
+    watch: Vec<u32>,
 }
 
 /// How the process's threads reach their OTEP 4947 slot: the executable's

@@ -96,6 +96,8 @@ struct MemoryMaps {
 pub struct ThreadCtxMaps {
     offsets: aya::maps::HashMap<MapData, u32, record::ThreadCtxLoc>,
     publishing: Array<MapData, u32>,
+    /// The processes whose link-map changes wake the agent (an LRU set).
+    dl_watch: aya::maps::HashMap<MapData, u32, u8>,
 }
 
 /// The trace-context offsets, as `drain`'s callback updates them.
@@ -283,6 +285,7 @@ impl Sampler {
         let thread_ctx = ThreadCtxMaps {
             offsets: aya::maps::HashMap::try_from(bpf.take_map("thread_ctx_offsets").unwrap())?,
             publishing: Array::try_from(bpf.take_map("publishing").unwrap())?,
+            dl_watch: aya::maps::HashMap::try_from(bpf.take_map("dl_watch").unwrap())?,
         };
         let memory = match options.memory_max_live {
             Some(_) => {
@@ -408,6 +411,13 @@ impl Sampler {
             }
         }
         wakeups
+    }
+
+    /// Process `pid`'s link-map changes wake [`Sampler::wait`] from now on.
+    pub fn watch_link_map(&mut self, pid: u32) {
+        if let Err(e) = self.thread_ctx.dl_watch.insert(pid, 1, 0) {
+            tracing::warn!(pid, "updating the link-map watch map: {e}");
+        }
     }
 
     /// Attaches the link-map hook to a dynamic loader (`path`: a descriptor

