@@ -12,6 +12,9 @@ mkdir -p target
 log=target/test-output.txt
 skips=target/test-skips.txt
 rm -f "$skips"
+# The Node.js addon (a cdylib: `cargo test` builds no library of a crate
+# that has only a cdylib) for the Node.js tests of context/node and agent/.
+cargo build --locked -p symtrace-context-node
 set +e
 cargo test --workspace --locked "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

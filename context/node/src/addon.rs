@@ -76,7 +76,18 @@ unsafe fn flags_arg(env: napi_env, value: Option<napi_value>) -> Result<u8> {
         return Ok(0);
     };
     let mut flags = 0u32;
-    if unsafe { napi_get_value_uint32(env, value, &mut flags) } != Status::napi_ok || flags > 255 {
+    if unsafe { napi_get_value_uint32(env, value, &mut flags) } != Status::napi_ok {
+        // Not a number: `undefined` is the optional argument left out (the
+        // type check only on this path, not on every call).
+        let mut kind = ValueType::napi_null;
+        unsafe { napi_typeof(env, value, &mut kind) };
+        return if kind == ValueType::napi_undefined {
+            Ok(0)
+        } else {
+            Err(WHAT)
+        };
+    }
+    if flags > 255 {
         return Err(WHAT);
     }
     Ok(flags as u8)

@@ -34,6 +34,10 @@ test("enter without flags publishes flags 0; upper-case hex reads back lower-cas
   const t = ctx.enter(A[0].toUpperCase(), A[1].toUpperCase());
   assert.deepEqual(ctx.current(), [A[0], A[1], 0]);
   ctx.exit(t);
+  // TypeScript's optional argument, passed as undefined.
+  const u = ctx.enter(A[0], A[1], undefined);
+  assert.deepEqual(ctx.current(), [A[0], A[1], 0]);
+  ctx.exit(u);
 });
 
 test("all-zero IDs publish no span", () => {
@@ -86,6 +90,7 @@ test("bad IDs and flags throw TypeError and publish nothing", () => {
     [A[0], A[1], 256], // flags over 255
     [A[0], A[1], -1],
     [A[0], A[1], "1"],
+    [A[0], A[1], null],
   ];
   for (const args of bad) {
     for (const f of [ctx.enter, ctx.set]) {
