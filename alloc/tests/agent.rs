@@ -430,7 +430,8 @@ fn a_process_sampling_every_allocation_is_bounded_by_the_agent() {
     let server = Server::start(&Backend::local(), &[]);
     // Every allocation fires the probe (interval 1): ~10,000 in half a
     // second, against a rate of 1,000 a second per CPU; leaky's ~2,000
-    // blocks (a hundred or so once thinned) against 10 live ones tracked.
+    // blocks (a hundred or so once thinned, but under load the thinning can
+    // keep as few as 9: a CI run did) against 3 live ones tracked.
     let service = kit::unique("mem-every-");
     let mut app = Workload::start(
         Command::new(&bin)
@@ -443,7 +444,7 @@ fn a_process_sampling_every_allocation_is_bounded_by_the_agent() {
     let mut agent = Agent::start(
         &kit::workspace_bin("symtrace-agent"),
         &server.grpc_addr,
-        &["--memory-max-rate", "1000", "--memory-max-live", "10"],
+        &["--memory-max-rate", "1000", "--memory-max-live", "3"],
     );
     wait_for_attach(&agent, &lib);
     writeln!(app.stdin, "go").unwrap();
@@ -471,8 +472,8 @@ fn a_process_sampling_every_allocation_is_bounded_by_the_agent() {
         recorded <= 4.0 * 1000.0 * cpus * seconds + 200.0,
         "{recorded} recorded in {seconds:.1} s on {cpus} CPUs, bound 1,000/s per CPU\n{totals}"
     );
-    // Live allocations tracked: at most 10, the rest counted.
-    assert!(number_after(&stats, ", live ") <= 10, "{stats}");
+    // Live allocations tracked: at most 3, the rest counted.
+    assert!(number_after(&stats, ", live ") <= 3, "{stats}");
     assert!(
         number_after(&totals, "untracked (live map full) ") > 0,
         "{totals}"
