@@ -133,9 +133,13 @@ run_agent() {
       match($0, /= [0-9.]+% of machine/); a += substr($0, RSTART + 2, RLENGTH - 14)
       match($0, /BPF [0-9.]+ ms over [0-9]+ runs = [0-9.]+%/); x = substr($0, RSTART, RLENGTH)
       sub(/.*= /, "", x); sub(/%/, "", x); b += x
-      cfi = "-"; if (match($0, /CFI cache [0-9]+ files [0-9]+ KiB/)) cfi = substr($0, RSTART + 10, RLENGTH - 10) }
-    END { printf "%-5s %3d Hz: %5.1f samples/s | agent CPU %.4f%% + BPF %.4f%% = %.4f%% of the machine | RSS %s MB | CFI %s (%d intervals)\n",
-                 label, hz, s / n, a / n, b / n, (a + b) / n, rss, cfi, n
+      cfi = "-"; if (match($0, /CFI cache [0-9]+ files [0-9]+ KiB/)) cfi = substr($0, RSTART + 10, RLENGTH - 10)
+      # Since start (agents before #37 have none): each file is hashed
+      # once, so a run that meets a large binary pays its hash in one
+      # interval.
+      h = "-"; if (match($0, /content hashes [0-9]+ \([0-9.]+ MiB, [0-9.]+ ms CPU\)/)) h = substr($0, RSTART + 15, RLENGTH - 15) }
+    END { printf "%-5s %3d Hz: %5.1f samples/s | agent CPU %.4f%% + BPF %.4f%% = %.4f%% of the machine | RSS %s MB | CFI %s (%d intervals) | content hashes %s\n",
+                 label, hz, s / n, a / n, b / n, (a + b) / n, rss, cfi, n, h
           printf "%s %d %.6f\n", label, hz, (a + b) / n >> res }'
   grep '^total:' "$out" | sed 's/^/    /' | cut -c1-400
 }

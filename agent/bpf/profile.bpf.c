@@ -118,6 +118,36 @@ struct {
 	__type(value, struct alloc_window);
 } alloc_windows SEC(".maps");
 
+/* Set by the loader: live sampled allocations one process may hold (0: no
+ * bound but the map's). */
+volatile const __u32 live_per_process = 0;
+
+/* Live sampled allocations per process (tgid → how many it holds in
+ * live_allocs): no process takes more than its share of that map. The
+ * agent deletes a process's entry when it exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u64);
+} live_counts SEC(".maps");
+
+/* Set by the loader: one recorded blocked switch-out per this many ns per
+ * process, and this much credit at once (0: no bound). */
+volatile const __u64 record_interval_ns = 0;
+volatile const __u64 record_burst_ns = 0;
+
+/* Per process: the time its next off-CPU record is due (a GCRA: a record
+ * is refused while that time is more than the burst ahead of now). An LRU
+ * map: a forgotten process starts afresh. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} record_due SEC(".maps");
+
 /* Live sampled allocations (pid, pointer) → weight; bounded (resized by
  * the loader), allocated on insert. */
 struct {
@@ -133,6 +163,56 @@ static __always_inline void count(__u32 which)
 	__u64 *c = bpf_map_lookup_elem(&counters, &which);
 	if (c)
 		*c += 1; /* per-CPU: no other writer */
+}
+
+/* Whether process `tgid` is over its off-CPU record rate (then counted). */
+static __always_inline int over_record_rate(__u32 tgid)
+{
+	if (!record_interval_ns)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *due = bpf_map_lookup_elem(&record_due, &tgid);
+	if (!due) {
+		__u64 next = now + record_interval_ns;
+		bpf_map_update_elem(&record_due, &tgid, &next, BPF_ANY);
+		return 0;
+	}
+	__u64 t = *due < now ? now : *due;
+	if (t - now > record_burst_ns) {
+		count(COUNTER_OFF_CPU_THROTTLED);
+		return 1;
+	}
+	*due = t + record_interval_ns; /* racy between CPUs: a record more or less */
+	return 0;
+}
+
+/* Tracks a sampled allocation as live within its process's share; whether
+ * it is tracked. */
+static __always_inline int track_live(struct live_key *key, __u64 *weight)
+{
+	__u64 *held = bpf_map_lookup_elem(&live_counts, &key->pid);
+	if (live_per_process && held && *held >= live_per_process) {
+		count(COUNTER_LIVE_PROCESS_FULL);
+		return 0;
+	}
+	if (bpf_map_update_elem(&live_allocs, key, weight, BPF_NOEXIST) == 0) {
+		if (held) {
+			__sync_fetch_and_add(held, 1);
+		} else {
+			__u64 one = 1;
+			if (bpf_map_update_elem(&live_counts, &key->pid, &one, BPF_NOEXIST)) {
+				held = bpf_map_lookup_elem(&live_counts, &key->pid);
+				if (held)
+					__sync_fetch_and_add(held, 1);
+			}
+		}
+		return 1;
+	}
+	/* There already (a free the agent missed): the pointer is live again. */
+	if (bpf_map_update_elem(&live_allocs, key, weight, BPF_EXIST) == 0)
+		return 1;
+	count(COUNTER_LIVE_FULL);
+	return 0;
 }
 
 /* glibc's dynamic thread vector (x86-64): the thread control block holds
@@ -340,6 +420,7 @@ static __always_inline void sample_header(struct cpu_sample *s, __u32 kind, __u6
 SEC("perf_event")
 int on_cpu_sample(struct bpf_perf_event_data *ctx)
 {
+	count(COUNTER_TICKS); /* the agent's liveness: the events fire */
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	if (tid == 0)
@@ -411,10 +492,15 @@ SEC("uprobe")
 int on_dl_change(struct pt_regs *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!bpf_map_lookup_elem(&dl_watch, &tgid))
+	__u8 *state = bpf_map_lookup_elem(&dl_watch, &tgid);
+	/* 2: a wakeup of this process is outstanding (the agent sets 1 again
+	 * when it takes it): a process looping dlopen/dlclose wakes the agent
+	 * once per read of its maps, not once per call. */
+	if (!state || *state == 2)
 		return 0;
 	__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
 	if (pid) {
+		*state = 2;
 		*pid = tgid | DL_CHANGE_BIT;
 		bpf_ringbuf_submit(pid, BPF_RB_FORCE_WAKEUP);
 	}
@@ -509,6 +595,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u32 tgid = prev->tgid;
 	if (r >= (in_span(prev, tgid) ? off_cpu_span_threshold : off_cpu_threshold))
 		return 0;
+	if (over_record_rate(tgid))
+		return 0;
 	start = bpf_task_storage_get(&off_cpu_start, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!start) {
 		count(COUNTER_OFF_CPU_FULL);
@@ -595,6 +683,9 @@ int on_usdt(struct pt_regs *ctx)
 			bpf_ringbuf_discard(f, BPF_RB_NO_WAKEUP);
 			return 0; /* not one we saw allocated */
 		}
+		__u64 *held = bpf_map_lookup_elem(&live_counts, &key.pid);
+		if (held && *held)
+			__sync_fetch_and_sub(held, 1);
 		f->kind = RECORD_FREE;
 		f->pid = key.pid;
 		f->ptr = key.ptr;
@@ -653,9 +744,7 @@ int on_usdt(struct pt_regs *ctx)
 	a->sample.kernel_bytes = 0;
 	__u64 weight = a->weight;
 	/* After the reserve: the free's record comes after this one. */
-	a->tracked = bpf_map_update_elem(&live_allocs, &key, &weight, BPF_ANY) == 0;
-	if (!a->tracked)
-		count(COUNTER_LIVE_FULL);
+	a->tracked = track_live(&key, &weight);
 	a->pad = 0;
 	bpf_ringbuf_submit(a, BPF_RB_NO_WAKEUP);
 	count(COUNTER_ALLOCS);

@@ -315,7 +315,10 @@ enum counter {
 	COUNTER_FREES_LOST = 14,   /* ... dropped: the ring buffer was full */
 	COUNTER_USDT_UNREADABLE = 15, /* a probe's pointer argument unreadable */
 	COUNTER_ALLOCS_THROTTLED = 16, /* sampled allocations thinned out over the rate bound */
-	COUNTER_COUNT = 17,
+	COUNTER_LIVE_PROCESS_FULL = 17, /* sampled allocations not tracked: their process holds its share of the live map */
+	COUNTER_OFF_CPU_THROTTLED = 18, /* blocked switch-outs not recorded: their process is over its record rate */
+	COUNTER_TICKS = 19,        /* runs of the CPU sampler, the idle CPUs' included */
+	COUNTER_COUNT = 20,
 };
 
 #endif

@@ -30,7 +30,7 @@ use symtrace_proto::resource::Resource;
 
 use crate::jit::{FrameKind, Symbol};
 use crate::memory::{self, Site};
-use crate::procs::{self, ProcessInfo, UserFrame};
+use crate::process::{self, ProcessInfo, UserFrame};
 use crate::record::TraceCtx;
 use crate::unwind::Cut;
 
@@ -108,7 +108,7 @@ struct ProcessSamples {
 pub struct Batch {
     dict: ProfilesDictionary,
     strings: Table<String>,
-    mappings: Table<Arc<procs::Mapping>>,
+    mappings: Table<Arc<process::Mapping>>,
     /// (mapping, address, function, line): generated code at one address
     /// may be another function later in the batch.
     locations: Table<(i32, u64, i32, i64)>,
@@ -160,13 +160,15 @@ impl Batch {
         };
         batch.native = batch.attribute("profile.frame.type", "native");
         batch.kernel = batch.attribute("profile.frame.type", "kernel");
-        batch.kernel_mapping = batch.mapping(&Arc::new(procs::Mapping {
+        batch.kernel_mapping = batch.mapping(&Arc::new(process::Mapping {
             path: "[kernel.kallsyms]".to_owned(),
             build_id: None,
             htlhash: false,
+            content_sha256: None,
             start: 0,
             limit: u64::MAX,
             file_offset: 0,
+            file: (0, 0),
         }));
         batch
     }
@@ -199,16 +201,19 @@ impl Batch {
         i
     }
 
-    fn mapping(&mut self, m: &Arc<procs::Mapping>) -> i32 {
+    fn mapping(&mut self, m: &Arc<process::Mapping>) -> i32 {
         let (i, new) = self.mappings.intern(m.clone());
         if new {
-            let attribute_indices = match &m.build_id {
+            let mut attribute_indices = match &m.build_id {
                 Some(id) if m.htlhash => {
                     vec![self.attribute("process.executable.build_id.htlhash", id)]
                 }
                 Some(id) => vec![self.attribute("process.executable.build_id.gnu", id)],
                 None => vec![],
             };
+            if let Some(sha) = &m.content_sha256 {
+                attribute_indices.push(self.attribute(symtrace_proto::FILE_SHA256, sha));
+            }
             let filename_strindex = self.string(&m.path);
             self.dict.mapping_table.push(Mapping {
                 memory_start: m.start,
@@ -367,6 +372,67 @@ impl Batch {
             }
         }
         self.samples += 1;
+    }
+
+    /// A process's identity became known (`old` was a provisional one):
+    /// its samples so far go under `new` — merged with any it has already.
+    pub fn identify(&mut self, old: &Arc<ProcessInfo>, new: &Arc<ProcessInfo>) {
+        let Some(mut samples) = self.processes.remove(&(Arc::as_ptr(old) as usize)) else {
+            return;
+        };
+        samples.info = new.clone();
+        match self.processes.entry(Arc::as_ptr(new) as usize) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(samples);
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let into = o.get_mut();
+                for (k, mut v) in samples.samples {
+                    into.samples.entry(k).or_default().append(&mut v);
+                }
+                for (k, mut v) in samples.waits {
+                    into.waits.entry(k).or_default().append(&mut v);
+                }
+                for (k, (t, b, n)) in samples.allocs {
+                    let e = into.allocs.entry(k).or_insert((t, 0, 0));
+                    *e = (e.0.max(t), e.1.saturating_add(b), e.2.saturating_add(n));
+                }
+                for (k, v) in samples.inuse {
+                    into.inuse.entry(k).or_insert(v);
+                }
+            }
+        }
+    }
+
+    /// Gives the file mappings sampled before their file's content hash
+    /// was known the hash `content_of` knows now (by the file's device and
+    /// inode, never by path or build-ID: another file may have those), so
+    /// those samples too are named by what an agent published of it.
+    /// Returns how many file mappings go without.
+    pub fn settle_contents(
+        &mut self,
+        mut content_of: impl FnMut((u64, u64)) -> Option<String>,
+    ) -> usize {
+        let unsettled: Vec<(i32, (u64, u64))> = self
+            .mappings
+            .index
+            .iter()
+            .filter(|(m, _)| m.content_sha256.is_none() && m.file != (0, 0))
+            .map(|(m, &i)| (i, m.file))
+            .collect();
+        let mut without = 0;
+        for (i, file) in unsettled {
+            match content_of(file) {
+                Some(sha) => {
+                    let attribute = self.attribute(symtrace_proto::FILE_SHA256, &sha);
+                    if let Some(m) = self.dict.mapping_table.get_mut(i as usize) {
+                        m.attribute_indices.push(attribute);
+                    }
+                }
+                None => without += 1,
+            }
+        }
+        without
     }
 
     fn process(&mut self, info: &Arc<ProcessInfo>) -> &mut ProcessSamples {

@@ -13,14 +13,16 @@ fn process(pid: u32) -> Arc<ProcessInfo> {
 }
 
 /// The executable both tests sample: /usr/bin/checkout, build-ID abcd.
-fn checkout_exe() -> Arc<procs::Mapping> {
-    Arc::new(procs::Mapping {
+fn checkout_exe() -> Arc<process::Mapping> {
+    Arc::new(process::Mapping {
         path: "/usr/bin/checkout".into(),
         build_id: Some("abcd".into()),
         htlhash: false,
+        content_sha256: None,
         start: 0x1000,
         limit: 0x9000,
         file_offset: 0x1000,
+        file: (0, 0),
     })
 }
 
@@ -150,13 +152,15 @@ fn aggregates_samples_and_keeps_frames_raw() {
 #[test]
 fn names_vdso_frames_and_marks_cut_stacks() {
     let p = process(8);
-    let vdso = Arc::new(procs::Mapping {
+    let vdso = Arc::new(process::Mapping {
         path: "[vdso]".into(),
         build_id: None,
         htlhash: false,
+        content_sha256: None,
         start: 0,
         limit: 0x2000,
         file_offset: 0,
+        file: (0, 0),
     });
     let user = [UserFrame {
         mapping: vdso,
@@ -219,13 +223,15 @@ fn names_vdso_frames_and_marks_cut_stacks() {
 fn jit_frames_carry_their_names_types_and_tiers() {
     use crate::jit::{FrameKind, Symbol};
     let p = process(9);
-    let anon = Arc::new(procs::Mapping {
+    let anon = Arc::new(process::Mapping {
         path: String::new(),
         build_id: None,
         htlhash: false,
+        content_sha256: None,
         start: 0x7f00_0000_0000,
         limit: 0x7f00_0010_0000,
         file_offset: 0,
+        file: (0, 0),
     });
     let js = |function: &str, line| {
         Arc::new(Symbol {
@@ -432,4 +438,145 @@ fn memory_events_are_four_profiles_added_up_per_key() {
     assert_eq!(profiles[2].samples[0].timestamps_unix_nano, vec![30]);
     assert_eq!(profiles[3].samples[0].values, vec![1]);
     assert!(profiles.iter().all(|p| p.period_type.is_none()));
+}
+
+/// One sample of `process` at `unix_ns` on the stack `user`.
+fn add_one(batch: &mut Batch, process: &Arc<ProcessInfo>, unix_ns: u64, user: &[UserFrame]) {
+    batch.add(
+        &Observed {
+            process,
+            thread_name: "main",
+            unix_ns,
+            user,
+            cut: None,
+            kernel: &[],
+            trace: &TraceCtx::default(),
+        },
+        None,
+    );
+}
+
+/// The value of `key` among a mapping's attributes.
+fn mapping_attribute(
+    d: &symtrace_proto::profiles::ProfilesDictionary,
+    m: &Mapping,
+    key: &str,
+) -> Option<String> {
+    m.attribute_indices.iter().find_map(|&i| {
+        let kv = &d.attribute_table[i as usize];
+        (d.string_table[kv.key_strindex as usize] == key).then(|| match &kv.value {
+            Some(AnyValue {
+                value: Some(Value::StringValue(s)),
+            }) => s.clone(),
+            other => panic!("{other:?}"),
+        })
+    })
+}
+
+#[test]
+fn hashes_known_later_go_to_the_mappings_of_that_very_file() {
+    // Two files at one path with one build-ID (a genuine library and a
+    // forged one in another container), both sampled before their hashes
+    // were known; memory that is no file beside them.
+    let file = |inode| {
+        Arc::new(process::Mapping {
+            file: (8, inode),
+            ..Arc::unwrap_or_clone(checkout_exe())
+        })
+    };
+    let (genuine, forged) = (file(100), file(200));
+    let anon = Arc::new(process::Mapping {
+        path: "[anon]".into(),
+        ..Arc::unwrap_or_clone(checkout_exe())
+    });
+    let p = process(7);
+    let mut batch = Batch::new(0, 97, "h");
+    for (t, m) in [(1, &genuine), (2, &forged), (3, &anon)] {
+        let frame = UserFrame {
+            mapping: m.clone(),
+            address: 0x1234,
+            name: None,
+        };
+        add_one(&mut batch, &p, t, &[frame]);
+    }
+    let mut asked = Vec::new();
+    batch.settle_contents(|file| {
+        asked.push(file);
+        (file == (8, 100)).then(|| "ab".repeat(32))
+    });
+    asked.sort_unstable();
+    // Asked by file identity, and only for files.
+    assert_eq!(asked, [(8, 100), (8, 200)]);
+    let req = batch.finish(10).unwrap();
+    let d = req.dictionary.as_ref().unwrap();
+    let profile = &req.resource_profiles[0].scope_profiles[0].profiles[0];
+    let content_at = |t: u64| {
+        let s = profile
+            .samples
+            .iter()
+            .find(|s| s.timestamps_unix_nano == [t])
+            .unwrap();
+        let stack = &d.stack_table[s.stack_index as usize].location_indices;
+        let location = &d.location_table[stack[0] as usize];
+        let m = &d.mapping_table[location.mapping_index as usize];
+        mapping_attribute(d, m, symtrace_proto::FILE_SHA256)
+    };
+    assert_eq!(content_at(1), Some("ab".repeat(32)));
+    assert_eq!(content_at(2), None, "the forged file's mapping");
+    assert_eq!(content_at(3), None);
+}
+
+#[test]
+fn samples_under_a_provisional_identity_go_to_the_known_one() {
+    let provisional = Arc::new(ProcessInfo {
+        pid: 7,
+        service_name: "unknown_service:checkout".into(),
+        executable_name: "checkout".into(),
+        ..Default::default()
+    });
+    let known = process(7);
+    let exe = checkout_exe();
+    let frame = |address| UserFrame {
+        mapping: exe.clone(),
+        address,
+        name: None,
+    };
+    let mut batch = Batch::new(0, 97, "h");
+    add_one(&mut batch, &provisional, 1, &[frame(0x1234)]);
+    add_one(&mut batch, &provisional, 2, &[frame(0x2345)]);
+    // Known already too (a sample taken after the answer came).
+    add_one(&mut batch, &known, 3, &[frame(0x1234)]);
+    batch.identify(&provisional, &known);
+    // Nothing under an identity no sample has.
+    batch.identify(&process(8), &process(9));
+    assert_eq!(batch.samples(), 3);
+    let req = batch.finish(10).unwrap();
+    assert_eq!(req.resource_profiles.len(), 1, "one process, one resource");
+    let rp = &req.resource_profiles[0];
+    let service = rp
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "service.name")
+        .unwrap();
+    assert_eq!(
+        service.value.as_ref().unwrap().value,
+        Some(Value::StringValue("checkout".into()))
+    );
+    let profile = &rp.scope_profiles[0].profiles[0];
+    let mut times: Vec<u64> = profile
+        .samples
+        .iter()
+        .flat_map(|s| s.timestamps_unix_nano.clone())
+        .collect();
+    times.sort_unstable();
+    assert_eq!(times, [1, 2, 3], "merged with the known identity's samples");
+    let at_1234 = profile
+        .samples
+        .iter()
+        .filter(|s| s.timestamps_unix_nano.len() == 2)
+        .count();
+    assert_eq!(at_1234, 1, "one stack, one sample of two timestamps");
 }

@@ -5,11 +5,14 @@
 //! prologue or epilogue).
 //!
 //! A file's two sections are read once, on its first leaf sample, into
-//! memory (bounded per file and in total; nothing stays mapped, so a file
-//! truncated underneath cannot fault the agent); the rule at each leaf
-//! address is computed once and kept (bounded per file).
+//! memory, in a job (`files::Binaries::load_cfi`: bounded per file and in
+//! total; nothing stays mapped, so a file truncated underneath cannot fault
+//! the agent); the rule at each leaf address is computed once and kept
+//! (bounded per file).
 
 use std::collections::HashMap;
+
+use crate::jobs::{Ticket, Waiting};
 
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, RegisterRule,
@@ -201,11 +204,18 @@ pub struct CacheStats {
     pub resets: u64,
 }
 
+/// A file's CFI: read (`None`: it has none, or it was unreadable), or
+/// being read.
+enum Loaded {
+    Ready(Option<Box<FileCfi>>),
+    Loading(Ticket<Option<FileCfi>>),
+}
+
 /// The CFI of every file seen as a leaf, by (device, inode), within a total
 /// byte budget; a file without `.eh_frame` (or unreadable) is kept as
 /// `None` so it is not read again.
 pub struct CfiCache {
-    by_file: HashMap<(u64, u64), Option<FileCfi>>,
+    by_file: HashMap<(u64, u64), Loaded>,
     ctx: Box<UnwindContext<usize>>,
     budget: usize,
     bytes: usize,
@@ -224,15 +234,31 @@ impl CfiCache {
     }
 
     /// The rule at `address` of file `key`, loading its CFI with `load`
-    /// the first time. `None` when the file has no usable CFI.
+    /// the first time (a job, waited for within `waiting`; while it runs,
+    /// `None`). `None` when the file has no usable CFI.
     pub fn rule(
         &mut self,
         key: (u64, u64),
         address: u64,
-        load: impl FnOnce() -> Option<FileCfi>,
+        waiting: &mut Waiting,
+        load: impl FnOnce() -> Ticket<Option<FileCfi>>,
     ) -> Option<LeafRule> {
-        if !self.by_file.contains_key(&key) {
-            let cfi = load().filter(|c| c.bytes() <= self.budget);
+        let answer = match self.by_file.get(&key) {
+            None => {
+                let ticket = load();
+                match waiting.wait(&ticket) {
+                    Some(answer) => Some(answer.ok().flatten()),
+                    None => {
+                        self.by_file.insert(key, Loaded::Loading(ticket));
+                        return None;
+                    }
+                }
+            }
+            Some(Loaded::Loading(ticket)) => Some(ticket.try_take()?.ok().flatten()),
+            Some(Loaded::Ready(_)) => None,
+        };
+        if let Some(cfi) = answer {
+            let cfi = cfi.filter(|c| c.bytes() <= self.budget);
             let size = cfi.as_ref().map_or(0, FileCfi::bytes);
             if self.bytes + size > self.budget {
                 self.by_file.clear();
@@ -240,14 +266,32 @@ impl CfiCache {
                 self.resets += 1;
             }
             self.bytes += size;
-            self.by_file.insert(key, cfi);
+            self.by_file.insert(key, Loaded::Ready(cfi.map(Box::new)));
         }
-        let cfi = self.by_file.get_mut(&key)?.as_mut()?;
+        let Some(Loaded::Ready(Some(cfi))) = self.by_file.get_mut(&key) else {
+            return None;
+        };
         let before = cfi.rules.len();
         let rule = cfi.rule(address, &mut self.ctx);
         let after = cfi.rules.len();
         let rule_size = 8 + std::mem::size_of::<LeafRule>();
         self.bytes = (self.bytes + after * rule_size).saturating_sub(before * rule_size);
+        Some(rule)
+    }
+
+    /// The rule at `address` of file `key` if its CFI is in memory already
+    /// (nothing is read).
+    pub fn cached_rule(&mut self, key: (u64, u64), address: u64) -> Option<LeafRule> {
+        let Some(Loaded::Ready(Some(cfi))) = self.by_file.get_mut(&key) else {
+            return None;
+        };
+        if let Some(&rule) = cfi.rules.get(&address) {
+            return Some(rule);
+        }
+        let before = cfi.rules.len();
+        let rule = cfi.rule(address, &mut self.ctx);
+        let rule_size = 8 + std::mem::size_of::<LeafRule>();
+        self.bytes = (self.bytes + cfi.rules.len() * rule_size).saturating_sub(before * rule_size);
         Some(rule)
     }
 
@@ -258,7 +302,11 @@ impl CfiCache {
 
     pub fn stats(&self) -> CacheStats {
         CacheStats {
-            files: self.by_file.values().filter(|c| c.is_some()).count(),
+            files: self
+                .by_file
+                .values()
+                .filter(|c| matches!(c, Loaded::Ready(Some(_))))
+                .count(),
             bytes: self.bytes,
             resets: self.resets,
         }
@@ -281,6 +329,7 @@ pub fn from_image(image: &[u8]) -> Option<FileCfi> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn rules_of_our_own_code() {
@@ -366,19 +415,43 @@ mod tests {
         let exe = std::fs::read("/proc/self/exe").unwrap();
         let size = from_image(&exe).unwrap().bytes();
         let mut cache = CfiCache::new(size + size / 2);
-        assert!(cache.rule((1, 1), 1, || from_image(&exe)).is_some());
+        let mut w = Waiting::new(Duration::from_secs(10), 1.0, Duration::from_secs(10));
+        let image = || Ticket::ready(from_image(&exe));
+        assert!(cache.rule((1, 1), 1, &mut w, image).is_some());
         assert_eq!(cache.stats().files, 1);
         // A second file does not fit next to the first: the cache starts over.
-        assert!(cache.rule((1, 2), 1, || from_image(&exe)).is_some());
+        assert!(cache.rule((1, 2), 1, &mut w, image).is_some());
         let stats = cache.stats();
         assert_eq!((stats.files, stats.resets), (1, 1));
         assert!(stats.bytes <= size + size / 2);
         // A file larger than the whole budget is not kept; nor read twice.
         let mut small = CfiCache::new(16);
-        assert_eq!(small.rule((1, 1), 1, || from_image(&exe)), None);
-        assert_eq!(small.rule((1, 1), 1, || panic!("read again")), None);
+        assert_eq!(small.rule((1, 1), 1, &mut w, image), None);
+        assert_eq!(small.rule((1, 1), 1, &mut w, || panic!("read again")), None);
         // No .eh_frame: None, remembered.
-        assert_eq!(cache.rule((2, 2), 1, || None), None);
-        assert_eq!(cache.rule((2, 2), 1, || panic!("read again")), None);
+        assert_eq!(cache.rule((2, 2), 1, &mut w, || Ticket::ready(None)), None);
+        assert_eq!(cache.rule((2, 2), 1, &mut w, || panic!("read again")), None);
+        // Being read: None until the job answers, then the rule.
+        let pool = crate::jobs::Pool::new(1);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let exe2 = exe.clone();
+        let ticket = pool.submit(crate::jobs::About::default(), move || {
+            rx.recv().unwrap();
+            from_image(&exe2)
+        });
+        let mut once = Some(ticket);
+        let mut no_wait = Waiting::new(Duration::ZERO, 0.0, Duration::ZERO);
+        assert_eq!(
+            cache.rule((3, 3), 1, &mut no_wait, || once.take().unwrap()),
+            None
+        );
+        tx.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut rule = None;
+        while rule.is_none() && std::time::Instant::now() < deadline {
+            rule = cache.rule((3, 3), 1, &mut no_wait, || panic!("read again"));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(rule.is_some());
     }
 }

@@ -45,7 +45,7 @@ pub struct Args {
 
     /// Bound of the batches waiting for the server (oldest dropped first,
     /// and counted, when the server stays away).
-    #[arg(long, env = "SYMTRACE_AGENT_BUFFER_BYTES", default_value_t = 64 << 20)]
+    #[arg(long, env = "SYMTRACE_AGENT_BUFFER_BYTES", default_value_t = 32 << 20)]
     pub buffer_bytes: usize,
 
     /// Size of the BPF ring buffer between the sampler and the agent (a
@@ -57,17 +57,19 @@ pub struct Args {
     /// Bytes of call-frame information (`.eh_frame` of the files samples'
     /// leaf functions are in) kept in memory, to recover the caller of a
     /// frameless leaf; beyond it the cache starts over.
-    #[arg(long, env = "SYMTRACE_AGENT_CFI_CACHE_BYTES", default_value_t = 64 << 20)]
+    #[arg(long, env = "SYMTRACE_AGENT_CFI_CACHE_BYTES", default_value_t = 32 << 20)]
     pub cfi_cache_bytes: usize,
 
     /// Bytes of JIT symbols (from perf maps and jitdump files) kept per
     /// process; beyond it the oldest entries are dropped (counted in the
     /// stats as `jit: … evicted`). About 235 bytes an entry.
-    #[arg(long, env = "SYMTRACE_AGENT_JIT_PROCESS_BYTES", default_value_t = 64 << 20)]
+    #[arg(long, env = "SYMTRACE_AGENT_JIT_PROCESS_BYTES", default_value_t = 32 << 20)]
     pub jit_process_bytes: usize,
 
-    /// Bytes of JIT symbols kept for all processes together.
-    #[arg(long, env = "SYMTRACE_AGENT_JIT_TOTAL_BYTES", default_value_t = 256 << 20)]
+    /// Bytes of JIT symbols kept for all processes together. With the
+    /// defaults of the other bounds the agent stays under 256 MiB however
+    /// the processes of its host behave (docs/agent.md, "Memory").
+    #[arg(long, env = "SYMTRACE_AGENT_JIT_TOTAL_BYTES", default_value_t = 64 << 20)]
     pub jit_total_bytes: usize,
 
     /// Also record kernel threads (kworker, ksoftirqd, …).
@@ -120,6 +122,18 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_OFF_CPU_MAX_WAITING", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub off_cpu_max_waiting: u32,
 
+    /// Off-CPU records one process may make per second (and twice that at
+    /// once); beyond it its switch-outs are not recorded (counted as
+    /// `off-CPU records over their process's rate`): one process blocking
+    /// a hundred thousand times a second inside spans cannot fill the ring
+    /// buffer that every process's samples share. 0: no bound.
+    #[arg(
+        long,
+        env = "SYMTRACE_AGENT_OFF_CPU_MAX_PROCESS_RATE",
+        default_value_t = 2000
+    )]
+    pub off_cpu_max_process_rate: u32,
+
     /// Turn memory allocation profiling off. When on (the default), the
     /// agent attaches to the `otel_memory:alloc` and `otel_memory:free`
     /// USDT probes of every file that has them (the symtrace-alloc
@@ -134,6 +148,17 @@ pub struct Args {
     /// beyond it new ones count as allocated but not as in use, counted).
     #[arg(long, env = "SYMTRACE_AGENT_MEMORY_MAX_LIVE", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub memory_max_live: u32,
+
+    /// Live sampled allocations one process may hold of those (beyond it
+    /// its new ones count as allocated, not as in use, counted as `live
+    /// allocations over their process's share`): one process cannot take
+    /// the in-use profiles of the others. 0: no bound but the total.
+    #[arg(
+        long,
+        env = "SYMTRACE_AGENT_MEMORY_MAX_LIVE_PER_PROCESS",
+        default_value_t = 8192
+    )]
+    pub memory_max_live_per_process: u32,
 
     /// Sampled allocations recorded per second per CPU, aimed at (0: no
     /// bound). The probes fire as often as the profiled process samples
@@ -163,12 +188,55 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_BYTES_PER_SECOND", default_value_t = 2 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
     pub upload_bytes_per_second: u64,
 
+    /// New binaries published per minute, at most, by this host (the
+    /// others wait their turn; each file's owner waits behind its own
+    /// files: one user making files with fresh build-IDs by the thousand
+    /// does not delay the rest). 0: no bound.
+    #[arg(
+        long,
+        env = "SYMTRACE_AGENT_UPLOAD_MAX_FILES_PER_MINUTE",
+        default_value_t = 30
+    )]
+    pub upload_max_files_per_minute: u32,
+
+    /// Bytes published per hour, at most, by this host. 0: no bound.
+    #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_MAX_BYTES_PER_HOUR", default_value_t = 2 << 30)]
+    pub upload_max_bytes_per_hour: u64,
+
     /// Largest binary published whole; a larger one with a GNU build-ID
     /// and a symbol table is published as its symbol tables and DWARF
     /// (like objcopy --only-keep-debug) if those fit, else counted as
     /// unpublishable (publish it from CI with symtrace-upload).
     #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_MAX_FILE_BYTES", default_value_t = 512 << 20)]
     pub upload_max_file_bytes: u64,
+
+    /// Serve `GET /healthz` (200 while the agent samples and delivers,
+    /// 503 with why not) and `GET /metrics` (Prometheus) here, e.g.
+    /// `0.0.0.0:8003` (the DaemonSet's liveness probe). Off by default.
+    #[arg(long, env = "SYMTRACE_AGENT_HEALTH_ADDR")]
+    pub health_addr: Option<std::net::SocketAddr>,
+
+    /// `/healthz` answers 503 when the sampler thread has not gone round
+    /// its loop, or the BPF sampler has not run, for this long.
+    #[arg(long, env = "SYMTRACE_AGENT_HEALTH_MAX_SILENCE", default_value = "60s", value_parser = parse_duration)]
+    pub health_max_silence: Duration,
+
+    /// `/healthz` answers 503 when batches wait for the server and none was
+    /// delivered for this long (`off`: never for that reason — a restart
+    /// does not bring a server back, and drops what is buffered).
+    #[arg(long, env = "SYMTRACE_AGENT_HEALTH_MAX_UNDELIVERED", default_value = "15m", value_parser = parse_optional_duration)]
+    pub health_max_undelivered: OptionalDuration,
+}
+
+/// A duration, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalDuration(pub Option<Duration>);
+
+fn parse_optional_duration(s: &str) -> Result<OptionalDuration, String> {
+    if s == "off" {
+        return Ok(OptionalDuration(None));
+    }
+    parse_duration(s).map(|d| OptionalDuration(Some(d)))
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {

@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{Batch, Memory, Observed};
 use crate::export::Queue;
+use crate::health::Health;
+use crate::jobs::{About, Pool};
 use crate::kallsyms::KernelSymbols;
 use crate::memory;
 use crate::offcpu::{self, Waiting, Waits};
-use crate::procs::{ProcessInfo, Processes, UserFrame, UserStack};
+use crate::process::{ProcessInfo, Processes, UserFrame, UserStack};
 use crate::record::{self, CpuSample, Record};
 use crate::sampler::{CtxOffsets, OffCpu, Sampler};
 use crate::stats;
@@ -39,6 +41,34 @@ pub struct Collector {
     /// Where sampled binaries are offered for publishing, and what became
     /// of them (`None`: `--no-upload-binaries`).
     pub uploads: Option<(crate::upload::Offers, Arc<crate::upload::Stats>)>,
+    /// Where per-file and per-process work runs.
+    pub pool: Pool,
+    /// What the liveness endpoint reports.
+    pub health: Arc<Health>,
+    /// A fault to inject (`SYMTRACE_AGENT_TEST_FAULT`: tests of the
+    /// liveness endpoint and of thread death).
+    pub fault: Option<Fault>,
+}
+
+/// A fault the tests inject into the sampler thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Panics outside every contained job, after the first export.
+    Panic,
+    /// Stops going round the loop (as if stuck in the kernel), after the
+    /// first export.
+    Stall,
+}
+
+impl Fault {
+    /// From `SYMTRACE_AGENT_TEST_FAULT` (`sampler-panic`, `sampler-stall`).
+    pub fn from_env() -> Option<Fault> {
+        match std::env::var("SYMTRACE_AGENT_TEST_FAULT").ok()?.as_str() {
+            "sampler-panic" => Some(Fault::Panic),
+            "sampler-stall" => Some(Fault::Stall),
+            _ => None,
+        }
+    }
 }
 
 /// What the collector saw over its whole run, for the final summary.
@@ -63,7 +93,12 @@ impl Collector {
                  name kernel frames): kernel frames stay unnamed"
             );
         }
-        let mut procs = Processes::new(Path::new("/proc"), self.cfi_cache_bytes, self.jit_bytes);
+        let mut procs = Processes::new(
+            Path::new("/proc"),
+            self.cfi_cache_bytes,
+            self.jit_bytes,
+            self.pool.clone(),
+        );
         procs.offer_binaries_to(self.uploads.as_ref().map(|(offers, _)| offers.clone()));
         tracing::debug!(functions = procs.vdso_functions(), "vDSO symbols read");
         let priming = Instant::now();
@@ -86,7 +121,7 @@ impl Collector {
                 scanning.elapsed()
             );
         }
-        let mut gone: Vec<(u32, Vec<u64>)> = Vec::new();
+        let mut gone: Vec<(u32, Vec<u64>, bool)> = Vec::new();
         let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
         let mut waits = Waits::new(self.off_cpu.max_waiting as usize);
         let mut boot_to_unix = boot_to_unix_ns();
@@ -98,30 +133,64 @@ impl Collector {
         let mut last = self.reading();
         let first = last;
         let mut next_drain = Instant::now() + POLL;
+        let mut ticks = 0;
+        let mut exported = false;
         while !stop.load(Ordering::Relaxed) {
+            self.health.beat();
+            if exported {
+                match self.fault {
+                    Some(Fault::Panic) => panic!("SYMTRACE_AGENT_TEST_FAULT: sampler-panic"),
+                    Some(Fault::Stall) => loop {
+                        std::thread::sleep(Duration::from_secs(3600));
+                    },
+                    None => {}
+                }
+            }
             // Asleep until the next drain, or until a look at an exec'd
-            // process is due, or a process execs.
+            // process is due, or a process execs, or a deferred link-map
+            // change may be handled.
             let now = Instant::now();
             let wait = next_drain.saturating_duration_since(now);
             let wait = probes.next_due(now).map_or(wait, |d| d.min(wait));
+            let wait = procs
+                .next_link_map_due()
+                .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
             let wakeups = self.sampler.wait(wait);
-            if !wakeups.link_maps.is_empty() {
+            contained(&self.health, "handling link-map changes", || {
                 for &pid in &wakeups.link_maps {
-                    procs.link_map_changed(pid);
+                    if procs.link_map_changed(pid) {
+                        self.sampler.rearm_link_map(pid);
+                    }
                 }
+                for pid in procs.due_link_maps() {
+                    self.sampler.rearm_link_map(pid);
+                }
+                procs.hung_jobs();
                 hand_over(&mut self.sampler, &mut procs);
-            }
+            });
             if self.sampler.memory_enabled() {
-                for pid in wakeups.execs {
-                    probes.exec(pid);
-                }
-                probes.tick(Instant::now(), &mut procs, &mut self.sampler);
+                contained(&self.health, "looking for memory probes", || {
+                    for &pid in &wakeups.execs {
+                        probes.exec(pid);
+                    }
+                    probes.tick(Instant::now(), &mut procs, &mut self.sampler);
+                });
             }
             if Instant::now() < next_drain {
                 continue;
             }
             next_drain = Instant::now() + POLL;
-            self.sampler.drain(|record, offsets| match record {
+            let now_ticks = self.sampler.ticks();
+            if now_ticks != ticks {
+                ticks = now_ticks;
+                self.health.sampled();
+            }
+            self.sampler.drain(|record, offsets| {
+                // A record's handling reads what its process controls: a
+                // panic in it is that process's problem, never the thread's.
+                let pid = record.pid();
+                let exited = matches!(record, Record::Exit(_));
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match record {
                 Record::Sample(s) => {
                     let comm = s.thread_name();
                     user.clear();
@@ -233,18 +302,34 @@ impl Collector {
                     // Now, in record order: allocations of the new image
                     // later in this drain are its own.
                     let ptrs = mem.forget_process(pid);
-                    if !ptrs.is_empty() {
-                        gone.push((pid, ptrs));
+                    if !ptrs.is_empty() || exited {
+                        gone.push((pid, ptrs, exited));
                     }
                 }
+                }));
+                if let Err(panic) = handled {
+                    tracing::warn!(
+                        pid,
+                        "handling a record of this process panicked (contained: what the agent                          held of it is read anew): {}",
+                        crate::jobs::panic_message(panic.as_ref())
+                    );
+                    procs.quarantine(pid);
+                }
             });
-            for (pid, ptrs) in gone.drain(..) {
+            // Processes named provisionally until their identity was read:
+            // their samples so far are theirs.
+            for (old, new) in procs.take_identified() {
+                batch.identify(&old, &new);
+            }
+            for (pid, ptrs, exited) in gone.drain(..) {
                 // Not those allocated again since (the same pointer in the
                 // new image).
                 let stale: Vec<u64> = ptrs.into_iter().filter(|&p| !mem.has(pid, p)).collect();
-                self.sampler.forget_live(pid, &stale);
+                self.sampler.forget_live(pid, &stale, exited);
             }
-            hand_over(&mut self.sampler, &mut procs);
+            contained(&self.health, "handing over to the BPF side", || {
+                hand_over(&mut self.sampler, &mut procs);
+            });
             let now = Instant::now();
             if now >= next_cpu_sync {
                 next_cpu_sync = now + CPU_SYNC;
@@ -256,31 +341,39 @@ impl Collector {
                 next_flush = now + self.interval;
                 let end = unix_now_ns();
                 add_memory(&mut batch, &mut mem, end);
+                let without = batch.settle_contents(|file| procs.content_of(file));
+                tracing::debug!(without, "file mappings sent without a content hash");
                 let done =
                     std::mem::replace(&mut batch, Batch::new(end, self.frequency, &self.host_name));
                 self.flush(done, end);
+                exported = true;
                 boot_to_unix = boot_to_unix_ns();
                 procs.age();
+                let reading = self.reading();
+                let gauges = self.gauges(&procs, &waits, &mem, &probes);
+                self.health.set_metrics(stats::metrics(&reading, &gauges));
                 if self.print_stats {
-                    let reading = self.reading();
-                    println!(
-                        "{}",
-                        stats::line(&last, &reading, &self.gauges(&procs, &waits, &mem, &probes))
-                    );
+                    println!("{}", stats::line(&last, &reading, &gauges));
                     last = reading;
                 }
             }
         }
         self.sampler.drain(|_, _| {});
+        self.pool.close();
         let end = unix_now_ns();
         add_memory(&mut batch, &mut mem, end);
         self.flush(batch, end);
         self.queue.close();
-        Ok(Totals {
+        let totals = Totals {
             first,
             last: self.reading(),
             gauges: self.gauges(&procs, &waits, &mem, &probes),
-        })
+        };
+        // While the last batch goes out: the probes still attached are
+        // detached (each waits for RCU in the kernel, ~0.1 s a site: what
+        // a user's share of the sites costs a shutdown at most).
+        probes.detach_all(&mut self.sampler);
+        Ok(totals)
     }
 
     fn flush(&self, batch: Batch, end_ns: u64) {
@@ -313,12 +406,16 @@ impl Collector {
             cpus: self.sampler.cpus(),
             frequency: self.frequency,
             processes: procs.len(),
-            vanished: procs.vanished,
+            vanished: procs.vanished(),
             binaries: procs.binaries(),
             malformed: self.sampler.malformed,
             files_skipped: procs.files_skipped(),
-            unwind: procs.unwind,
+            hashes: procs.hash_stats(),
+            unwind: procs.unwind_stats(),
             cfi: procs.cfi_stats(),
+            contained: procs.contained(),
+            jobs: self.pool.stats(),
+            waits_cut: procs.waits_cut(),
             bpf_measured: self.sampler.measures_run_time(),
             delivery: self.queue.stats(),
             waiting: waits.len(),
@@ -330,6 +427,21 @@ impl Collector {
             jit: procs.jit_stats(),
             uploads: self.uploads.as_ref().map(|(_, stats)| stats.snapshot()),
         }
+    }
+}
+
+/// How long the sampler thread waits to open a dynamic loader.
+const LOADER_WAIT: Duration = Duration::from_millis(250);
+
+/// Runs `work` (something the collector does beside handling records),
+/// containing a panic in it: logged and counted, and the loop goes on.
+fn contained(health: &Health, what: &str, work: impl FnOnce()) {
+    let _ = health;
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        tracing::warn!(
+            "{what} panicked (contained): {}",
+            crate::jobs::panic_message(panic.as_ref())
+        );
     }
 }
 
@@ -348,7 +460,15 @@ fn hand_over(sampler: &mut Sampler, procs: &mut Processes) -> usize {
         sampler.watch_link_map(pid);
     }
     for (pid, map, offset) in procs.take_new_loaders() {
-        let attached = crate::safefile::open_mapped(Path::new("/proc"), pid, &map)
+        // Opened in a job (the file is the process's to name).
+        let m = map.clone();
+        let opened = procs
+            .pool()
+            .run(About { pid, dev: map.dev }, LOADER_WAIT, move || {
+                crate::files::open::open_mapped(Path::new("/proc"), pid, &m)
+            })
+            .unwrap_or(Err(crate::files::Skip::Hung));
+        let attached = opened
             .map_err(|why| anyhow::anyhow!("not opened: {why:?}"))
             .and_then(|opened| {
                 let path = format!("/proc/self/fd/{}", opened.file.as_raw_fd());

@@ -158,7 +158,11 @@ const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(15);
 
 /// Sends queued batches in order until the queue is closed and empty.
-pub async fn run(queue: Arc<Queue>, target: Target) -> anyhow::Result<()> {
+pub async fn run(
+    queue: Arc<Queue>,
+    target: Target,
+    health: Arc<crate::health::Health>,
+) -> anyhow::Result<()> {
     let channel: Channel = Endpoint::from_shared(target.endpoint.clone())?
         .connect_timeout(Duration::from_secs(5))
         .timeout(target.timeout)
@@ -168,6 +172,7 @@ pub async fn run(queue: Arc<Queue>, target: Target) -> anyhow::Result<()> {
         .max_decoding_message_size(4 << 20);
     let mut backoff = BACKOFF_MIN;
     loop {
+        health.queued(queue.stats().queued_batches as u64);
         let (id, request, samples) = match queue.front() {
             Ok(Some(front)) => front,
             Ok(None) => {
@@ -208,6 +213,7 @@ pub async fn run(queue: Arc<Queue>, target: Target) -> anyhow::Result<()> {
                     .unwrap_or(0);
                 tracing::debug!(samples, "batch delivered");
                 queue.done(id, rejected);
+                health.delivered(queue.stats().queued_batches as u64);
             }
             Err(status) if retryable(status.code()) => {
                 queue.failed();

@@ -2,21 +2,21 @@
 //! `docs/agent.md` for how to deploy it.
 
 mod batch;
-mod binaries;
 mod caps;
 mod cfi;
 mod cli;
 mod collect;
 mod export;
+mod files;
+mod health;
 mod jit;
+mod jobs;
 mod kallsyms;
-mod maps;
 mod memory;
 mod offcpu;
-mod procs;
+mod process;
+mod reaper;
 mod record;
-mod resolve;
-mod safefile;
 mod sampler;
 mod stats;
 mod threadctx;
@@ -27,6 +27,7 @@ mod vdso;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -54,6 +55,8 @@ fn main() -> anyhow::Result<()> {
         run_time_stats: args.stats,
         memory_max_live: (!args.no_memory).then_some(args.memory_max_live),
         memory_max_rate: args.memory_max_rate,
+        memory_max_live_per_process: args.memory_max_live_per_process,
+        off_cpu_max_process_rate: args.off_cpu_max_process_rate,
     })?;
     tracing::info!(
         "sampling {} CPUs at {} Hz (BPF loaded and attached in {:?}); exporting every {:?} to {}",
@@ -64,11 +67,20 @@ fn main() -> anyhow::Result<()> {
         args.server
     );
     let host_name = args.host_name.clone().unwrap_or_else(host_name);
+    let health = health::Health::new(args.health_max_silence, args.health_max_undelivered.0);
     let queue = export::Queue::new(args.buffer_bytes);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
+    if let Some(addr) = args.health_addr {
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .with_context(|| format!("binding --health-addr {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "serving /healthz and /metrics");
+        runtime.spawn(health::serve(listener, health.clone()));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
     let exporter = runtime.spawn(export::run(
         queue.clone(),
         export::Target {
@@ -77,6 +89,7 @@ fn main() -> anyhow::Result<()> {
             token: args.token.clone(),
             timeout: args.export_timeout,
         },
+        health.clone(),
     ));
     let uploads = (!args.no_upload_binaries).then(|| {
         let (offers, rx) = upload::channel(args.upload_max_file_bytes);
@@ -89,13 +102,24 @@ fn main() -> anyhow::Result<()> {
             token: args.token.clone(),
             bytes_per_second: args.upload_bytes_per_second,
             holder: format!("{host_name}/{}", std::process::id()),
+            budgets: upload::queue::Budgets {
+                files_per_minute: args.upload_max_files_per_minute,
+                bytes_per_hour: args.upload_max_bytes_per_hour,
+            },
         };
         tracing::info!(url = %options.url, "publishing the binaries the server lacks");
-        runtime.spawn(upload::run(rx, options, offers.clone()));
+        let (health, stopping, offers2) = (health.clone(), stop.clone(), offers.clone());
+        runtime.spawn(async move {
+            let _watch = health::Watch {
+                health,
+                what: "uploader",
+                stopping,
+            };
+            upload::run(rx, options, offers2).await;
+        });
         let stats = offers.stats();
         (offers, stats)
     });
-    let stop = Arc::new(AtomicBool::new(false));
     let collector = collect::Collector {
         sampler,
         queue: queue.clone(),
@@ -107,21 +131,42 @@ fn main() -> anyhow::Result<()> {
         jit_bytes: (args.jit_process_bytes, args.jit_total_bytes),
         off_cpu,
         uploads,
+        pool: jobs::Pool::new(2),
+        health: health.clone(),
+        fault: collect::Fault::from_env(),
     };
     let collecting = {
         let stop = stop.clone();
+        let watch = health::Watch {
+            health: health.clone(),
+            what: "sampler",
+            stopping: stop.clone(),
+        };
         std::thread::Builder::new()
             .name("sampler".into())
-            .spawn(move || collector.run(&stop))?
+            .spawn(move || {
+                let _watch = watch;
+                collector.run(&stop)
+            })?
     };
-    runtime.block_on(async {
+    let died = runtime.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => Ok(None),
+            _ = term.recv() => Ok(None),
+            why = health.wait_for_death() => anyhow::Ok(Some(why)),
         }
-        anyhow::Ok(())
     })?;
+    if let Some(why) = died {
+        // A thread of the agent is gone: its work is no longer done. What
+        // is buffered gets a short chance to go; the exit status says the
+        // agent failed, so that its supervisor restarts it.
+        stop.store(true, Ordering::Relaxed);
+        queue.close();
+        let _ = runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(5), exporter).await });
+        anyhow::bail!("{why}");
+    }
     tracing::info!("stopping: sending what is buffered");
     stop.store(true, Ordering::Relaxed);
     let mut totals = collecting

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use crate::procs::{ProcessInfo, UserFrame};
+use crate::process::{ProcessInfo, UserFrame};
 use crate::record::{CpuSample, TraceCtx};
 use crate::unwind::Cut;
 
@@ -269,16 +269,18 @@ pub fn raw_key(s: &CpuSample) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::procs::Mapping;
+    use crate::process::Mapping;
 
     fn stack(process: &Arc<ProcessInfo>, addresses: &[u64]) -> Arc<Stack> {
         let mapping = Arc::new(Mapping {
             path: "/bin/x".into(),
             build_id: None,
             htlhash: false,
+            content_sha256: None,
             start: 0,
             limit: u64::MAX,
             file_offset: 0,
+            file: (0, 0),
         });
         Arc::new(Stack {
             process: process.clone(),

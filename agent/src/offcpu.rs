@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::procs::{ProcessInfo, UserFrame};
+use crate::process::{ProcessInfo, UserFrame};
 use crate::record::TraceCtx;
 use crate::unwind::Cut;
 

@@ -273,6 +273,18 @@ pub enum Record {
 }
 
 impl Record {
+    /// The process the record is about (0 for an off-CPU end, which names
+    /// only its thread).
+    pub fn pid(&self) -> u32 {
+        match self {
+            Record::Sample(s) | Record::OffCpuStart(s) => s.pid,
+            Record::Exec(pid) | Record::Exit(pid) => *pid,
+            Record::OffCpuEnd(_) => 0,
+            Record::Alloc(a) => a.sample.pid,
+            Record::Free(f) => f.pid,
+        }
+    }
+
     /// Reads a record; `None` for a record of an unknown kind or size (a
     /// BPF object of another layout: a bug, counted by the caller). A sample
     /// is exactly `sizeof(struct cpu_sample)` bytes: the ring buffer hands

@@ -27,6 +27,10 @@ const MEMORY: &str = "on_usdt";
 const DL_CHANGE: &str = "on_dl_change";
 const PROGRAMS: [&str; 6] = [SAMPLER, "on_exec", "on_exit", OFF_CPU, MEMORY, DL_CHANGE];
 
+/// `dl_watch`'s value for a process whose link-map changes wake the agent
+/// (the BPF side sets 2 while a wakeup is outstanding).
+const DL_WATCHED: u8 = 1;
+
 /// Counters kept by the BPF program (summed over CPUs).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counters {
@@ -56,6 +60,12 @@ pub struct Counters {
     pub usdt_unreadable: u64,
     /// Sampled allocations thinned out over `--memory-max-rate`.
     pub allocs_throttled: u64,
+    /// Sampled allocations not tracked as live: their process held its
+    /// share of the live map (`--memory-max-live-per-process`).
+    pub live_process_full: u64,
+    /// Blocked switch-outs not recorded: their process was over its
+    /// record rate (`--off-cpu-max-process-rate`).
+    pub off_cpu_throttled: u64,
 }
 
 pub struct Sampler {
@@ -88,6 +98,10 @@ unsafe impl aya::Pod for record::LiveKey {}
 struct MemoryMaps {
     specs: Array<MapData, record::UsdtSpec>,
     live: aya::maps::HashMap<MapData, record::LiveKey, u64>,
+    /// Live allocations held per process.
+    live_counts: aya::maps::HashMap<MapData, u32, u64>,
+    /// Detaches probes off this thread (each waits for RCU in the kernel).
+    reaper: crate::reaper::Reaper<aya::programs::uprobe::UProbeLink>,
 }
 
 /// The BPF maps of trace-context offsets by pid, and the filter the
@@ -169,6 +183,12 @@ pub struct Options {
     pub memory_max_live: Option<u32>,
     /// Allocation records per second per CPU aimed at (0: unbounded).
     pub memory_max_rate: u32,
+    /// Live sampled allocations one process may hold (0: no bound but the
+    /// map's).
+    pub memory_max_live_per_process: u32,
+    /// Off-CPU records one process may write per second (0: unbounded),
+    /// and at once: twice that.
+    pub off_cpu_max_process_rate: u32,
 }
 
 /// Off-CPU sampling: the probability that a blocked thread's switch-out is
@@ -208,6 +228,15 @@ fn alloc_window_max(per_second: u32) -> u32 {
     (u64::from(per_second) / windows).max(1) as u32
 }
 
+/// One record per this many nanoseconds (0: unbounded).
+fn record_interval_ns(per_second: u32) -> u64 {
+    if per_second == 0 {
+        0
+    } else {
+        1_000_000_000 / u64::from(per_second)
+    }
+}
+
 /// A probability as the BPF program compares it with a random u32.
 fn threshold(p: f64) -> u64 {
     (p.clamp(0.0, 1.0) * 4_294_967_296.0).round() as u64
@@ -241,6 +270,22 @@ impl Sampler {
             .override_global(
                 "alloc_window_max",
                 &alloc_window_max(options.memory_max_rate),
+                true,
+            )
+            .override_global(
+                "live_per_process",
+                &options.memory_max_live_per_process,
+                true,
+            )
+            .override_global(
+                "record_interval_ns",
+                &record_interval_ns(options.off_cpu_max_process_rate),
+                true,
+            )
+            .override_global(
+                "record_burst_ns",
+                // Two seconds of records at once.
+                &(u64::from(options.off_cpu_max_process_rate > 0) * 2_000_000_000),
                 true,
             )
             .load(BPF_OBJECT)
@@ -294,6 +339,10 @@ impl Sampler {
                     Ok(()) => Some(MemoryMaps {
                         specs: Array::try_from(bpf.take_map("usdt_specs").unwrap())?,
                         live: aya::maps::HashMap::try_from(bpf.take_map("live_allocs").unwrap())?,
+                        live_counts: aya::maps::HashMap::try_from(
+                            bpf.take_map("live_counts").unwrap(),
+                        )?,
+                        reaper: crate::reaper::Reaper::new(),
                     }),
                     Err(e) => {
                         // bpf_get_attach_cookie needs Linux 5.15: the rest
@@ -413,9 +462,16 @@ impl Sampler {
         wakeups
     }
 
+    /// Process `pid`'s next link-map change wakes [`Sampler::wait`] again:
+    /// one wakeup is outstanding per process, taken when its change was
+    /// handled (a process whose changes wait for its budget wakes no one).
+    pub fn rearm_link_map(&mut self, pid: u32) {
+        let _ = self.thread_ctx.dl_watch.insert(pid, DL_WATCHED, 0);
+    }
+
     /// Process `pid`'s link-map changes wake [`Sampler::wait`] from now on.
     pub fn watch_link_map(&mut self, pid: u32) {
-        if let Err(e) = self.thread_ctx.dl_watch.insert(pid, 1, 0) {
+        if let Err(e) = self.thread_ctx.dl_watch.insert(pid, DL_WATCHED, 0) {
             tracing::warn!(pid, "updating the link-map watch map: {e}");
         }
     }
@@ -462,6 +518,14 @@ impl Sampler {
         CtxOffsets(&mut self.thread_ctx).set(pid, offset);
     }
 
+    /// Runs of the CPU sampler so far (one map read: the liveness check).
+    pub fn ticks(&self) -> u64 {
+        self.counters
+            .get(&record::COUNTER_TICKS, 0)
+            .map(|v| v.iter().sum())
+            .unwrap_or(0)
+    }
+
     pub fn counters(&self) -> Counters {
         let sum = |i: u32| -> u64 {
             self.counters
@@ -487,6 +551,8 @@ impl Sampler {
             frees_lost: sum(record::COUNTER_FREES_LOST),
             usdt_unreadable: sum(record::COUNTER_USDT_UNREADABLE),
             allocs_throttled: sum(record::COUNTER_ALLOCS_THROTTLED),
+            live_process_full: sum(record::COUNTER_LIVE_PROCESS_FULL),
+            off_cpu_throttled: sum(record::COUNTER_OFF_CPU_THROTTLED),
         }
     }
 
@@ -495,13 +561,27 @@ impl Sampler {
         self.memory.is_some()
     }
 
-    /// A process is gone: its live allocations leave the BPF side's map.
-    pub fn forget_live(&mut self, pid: u32, ptrs: &[u64]) {
+    /// A process is gone (`exited`) or exec'd: its live allocations leave
+    /// the BPF side's map, and its count there goes (exit) or is lowered
+    /// by those removed (exec: the new image's count goes on).
+    pub fn forget_live(&mut self, pid: u32, ptrs: &[u64], exited: bool) {
         let Some(m) = &mut self.memory else {
             return;
         };
+        let mut removed = 0u64;
         for &ptr in ptrs {
-            let _ = m.live.remove(&record::LiveKey { pid, pad: 0, ptr });
+            if m.live.remove(&record::LiveKey { pid, pad: 0, ptr }).is_ok() {
+                removed += 1;
+            }
+        }
+        if exited {
+            let _ = m.live_counts.remove(&pid);
+        } else if removed > 0 {
+            // Not atomic with the BPF side's updates: off by a record at
+            // worst, and never below zero.
+            if let Ok(held) = m.live_counts.get(&pid, 0) {
+                let _ = m.live_counts.insert(pid, held.saturating_sub(removed), 0);
+            }
         }
     }
 
@@ -558,12 +638,28 @@ impl crate::usdt::Attach for Sampler {
     }
 
     fn detach(&mut self, link: UProbeLinkId, slot: u32) {
-        if let Ok(program) = <&mut UProbe>::try_from(self.bpf.program_mut(MEMORY).expect("program"))
-        {
-            let _ = program.detach(link);
+        let Ok(program) = <&mut UProbe>::try_from(self.bpf.program_mut(MEMORY).expect("program"))
+        else {
+            return;
+        };
+        // Owned now: dropped (detached) by the reaper; its slot comes back
+        // through `reaped` once it is gone (its spec stays until then).
+        match (program.take_link(link), &self.memory) {
+            (Ok(link), Some(m)) => m.reaper.reap(link, slot),
+            (Ok(link), None) => drop(link),
+            (Err(_), _) => {}
         }
+    }
+
+    fn reaped(&mut self) -> Vec<u32> {
+        self.memory
+            .as_ref()
+            .map_or_else(Vec::new, |m| m.reaper.reaped())
+    }
+
+    fn finish(&mut self) {
         if let Some(m) = &mut self.memory {
-            let _ = m.specs.set(slot, record::UsdtSpec::default(), 0);
+            std::mem::take(&mut m.reaper).finish();
         }
     }
 }

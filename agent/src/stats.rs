@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use crate::cfi::CacheStats;
 use crate::export::Delivery;
-use crate::safefile::Skip;
+use crate::files::Skip;
+use crate::jobs::JobStats;
+use crate::process::budget::Contained;
 use crate::sampler::Counters;
 use crate::unwind::{Cut, UnwindStats};
 
@@ -35,8 +37,10 @@ pub struct Gauges {
     /// Processes gone before the agent could read them (short-lived).
     pub vanished: u64,
     pub binaries: usize,
-    /// Mapped files not read, by `safefile::Skip::index`.
-    pub files_skipped: [u64; 6],
+    /// Mapped files not read, by `files::Skip::index`.
+    pub files_skipped: [u64; Skip::ALL.len()],
+    /// Content hashes computed (once per file).
+    pub hashes: crate::files::hash::HashStats,
     /// Ring-buffer records of an unknown kind or size (a layout mismatch).
     pub malformed: u64,
     pub unwind: UnwindStats,
@@ -57,6 +61,12 @@ pub struct Gauges {
     pub jit: crate::jit::JitStats,
     /// Publishing the binaries no CI uploaded (`None`: turned off).
     pub uploads: Option<crate::upload::Snapshot>,
+    /// What budgets and bounds refused, by cause.
+    pub contained: Contained,
+    /// What the jobs did (panics and hangs contained in them).
+    pub jobs: JobStats,
+    /// Waits of the sampler thread for jobs cut short by its budget.
+    pub waits_cut: u64,
 }
 
 /// One line: rates and shares over `[before, now]`, totals since start.
@@ -70,14 +80,17 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
          kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | \
-         off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, no storage for the start {off_full}, open {waiting}, given up {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}) | \
+         off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, no storage for the start {off_full}, open {waiting}, given up {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}), \
+         content hashes {hashed} ({hashed_mib:.1} MiB, {hashed_ms:.1} ms CPU) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
-         probe files {probe_files}, probe sites {probe_sites}, sites refused {refused} | \
+         probe files {probe_files}, probe sites {probe_sites}, detaching {detaching}, sites refused {refused} | \
          jit: symbols {jit_symbols} ({jit_kb} KiB), evicted {jit_dropped}, rescued {jit_rescued}, bad lines {jit_bad}, files {jit_files} | \
          {uploads} | \
+         contained: {contained}, jobs {jobs_run} (panicked {jobs_panicked}, hung {jobs_hung}, refused {jobs_refused}, workers abandoned {abandoned}), waits cut {waits_cut}, \
+         live allocations over their process's share {live_process_full}, off-CPU records over their process's rate {off_cpu_throttled} | \
          delivered {delivered} samples in {batches} batches, buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, {bpf_text}",
@@ -108,6 +121,9 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
             .map(|s| format!("{s:?} {}", g.files_skipped[s.index()]))
             .collect::<Vec<_>>()
             .join(", "),
+        hashed = g.hashes.files,
+        hashed_mib = g.hashes.bytes as f64 / (1 << 20) as f64,
+        hashed_ms = g.hashes.cpu.as_secs_f64() * 1e3,
         recovered = g.unwind.callers_recovered,
         frameless = g.unwind.frameless_callers,
         no_cfi = g.unwind.leaf_without_cfi,
@@ -132,6 +148,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         unknown_frees = g.unknown_frees,
         probe_files = g.probes.files,
         probe_sites = g.probes.sites,
+        detaching = g.probes.detaching,
         refused = g.probes.refused,
         jit_symbols = g.jit.symbols,
         jit_kb = g.jit.bytes / 1024,
@@ -139,6 +156,21 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         jit_bad = g.jit.bad,
         jit_files = g.jit.files,
         jit_rescued = g.jit.rescued,
+        contained = g
+            .contained
+            .pairs()
+            .iter()
+            .map(|(k, v)| format!("{} {v}", k.replace('_', " ")))
+            .collect::<Vec<_>>()
+            .join(", "),
+        jobs_run = g.jobs.run,
+        jobs_panicked = g.jobs.panicked,
+        jobs_hung = g.jobs.hung,
+        jobs_refused = g.jobs.refused,
+        abandoned = g.jobs.abandoned,
+        waits_cut = g.waits_cut,
+        live_process_full = now.counters.live_process_full,
+        off_cpu_throttled = now.counters.off_cpu_throttled,
         uploads = match &g.uploads {
             Some(u) => format!(
                 "binaries published {} ({} KiB), offered {}, unpublishable {}, upload errors {}",
@@ -170,6 +202,165 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
             "BPF run time not measured (--stats)".to_string()
         },
     )
+}
+
+/// Every counter and gauge of `now` and `g` in Prometheus' text format
+/// (the agent's `/metrics`); drops are labelled by cause.
+pub fn metrics(now: &Reading, g: &Gauges) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, values: &[(&str, u64)]| {
+        let _ = writeln!(out, "# HELP symtrace_agent_{name} {help}");
+        let _ = writeln!(out, "# TYPE symtrace_agent_{name} {kind}");
+        for (labels, v) in values {
+            if labels.is_empty() {
+                let _ = writeln!(out, "symtrace_agent_{name} {v}");
+            } else {
+                let _ = writeln!(out, "symtrace_agent_{name}{{{labels}}} {v}");
+            }
+        }
+    };
+    let c = &now.counters;
+    metric(
+        "samples_total",
+        "counter",
+        "CPU samples recorded by the BPF program",
+        &[("", c.samples)],
+    );
+    metric(
+        "samples_lost_total",
+        "counter",
+        "records the BPF program could not write, by what",
+        &[
+            ("kind=\"cpu\"", c.lost),
+            ("kind=\"off_cpu\"", c.off_cpu_lost),
+            ("kind=\"alloc\"", c.allocs_lost),
+            ("kind=\"free\"", c.frees_lost),
+            ("kind=\"process_event\"", c.events_lost),
+        ],
+    );
+    let contained: Vec<(String, u64)> = g
+        .contained
+        .pairs()
+        .iter()
+        .map(|(k, v)| (format!("cause=\"{k}\""), *v))
+        .chain(Skip::ALL.iter().map(|s| {
+            (
+                format!("cause=\"file_{}\"", format!("{s:?}").to_lowercase()),
+                g.files_skipped[s.index()],
+            )
+        }))
+        .chain([
+            ("cause=\"job_panicked\"".to_owned(), g.jobs.panicked),
+            ("cause=\"job_hung\"".to_owned(), g.jobs.hung),
+            ("cause=\"job_refused\"".to_owned(), g.jobs.refused),
+            ("cause=\"waits_cut\"".to_owned(), g.waits_cut),
+            (
+                "cause=\"live_allocations_over_process_share\"".to_owned(),
+                c.live_process_full,
+            ),
+            (
+                "cause=\"live_allocations_map_full\"".to_owned(),
+                c.live_full,
+            ),
+            (
+                "cause=\"off_cpu_over_process_rate\"".to_owned(),
+                c.off_cpu_throttled,
+            ),
+            (
+                "cause=\"allocations_thinned\"".to_owned(),
+                c.allocs_throttled,
+            ),
+            ("cause=\"jit_evicted\"".to_owned(), g.jit.dropped),
+            ("cause=\"jit_bad\"".to_owned(), g.jit.bad),
+            ("cause=\"usdt_sites_refused\"".to_owned(), g.probes.refused),
+        ])
+        .chain(g.uploads.iter().flat_map(|u| {
+            [
+                ("cause=\"upload_unpublishable\"".to_owned(), u.skipped),
+                ("cause=\"upload_over_budget\"".to_owned(), u.over_budget),
+                ("cause=\"upload_failed\"".to_owned(), u.failed),
+            ]
+        }))
+        .collect();
+    let contained: Vec<(&str, u64)> = contained.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    metric(
+        "contained_total",
+        "counter",
+        "work refused or given up to contain what one process or file costs, by cause",
+        &contained,
+    );
+    metric(
+        "processes",
+        "gauge",
+        "processes tracked",
+        &[("", g.processes as u64)],
+    );
+    metric(
+        "binaries",
+        "gauge",
+        "mapped files known",
+        &[("", g.binaries as u64)],
+    );
+    metric(
+        "content_hashes_total",
+        "counter",
+        "files whose content was hashed (once per file), their bytes, and the CPU time taken",
+        &[
+            ("unit=\"files\"", g.hashes.files),
+            ("unit=\"bytes\"", g.hashes.bytes),
+            (
+                "unit=\"cpu_microseconds\"",
+                u64::try_from(g.hashes.cpu.as_micros()).unwrap_or(u64::MAX),
+            ),
+        ],
+    );
+    metric(
+        "jit_bytes",
+        "gauge",
+        "bytes of JIT symbols held",
+        &[("", g.jit.bytes as u64)],
+    );
+    metric(
+        "cfi_bytes",
+        "gauge",
+        "bytes of call-frame information held",
+        &[("", g.cfi.bytes as u64)],
+    );
+    let d = &g.delivery;
+    metric(
+        "delivered_samples_total",
+        "counter",
+        "samples delivered to the server",
+        &[("", d.delivered_samples)],
+    );
+    metric(
+        "dropped_samples_total",
+        "counter",
+        "samples dropped undelivered",
+        &[("", d.dropped_samples)],
+    );
+    metric(
+        "queued_batches",
+        "gauge",
+        "batches waiting for the server",
+        &[("", d.queued_batches as u64)],
+    );
+    metric(
+        "cpu_milliseconds_total",
+        "counter",
+        "the agent's own CPU time",
+        &[("", now.agent_cpu.as_millis() as u64)],
+    );
+    if let Some(u) = &g.uploads {
+        metric(
+            "binaries_published_total",
+            "counter",
+            "binaries published",
+            &[("", u.uploaded)],
+        );
+    }
+    out
 }
 
 #[cfg(test)]
@@ -204,7 +395,12 @@ mod tests {
             vanished: 0,
             binaries: 5,
             malformed: 0,
-            files_skipped: [0, 1, 0, 0, 0, 0],
+            files_skipped: [0, 1, 0, 0, 0, 0, 0, 0, 0],
+            hashes: crate::files::hash::HashStats {
+                files: 2,
+                bytes: 3 << 20,
+                cpu: Duration::from_millis(2),
+            },
             unwind: UnwindStats {
                 callers_recovered: 7,
                 cut: [1, 0, 2, 0, 0],
@@ -225,6 +421,7 @@ mod tests {
             probes: crate::usdt::ProbeStats {
                 files: 1,
                 sites: 2,
+                detaching: 0,
                 refused: 0,
             },
             jit: crate::jit::JitStats {
@@ -241,7 +438,14 @@ mod tests {
                 uploaded_bytes: 3 << 20,
                 skipped: 1,
                 failed: 0,
+                over_budget: 0,
             }),
+            contained: Contained {
+                over_budget: 3,
+                ..Default::default()
+            },
+            jobs: JobStats::default(),
+            waits_cut: 0,
         };
         let text = line(&before, &now, &g);
         assert!(
@@ -296,5 +500,27 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("CFI cache 2 files 4 KiB"), "{text}");
+        assert!(
+            text.contains("content hashes 2 (3.0 MiB, 2.0 ms CPU)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("contained: over budget 3, maps truncated 0"),
+            "{text}"
+        );
+        let m = metrics(&now, &g);
+        assert!(
+            m.contains("symtrace_agent_contained_total{cause=\"over_budget\"} 3"),
+            "{m}"
+        );
+        assert!(
+            m.contains("symtrace_agent_contained_total{cause=\"file_notregular\"} 1"),
+            "{m}"
+        );
+        assert!(m.contains("symtrace_agent_samples_total 1940"), "{m}");
+        assert!(
+            m.contains("symtrace_agent_content_hashes_total{unit=\"bytes\"} 3145728"),
+            "{m}"
+        );
     }
 }

@@ -40,10 +40,14 @@ pub fn executable_offset<'d, R: object::ReadRef<'d>>(
         .chain(file.symbols())
         .find(|s| s.name() == Ok(SYMBOL) && s.kind() == SymbolKind::Tls && !s.is_undefined())?;
     let tls = tls_segment(elf)?;
+    // The segment's numbers are the file's: checked.
     let align = tls.align.max(1);
     let firstbyte = align.wrapping_sub(tls.vaddr & (align - 1)) & (align - 1);
-    let block = (tls.memsz.saturating_sub(firstbyte)).div_ceil(align) * align + firstbyte;
-    Some(symbol.address() as i64 - block as i64)
+    let block = (tls.memsz.saturating_sub(firstbyte))
+        .div_ceil(align)
+        .checked_mul(align)?
+        .checked_add(firstbyte)?;
+    (symbol.address() as i64).checked_sub(i64::try_from(block).ok()?)
 }
 
 /// How a shared library that defines `otel_thread_ctx_v1` reaches it: the
@@ -170,23 +174,12 @@ pub struct ProcessContextInfo {
 }
 
 const MAX_PAYLOAD: u32 = 64 << 10;
-const NAMES: [&str; 3] = [
-    "[anon:OTEL_CTX]",
-    "[anon_shmem:OTEL_CTX]",
-    "/memfd:OTEL_CTX",
-];
 
-/// The start of the `OTEL_CTX` mapping in `/proc/PID/maps` text.
-pub fn process_context_address(maps: &str) -> Option<u64> {
-    crate::maps::start_of(maps, &NAMES)
-}
-
-/// Reads a process's context (`maps`: its `/proc/PID/maps` text): header,
-/// payload, header again (a writer sets `published_at` to 0 while it
-/// updates), three tries.
-pub fn read_process_context(proc_root: &Path, pid: u32, maps: &str) -> Option<ProcessContextInfo> {
+/// Reads a process's context, whose `OTEL_CTX` mapping starts at `at`:
+/// header, payload, header again (a writer sets `published_at` to 0 while
+/// it updates), three tries. Reads the process's memory: run in a job.
+pub fn read_process_context(proc_root: &Path, pid: u32, at: u64) -> Option<ProcessContextInfo> {
     let dir = proc_root.join(pid.to_string());
-    let at = process_context_address(maps)?;
     let mem = std::fs::File::open(dir.join("mem")).ok()?;
     for _ in 0..3 {
         let mut header = [0u8; 32];
@@ -207,7 +200,7 @@ pub fn read_process_context(proc_root: &Path, pid: u32, maps: &str) -> Option<Pr
         let mut payload = vec![0u8; size as usize];
         mem.read_exact_at(&mut payload, ptr).ok()?;
         let mut again = [0u8; 8];
-        mem.read_exact_at(&mut again, at + 16).ok()?;
+        mem.read_exact_at(&mut again, at.checked_add(16)?).ok()?;
         if u64::from_ne_bytes(again) != stamp {
             continue;
         }
@@ -318,16 +311,12 @@ mod tests {
                 "55d0c0000000-55d0c0001000 r--p 00000000 fd:01 1234   /usr/bin/app\n\
                  7f0000000000-7f0000001000 rw-p 00000000 00:01 5      {name}\n"
             );
-            assert_eq!(
-                process_context_address(&maps),
-                Some(0x7f0000000000),
-                "{name}"
-            );
+            let read = crate::process::maps::read_from(maps.as_bytes()).unwrap();
+            assert_eq!(read.process_context, Some(0x7f0000000000), "{name}");
         }
-        assert_eq!(
-            process_context_address("7f00-7f01 rw-p 0 00:00 0 [anon:other]\n"),
-            None
-        );
+        let other = "7f00-7f01 rw-p 0 00:00 0 [anon:other]\n";
+        let read = crate::process::maps::read_from(other.as_bytes()).unwrap();
+        assert_eq!(read.process_context, None);
     }
 
     #[test]

@@ -22,14 +22,14 @@ use std::time::{Duration, Instant};
 use object::{Object, ObjectSection, ObjectSegment, ReadRef};
 use symtrace_elf::usdt::{ArgLocation, NoteLayout, Reg, UsdtArg};
 
-use crate::binaries::Binary;
-use crate::maps::{self, MapEntry};
-use crate::procs::Processes;
+use crate::files::{open as safefile, Binary};
+use crate::jobs::About;
+use crate::process::maps::MapEntry;
+use crate::process::Processes;
 use crate::record::{
     UsdtArgSpec, UsdtSpec, USDT_ARGS, USDT_ARG_CONST, USDT_ARG_MEM, USDT_ARG_REG, USDT_PROBE_ALLOC,
     USDT_PROBE_FREE, USDT_SPECS,
 };
-use crate::safefile;
 
 /// How long after its exec a process is first looked at: the BPF side
 /// wakes the agent at the exec, and the dynamic loader maps the libraries
@@ -50,6 +50,13 @@ pub const FULL_SCAN: Duration = Duration::from_secs(30);
 /// Probe sites of one file beyond which it is not attached (a hostile or
 /// broken file; ours have one site per probe).
 pub const MAX_SITES_PER_FILE: usize = 64;
+/// Probe sites attached for the files of one owner (user), at most: the
+/// `USDT_SPECS` slots are shared by every process of the host, and one
+/// user's files cannot take them all; each site attached also costs a
+/// detach of ~0.1 s in the kernel (on the reaper thread, or at shutdown).
+pub const MAX_SITES_PER_OWNER: usize = USDT_SPECS / 16;
+/// How long the sampler thread waits to open a file to attach to.
+const OPEN_WAIT: Duration = Duration::from_millis(250);
 /// Bytes of `.note.stapsdt` read at most.
 const MAX_NOTES_BYTES: u64 = 1 << 20;
 
@@ -185,11 +192,19 @@ pub trait Attach {
         slot: u32,
         spec: &UsdtSpec,
     ) -> anyhow::Result<Self::Link>;
+    /// Detaches `link` (at `slot`), maybe later: its slot comes back from
+    /// [`Attach::reaped`] once it is gone.
     fn detach(&mut self, link: Self::Link, slot: u32);
+    /// The slots whose links are gone since the last call.
+    fn reaped(&mut self) -> Vec<u32>;
+    /// Waits until every link detached is gone.
+    fn finish(&mut self);
 }
 
 struct AttachedFile<L> {
     path: String,
+    /// Its owner, whose share of the slots it takes.
+    owner: u32,
     links: Vec<(L, u32)>,
     /// The scan generation it was last seen mapped in.
     seen: u64,
@@ -201,6 +216,8 @@ pub struct ProbeStats {
     /// Files with probes attached now, and their sites.
     pub files: usize,
     pub sites: usize,
+    /// Sites being detached (their slots not free yet).
+    pub detaching: usize,
     /// Sites not attached: a semaphore, no free spec slot, or attaching
     /// failed.
     pub refused: u64,
@@ -213,6 +230,10 @@ pub struct MemoryProbes<L> {
     /// Files looked at and found without usable probes (or refused).
     without: HashSet<(u64, u64)>,
     free_slots: Vec<u32>,
+    /// Slots taken per owner of the files attached (and being detached).
+    by_owner: HashMap<u32, usize>,
+    /// Slots being detached, and their owners.
+    detaching: HashMap<u32, u32>,
     /// Pids looked at, and how many more looks each new one gets.
     known: HashMap<u32, u8>,
     /// Exec'd processes and when to look at them: first, and again (each
@@ -233,6 +254,8 @@ impl<L> MemoryProbes<L> {
             files: HashMap::new(),
             without: HashSet::new(),
             free_slots: (0..USDT_SPECS as u32).rev().collect(),
+            by_owner: HashMap::new(),
+            detaching: HashMap::new(),
             known: HashMap::new(),
             first: std::collections::VecDeque::new(),
             soon: std::collections::VecDeque::new(),
@@ -243,10 +266,37 @@ impl<L> MemoryProbes<L> {
         }
     }
 
+    /// The slots of detached links that are gone: free again, and no
+    /// longer their owner's.
+    fn take_back(&mut self, attach: &mut impl Attach<Link = L>) {
+        for slot in attach.reaped() {
+            if let Some(owner) = self.detaching.remove(&slot) {
+                if let Some(held) = self.by_owner.get_mut(&owner) {
+                    *held = held.saturating_sub(1);
+                }
+                self.free_slots.push(slot);
+            }
+        }
+    }
+
+    /// Detaches every probe (at shutdown), all at once, and waits until
+    /// they are gone.
+    pub fn detach_all(&mut self, attach: &mut impl Attach<Link = L>) {
+        for (_, file) in self.files.drain() {
+            for (link, slot) in file.links {
+                attach.detach(link, slot);
+                self.detaching.insert(slot, file.owner);
+            }
+        }
+        attach.finish();
+        self.take_back(attach);
+    }
+
     pub fn stats(&self) -> ProbeStats {
         ProbeStats {
             files: self.files.len(),
             sites: self.files.values().map(|f| f.links.len()).sum(),
+            detaching: self.detaching.len(),
             refused: self.refused,
         }
     }
@@ -308,6 +358,7 @@ impl<L> MemoryProbes<L> {
     /// One look at the processes (all of them when `full`).
     pub fn scan(&mut self, full: bool, procs: &mut Processes, attach: &mut impl Attach<Link = L>) {
         self.generation += 1;
+        self.take_back(attach);
         let Ok(dir) = std::fs::read_dir(&self.proc_root) else {
             return;
         };
@@ -337,7 +388,7 @@ impl<L> MemoryProbes<L> {
                 tracing::info!(path = %file.path, "no process maps it any more: memory probes detached");
                 for (link, slot) in file.links {
                     attach.detach(link, slot);
-                    self.free_slots.push(slot);
+                    self.detaching.insert(slot, file.owner);
                 }
             }
             // Files seen without probes are looked at again (an inode can
@@ -352,17 +403,13 @@ impl<L> MemoryProbes<L> {
         procs: &mut Processes,
         attach: &mut impl Attach<Link = L>,
     ) {
-        let Ok(entries) = maps::read(&self.proc_root, pid) else {
+        // Its files, through its entry (read now if new; read again within
+        // its budget): a process's maps can cost a lot to read.
+        let Some(files) = procs.mapped_files(pid) else {
             return;
         };
-        let mut probed = false;
-        for map in entries.iter().filter(|m| m.is_file()) {
-            probed |= self.look_at(pid, map, procs, attach);
-        }
-        if probed {
-            // Known now, so its trace contexts are read from its first
-            // sampled allocation on.
-            procs.register(pid);
+        for map in &files {
+            self.look_at(pid, map, procs, attach);
         }
     }
 
@@ -384,16 +431,28 @@ impl<L> MemoryProbes<L> {
             return false;
         }
         let binary: Option<Arc<Binary>> = procs.binary(pid, map);
+        if binary.is_none() && !procs.binary_settled(map) {
+            return false; // still being read: looked at again later
+        }
         let probes = binary.as_ref().map_or(&[][..], |b| &b.memory_probes[..]);
         if probes.is_empty() {
             self.without.insert(key);
             return false;
         }
+        let owner = binary.as_ref().map_or(u32::MAX, |b| b.uid);
+        let held = self.by_owner.get(&owner).copied().unwrap_or(0);
         // Attached through a descriptor of the very file the process maps
         // (opened as the binaries are, inside the process's root, its inode
-        // checked): a path the process could swap between a check and the
-        // attach is never handed to the kernel.
-        let opened = match safefile::open_mapped(&self.proc_root, pid, map) {
+        // checked, in a job): a path the process could swap between a check
+        // and the attach is never handed to the kernel.
+        let (root, m) = (self.proc_root.clone(), map.clone());
+        let opened = procs
+            .pool()
+            .run(About { pid, dev: map.dev }, OPEN_WAIT, move || {
+                safefile::open_mapped(&root, pid, &m)
+            })
+            .unwrap_or(Err(crate::files::Skip::Hung));
+        let opened = match opened {
             Ok(o) => o,
             Err(why) => {
                 tracing::debug!(pid, path = %map.path, ?why, "mapped file not opened: not attached");
@@ -403,7 +462,7 @@ impl<L> MemoryProbes<L> {
         let path = PathBuf::from(format!("/proc/self/fd/{}", opened.file.as_raw_fd()));
         let mut links = Vec::new();
         for probe in probes.iter().take(MAX_SITES_PER_FILE) {
-            if probe.semaphore {
+            if probe.semaphore || held + links.len() >= MAX_SITES_PER_OWNER {
                 self.refused += 1;
                 continue;
             }
@@ -431,10 +490,12 @@ impl<L> MemoryProbes<L> {
             sites = links.len(),
             "otel_memory probes attached (memory allocation profiling)"
         );
+        *self.by_owner.entry(owner).or_default() += links.len();
         self.files.insert(
             key,
             AttachedFile {
                 path: map.path.clone(),
+                owner,
                 links,
                 seen: self.generation,
             },
@@ -478,6 +539,9 @@ mod tests {
         /// (inode, offset, slot, probe)
         attached: Vec<(u64, u64, u32, u32)>,
         detached: Vec<u32>,
+        /// Detached, and gone by the next look.
+        gone: Vec<u32>,
+        finished: bool,
     }
 
     impl Attach for Recorded {
@@ -500,6 +564,15 @@ mod tests {
         fn detach(&mut self, link: u32, slot: u32) {
             assert_eq!(link, slot);
             self.detached.push(slot);
+            self.gone.push(slot);
+        }
+
+        fn reaped(&mut self) -> Vec<u32> {
+            std::mem::take(&mut self.gone)
+        }
+
+        fn finish(&mut self) {
+            self.finished = true;
         }
     }
 
@@ -533,7 +606,9 @@ mod tests {
             assert!(Instant::now() < deadline, "the library never mapped");
             std::thread::sleep(Duration::from_millis(10));
         }
-        let mut procs = Processes::new(Path::new("/proc"), 1 << 20, (1 << 20, 1 << 20));
+        // Every job waited for: a busy machine must not leave the library
+        // unread at the scan.
+        let mut procs = crate::process::tests::processes();
         let mut probes: MemoryProbes<u32> = MemoryProbes::new(Path::new("/proc"));
         let mut kernel = Recorded::default();
         probes.scan(true, &mut procs, &mut kernel);
@@ -576,6 +651,17 @@ mod tests {
             "{ours:?} detached: {:?}",
             kernel.detached
         );
+        // Not free while their links may still be there; free once gone.
+        assert!(ours.iter().all(|s| !probes.free_slots.contains(s)));
+        probes.scan(false, &mut procs, &mut kernel);
+        assert!(ours.iter().all(|s| probes.free_slots.contains(s)));
+        assert!(probes.detaching.is_empty());
+        // At shutdown every probe goes at once, and is waited for.
+        probes.detach_all(&mut kernel);
+        assert!(kernel.finished);
+        assert_eq!(probes.stats().sites, 0);
+        assert_eq!(probes.free_slots.len(), USDT_SPECS);
+        assert!(probes.by_owner.values().all(|&n| n == 0));
     }
 
     #[test]

@@ -41,6 +41,17 @@ fn the_daemonset_grants_exactly_the_checked_capabilities() {
 }
 
 #[test]
+fn the_daemonset_probes_the_agents_health_and_bounds_its_memory() {
+    let lines = settings();
+    let has = |s: &str| lines.iter().any(|l| l.trim() == s);
+    assert!(has("value: 0.0.0.0:8003"), "{lines:#?}");
+    assert!(has("- {name: health, containerPort: 8003}"), "{lines:#?}");
+    assert!(has("httpGet: {path: /healthz, port: health}"), "{lines:#?}");
+    // The default bounds' sum (docs/agent.md) fits the limit.
+    assert!(has("limits: {cpu: 200m, memory: 384Mi}"), "{lines:#?}");
+}
+
+#[test]
 fn the_daemonset_names_the_flags_the_agent_has() {
     // Every SYMTRACE_AGENT_* variable it sets is one the agent reads.
     let help = kit::help_of(std::path::Path::new(env!("CARGO_BIN_EXE_symtrace-agent")));

@@ -148,7 +148,19 @@ fn a_service_never_uploaded_is_named_from_what_two_agents_published_once() {
     }
 }
 
-/// Builds the Go workload with Debian's toolchain: `go build` with `flags`.
+/// The `go` on the PATH's minor version (`go1.26.8`: 26).
+fn go_minor_version() -> u32 {
+    let out = kit::run(Command::new("go").args(["env", "GOVERSION"]));
+    let version = String::from_utf8(out.stdout).unwrap();
+    version
+        .trim()
+        .strip_prefix("go1.")
+        .and_then(|v| v.split(['.', 'r', 'b']).next()?.parse().ok())
+        .unwrap_or_else(|| panic!("go env GOVERSION: {version:?}"))
+}
+
+/// Builds the Go workload with the `go` on the PATH: `go build` with
+/// `flags`.
 fn go_build(dir: &Path, out: &Path, flags: &[&str]) {
     kit::run(
         Command::new("go")
@@ -174,8 +186,19 @@ fn a_plain_go_build_is_named_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("goplain");
     let small = dir.path().join("gosmall");
-    go_build(dir.path(), &plain, &[]);
-    go_build(dir.path(), &small, &["-ldflags=-s -w"]);
+    // Go 1.26 derives a GNU build-ID from Go's by default; `-B none` builds
+    // what older toolchains (and Go's own cache) make: Go's build-ID only.
+    let only_go_id = if go_minor_version() >= 26 {
+        " -B none"
+    } else {
+        ""
+    };
+    go_build(dir.path(), &plain, &[&format!("-ldflags={only_go_id}")]);
+    go_build(
+        dir.path(),
+        &small,
+        &[&format!("-ldflags=-s -w{only_go_id}")],
+    );
     let notes =
         String::from_utf8(kit::run(Command::new("readelf").arg("-n").arg(&plain)).stdout).unwrap();
     assert!(
@@ -375,14 +398,32 @@ fn third_party_interpreters_are_named_as_far_as_their_own_symbols_go() {
         server.url
     );
     let (_, fg) = kit::json_of(kit::client().get(url).send().unwrap());
-    let module = fg["build_ids"]
+    // Every frame of python3.11 is named by what the agent published: the
+    // samples taken while its content hash was being computed too (they
+    // carry it by the time they are sent), so there is one entry for it,
+    // bound to its content.
+    let modules: Vec<&Value> = fg["build_ids"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["build_id"] == python_id.as_str())
-        .unwrap_or_else(|| panic!("python3.11 in {}", fg["build_ids"]))
-        .clone();
+        .filter(|m| m["build_id"] == python_id.as_str())
+        .collect();
+    assert_eq!(
+        modules.len(),
+        1,
+        "python3.11 in {}\n{}",
+        fg["build_ids"],
+        agent.stderr()
+    );
+    let module = modules[0];
     assert_eq!(module["status"], "symbols_only", "{module}");
+    assert_eq!(
+        module["content_sha256"],
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            std::fs::read(&python).unwrap()
+        )),
+        "{module}"
+    );
     let unnamed = unnamed_frames(&py_stacks, "python3.11");
     assert_eq!(module["unnamed"], unnamed.len(), "{module}");
     if !unnamed.is_empty() {

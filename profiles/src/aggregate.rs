@@ -29,6 +29,8 @@ pub struct RawFrame {
     pub build_id_kind: BuildIdKind,
     /// The mapping's file name.
     pub module: u32,
+    /// The mapping's content hash (a string index, 0 = none).
+    pub content: u32,
     /// The ELF virtual address (native frames) as stored.
     pub address: u64,
     /// (function, system name, file, line), leaf first; empty for native
@@ -349,6 +351,7 @@ impl Aggregate {
                 build_id: s(self, f.build_id),
                 build_id_kind: f.build_id_kind,
                 module: s(self, f.module),
+                content: s(self, f.content),
                 address: f.address,
                 lines: f
                     .lines

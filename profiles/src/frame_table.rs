@@ -97,6 +97,7 @@ impl FrameTable {
                     build_id: s(&mut t, mapping.build_id),
                     build_id_kind: mapping.build_id_kind,
                     module: s(&mut t, mapping.file),
+                    content: s(&mut t, mapping.content),
                     address: frame.address,
                     lines: frame
                         .lines

@@ -60,6 +60,11 @@ pub struct Mapping {
     pub memory_limit: u64,
     /// File offset of `memory_start`.
     pub file_offset: u64,
+    /// The SHA-256 of the mapped file's content as the sender computed it
+    /// (`symtrace.file.sha256`: lowercase hex, a string index, 0 = none):
+    /// what an agent's published file must have been taken from to name
+    /// this mapping's frames.
+    pub content: u32,
 }
 
 /// One source line of a frame (several when the sender resolved inlining).
@@ -406,6 +411,7 @@ impl SegmentBuilder {
                 self.mapping(Mapping {
                     build_id: s(m.build_id),
                     file: s(m.file),
+                    content: s(m.content),
                     ..m.clone()
                 })
             })

@@ -166,6 +166,7 @@ impl<'a> Copier<'a> {
         let mapped = Mapping {
             build_id: self.string(out, m.build_id),
             file: self.string(out, m.file),
+            content: self.string(out, m.content),
             ..m.clone()
         };
         out.mappings.push(mapped);

@@ -44,6 +44,12 @@ fn build(frames: &[FrameSpec], stacks: &[Vec<u8>], samples: &[SampleSpec]) -> Se
         .map(|m| {
             let build_id = b.string(&format!("{m:02x}ab"));
             let file = b.string(&format!("/lib/m{m}.so"));
+            // One mapping carries its content hash (a segment extension).
+            let content = if m == 1 {
+                b.string(&"c1".repeat(32))
+            } else {
+                0
+            };
             b.mapping(Mapping {
                 build_id,
                 build_id_kind: BuildIdKind::from_u8(m % 4).unwrap(),
@@ -51,6 +57,7 @@ fn build(frames: &[FrameSpec], stacks: &[Vec<u8>], samples: &[SampleSpec]) -> Se
                 memory_start: 0x1000 * m as u64,
                 memory_limit: 0x1000 * m as u64 + 0x800,
                 file_offset: m as u64,
+                content,
             })
         })
         .collect();

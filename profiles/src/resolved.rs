@@ -122,6 +122,10 @@ pub struct NativeJob {
     pub build_id_text: String,
     /// Its kind (only GNU build-IDs can be looked up).
     pub kind: BuildIdKind,
+    /// The content hash of the frames' file (what an agent's published
+    /// file must have been taken from to name them), when the sender gave
+    /// one.
+    pub content: Option<String>,
     /// (raw frame, ELF address) pairs.
     pub frames: Vec<(u32, u64)>,
 }
@@ -145,27 +149,28 @@ pub struct NativeAnswer {
 }
 
 /// The native frames of an aggregate left for the symbolizer, one job per
-/// build-ID.
+/// build-ID and content hash.
 pub fn native_jobs(agg: &Aggregate) -> Vec<NativeJob> {
-    let mut by_build_id: FxHashMap<u32, Vec<(u32, u64)>> = FxHashMap::default();
+    let mut by_build_id: FxHashMap<(u32, u32), Vec<(u32, u64)>> = FxHashMap::default();
     for (i, f) in agg.frames.iter().enumerate() {
         if f.is_native_unsymbolized() {
             by_build_id
-                .entry(f.build_id)
+                .entry((f.build_id, f.content))
                 .or_default()
                 .push((i as u32, f.address));
         }
     }
     let mut jobs: Vec<NativeJob> = by_build_id
         .into_iter()
-        .map(|(b, frames)| NativeJob {
+        .map(|((b, content), frames)| NativeJob {
             build_id: b,
             build_id_text: agg.str(b).to_owned(),
             kind: agg.frames[frames[0].0 as usize].build_id_kind,
+            content: (content != 0).then(|| agg.str(content).to_owned()),
             frames,
         })
         .collect();
-    jobs.sort_unstable_by_key(|j| j.build_id);
+    jobs.sort_unstable_by(|a, b| (a.build_id, &a.content).cmp(&(b.build_id, &b.content)));
     jobs
 }
 
@@ -192,6 +197,9 @@ pub struct ModuleStatus {
     pub kind: BuildIdKind,
     /// The mapping's file name.
     pub module: String,
+    /// The content hash the frames came with (their file's SHA-256), if
+    /// any: frames of one build-ID but other contents are asked apart.
+    pub content: Option<String>,
     /// How the ID answered.
     pub status: BuildIdStatus,
     /// Distinct addresses asked.
@@ -236,6 +244,7 @@ impl Resolved {
                 build_id: answer.job.build_id_text.clone(),
                 kind: answer.job.kind,
                 module,
+                content: answer.job.content.clone(),
                 status: answer.status.clone(),
                 addresses: answer.job.frames.len(),
                 unnamed: answer

@@ -471,8 +471,21 @@ fn encode_body(d: &SegmentData, out: &mut Vec<u8>, marks: &mut Vec<(&'static str
     }
     mark("values", &e);
     e.0.extend_from_slice(&values.0);
+    // Extensions, after everything a segment always had: written only when
+    // there is something in them, so a segment without reads the same in
+    // every version. 1: the mappings' content hashes.
+    if d.mappings.iter().any(|m| m.content != 0) {
+        mark("mapping contents", &e);
+        e.u(EXTENSION_MAPPING_CONTENT);
+        for m in &d.mappings {
+            e.u(m.content.into());
+        }
+    }
     *out = e.0;
 }
+
+/// The extension holding each mapping's content hash (a string index).
+const EXTENSION_MAPPING_CONTENT: u64 = 1;
 
 fn decode_body(body: &[u8]) -> R<SegmentData> {
     let mut d = Dec { buf: body, pos: 0 };
@@ -621,8 +634,15 @@ fn decode_body(body: &[u8]) -> R<SegmentData> {
     for (s, &(_, nv)) in samples.iter_mut().zip(&shapes) {
         s.values = (0..nv).map(|_| d.i()).collect::<R<_>>()?;
     }
-    if d.pos != body.len() {
-        return Err(SegmentError::Corrupt("trailing bytes"));
+    while d.pos < body.len() {
+        match d.u()? {
+            EXTENSION_MAPPING_CONTENT => {
+                for m in &mut mappings {
+                    m.content = d.index(ns)?;
+                }
+            }
+            _ => return Err(SegmentError::Corrupt("unknown extension")),
+        }
     }
     Ok(SegmentData {
         strings,

@@ -15,6 +15,7 @@ fn sample_data() -> SegmentData {
         memory_start: 0x1000,
         memory_limit: 0x9000,
         file_offset: 0,
+        content: 0,
     });
     let f1 = b.frame(Frame {
         frame_type: native,
@@ -163,6 +164,38 @@ fn damage_is_an_error() {
     }
     body[0] = 0xff;
     assert!(decode_body(&body).is_err());
+}
+
+#[test]
+fn mapping_contents_ride_in_an_extension() {
+    // Without a content hash a segment is as it always was (no extension:
+    // older decoders read it); with one the hashes come back, and merge.
+    let plain = sample_data();
+    let mut body = Vec::new();
+    encode_body(&plain, &mut body, &mut Vec::new());
+    let mut with = sample_data();
+    let mut b = SegmentBuilder::default();
+    b.merge(&with);
+    let sha = "ab".repeat(32);
+    let content = b.string(&sha);
+    with = b.finish();
+    with.mappings[1].content = content;
+    let mut extended = Vec::new();
+    encode_body(&with, &mut extended, &mut Vec::new());
+    assert!(extended.len() > body.len());
+    let back = decode_body(&extended).unwrap();
+    assert_eq!(back.str(back.mappings[1].content), sha);
+    assert_eq!(back.mappings[0].content, 0);
+    let mut merged = SegmentBuilder::default();
+    merged.merge(&back);
+    let merged = merged.finish();
+    assert!(merged.mappings.iter().any(|m| merged.str(m.content) == sha));
+    // An extension this decoder does not know: damage, not a guess.
+    body.push(99);
+    assert!(matches!(
+        decode_body(&body),
+        Err(SegmentError::Corrupt("unknown extension"))
+    ));
 }
 
 #[test]

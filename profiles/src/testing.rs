@@ -350,10 +350,11 @@ pub fn facts(d: &crate::model::SegmentData) -> Vec<Fact> {
                         .map(|l| format!("{}@{}:{}", d.str(l.function), d.str(l.file), l.line))
                         .collect();
                     format!(
-                        "{} {} {:?} {} {:#x}-{:#x}+{} {:#x} {lines:?}",
+                        "{} {} {:?} {} {} {:#x}-{:#x}+{} {:#x} {lines:?}",
                         d.str(f.frame_type),
                         d.str(m.build_id),
                         m.build_id_kind,
+                        d.str(m.content),
                         d.str(m.file),
                         m.memory_start,
                         m.memory_limit,

@@ -79,6 +79,13 @@ pub mod opentelemetry {
     }
 }
 
+/// The mapping attribute (ours: OpenTelemetry's semantic conventions have
+/// none for it) holding the SHA-256 of the mapped file's whole content, as
+/// lowercase hex. `symtrace-agent` sends it with every file mapping; the
+/// server names a frame from a file an agent published only when the
+/// frame's mapping carries that file's hash.
+pub const FILE_SHA256: &str = "symtrace.file.sha256";
+
 pub use opentelemetry::proto::collector::profiles::v1development as collector;
 pub use opentelemetry::proto::common::v1 as common;
 pub use opentelemetry::proto::processcontext::v1development as processcontext;

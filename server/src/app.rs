@@ -32,6 +32,8 @@ pub struct AppState {
     pub engine: crate::query::Engine,
     pub ingest: crate::ingest::Ingest,
     pub concurrency: crate::limits::Concurrency,
+    /// Per-token quotas of claims and agents' upload bytes.
+    pub quotas: crate::quota::Quotas,
 }
 
 pub type SharedState = Arc<AppState>;

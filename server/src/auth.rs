@@ -14,15 +14,40 @@ use axum::http::{header, HeaderMap, StatusCode};
 use crate::error::ApiError;
 use tokens::{parse_entry, parse_file, Token};
 
-/// What a request wants to do.
+/// What a request wants to do, and what a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
     /// Fetch files and list them.
     Read,
-    /// Publish files.
+    /// Publish files (CI), export profiles.
     Upload,
     /// Delete files.
     Admin,
+    /// What an agent does: export profiles, and publish the files it finds
+    /// on its host — which the server then ranks below CI's and binds to
+    /// their content. As a request's scope: accepted from agent, upload and
+    /// admin tokens (the caller's [`Caller::scope`] says which).
+    Agent,
+}
+
+/// Who made a request, as far as its token says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub tenants: Tenants,
+    /// The scope of the token it presented (`None`: no token was needed —
+    /// public reads, or a trusted loopback client, which may do anything).
+    pub scope: Option<Scope>,
+    /// Who it is for quotas: a hash of its token, or `loopback`/`public`.
+    pub id: String,
+}
+
+impl Caller {
+    /// Whether what it publishes is an agent's: its token is an agent
+    /// token (whatever the request says), or it says so itself (a CI token
+    /// or a trusted client may publish as an agent; never the other way).
+    pub fn publishes_as_agent(&self, says_agent: bool) -> bool {
+        self.scope == Some(Scope::Agent) || says_agent
+    }
 }
 
 /// The tenants a request may act for.
@@ -68,12 +93,13 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// Tokens from the three lists (entries `TOKEN` or
+    /// Tokens from the four lists (entries `TOKEN` or
     /// `TOKEN=TENANT[+TENANT…]`) and the tokens file.
     pub fn new(
         read: Vec<String>,
         upload: Vec<String>,
         admin: Vec<String>,
+        agent: Vec<String>,
         file: Option<PathBuf>,
         trust: Trust,
     ) -> Result<Self, String> {
@@ -82,6 +108,7 @@ impl Auth {
             (read, Scope::Read),
             (upload, Scope::Upload),
             (admin, Scope::Admin),
+            (agent, Scope::Agent),
         ] {
             for entry in entries {
                 from_lists.extend(parse_entry(&entry, scope)?);
@@ -117,6 +144,7 @@ impl Auth {
             (Scope::Read, "read"),
             (Scope::Upload, "upload"),
             (Scope::Admin, "admin"),
+            (Scope::Agent, "agent"),
         ] {
             if had(&tokens, scope) && !had(&all, scope) {
                 return Err(format!(
@@ -142,10 +170,11 @@ impl Auth {
 
     /// A line for the start-up log.
     pub fn describe(&self) -> String {
-        let (read, upload, admin) = (
+        let (read, upload, admin, agent) = (
             self.count(Scope::Read),
             self.count(Scope::Upload),
             self.count(Scope::Admin),
+            self.count(Scope::Agent),
         );
         let bound = self.tokens().iter().filter(|t| t.tenants.is_some()).count();
         let loopback = if self.trust.loopback_writes {
@@ -154,9 +183,9 @@ impl Auth {
             "refused (loopback trust off)"
         };
         format!(
-            "{read} read, {upload} upload, {admin} admin token(s), {bound} bound to tenants; reads {}; uploads {}; deletes {}",
+            "{read} read, {upload} upload, {admin} admin, {agent} agent token(s), {bound} bound to tenants; reads {}; uploads {}; deletes {}",
             if read == 0 { "public" } else { "need a token" },
-            if upload + admin == 0 {
+            if upload + admin + agent == 0 {
                 format!("{loopback} (no SYMTRACE_UPLOAD_TOKENS)")
             } else {
                 "need a token".to_owned()
@@ -174,7 +203,7 @@ impl Auth {
     }
 
     pub fn uploads_need_token(&self) -> bool {
-        self.count(Scope::Upload) + self.count(Scope::Admin) > 0
+        self.count(Scope::Upload) + self.count(Scope::Admin) + self.count(Scope::Agent) > 0
     }
 
     /// Checks that a request may act with `scope`, and for which tenants.
@@ -184,32 +213,52 @@ impl Auth {
         peer: SocketAddr,
         scope: Scope,
     ) -> Result<Tenants, ApiError> {
+        self.caller(headers, peer, scope).map(|c| c.tenants)
+    }
+
+    /// Checks that a request may act with `scope`: for which tenants, with
+    /// a token of which scope, and who it is.
+    pub fn caller(
+        &self,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+        scope: Scope,
+    ) -> Result<Caller, ApiError> {
         let tokens = self.tokens();
         let counts = |s: Scope| tokens.iter().filter(|t| t.scope == s).count();
-        let (read, upload, admin) = (
+        let (read, upload, admin, agent) = (
             counts(Scope::Read),
             counts(Scope::Upload),
             counts(Scope::Admin),
+            counts(Scope::Agent),
         );
+        // Agent tokens read nothing and publish only as agents.
         let accepts = |t: &Token| match scope {
-            Scope::Read => true,
-            Scope::Upload => t.scope != Scope::Read,
+            Scope::Read => t.scope != Scope::Agent,
+            Scope::Upload => matches!(t.scope, Scope::Upload | Scope::Admin),
             Scope::Admin => t.scope == Scope::Admin,
+            Scope::Agent => t.scope != Scope::Read,
+        };
+        let untokened = |id: &str| Caller {
+            tenants: Tenants::All,
+            scope: None,
+            id: id.to_owned(),
         };
         let accepted = match scope {
-            Scope::Read if read == 0 => return Ok(Tenants::All),
+            Scope::Read if read == 0 => return Ok(untokened("public")),
             Scope::Read => read + upload + admin,
             Scope::Upload => upload + admin,
             Scope::Admin => admin,
+            Scope::Agent => upload + admin + agent,
         };
         if accepted == 0 {
-            // Upload or admin with no token of that scope configured. Only a
-            // server with no write tokens at all trusts loopback clients: a
-            // direct one (no proxy header), asking for a loopback host (a
-            // browser lured by DNS rebinding asks for another name).
-            let open = upload + admin == 0;
+            // A write with no token of that scope configured. Only a server
+            // with no write tokens at all trusts loopback clients: a direct
+            // one (no proxy header), asking for a loopback host (a browser
+            // lured by DNS rebinding asks for another name).
+            let open = upload + admin + agent == 0;
             if open && self.trust.loopback_writes && direct_loopback(headers, peer) {
-                return Ok(Tenants::All);
+                return Ok(untokened("loopback"));
             }
             let (what, var) = match scope {
                 Scope::Admin => ("deletes", "SYMTRACE_ADMIN_TOKENS"),
@@ -241,9 +290,13 @@ impl Auth {
             }
         }
         match found {
-            Some(token) => Ok(match &token.tenants {
-                None => Tenants::All,
-                Some(list) => Tenants::Only(list.clone()),
+            Some(token) => Ok(Caller {
+                tenants: match &token.tenants {
+                    None => Tenants::All,
+                    Some(list) => Tenants::Only(list.clone()),
+                },
+                scope: Some(token.scope),
+                id: token_id(presented),
             }),
             None => Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -252,6 +305,14 @@ impl Auth {
             )),
         }
     }
+}
+
+/// A token's identity for quotas: the first 8 bytes of its SHA-256, hex
+/// (never the token).
+fn token_id(presented: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(presented.as_bytes());
+    format!("token:{}", hex::encode(&digest[..8]))
 }
 
 fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
@@ -336,7 +397,7 @@ mod tests {
         let trust = Trust {
             loopback_writes: true,
         };
-        Auth::new(v(read), v(upload), v(admin), None, trust).unwrap()
+        Auth::new(v(read), v(upload), v(admin), Vec::new(), None, trust).unwrap()
     }
 
     fn headers(token: Option<&str>) -> HeaderMap {
@@ -462,6 +523,7 @@ mod tests {
             vec![],
             vec![],
             vec![],
+            vec![],
             None,
             Trust {
                 loopback_writes: false,
@@ -500,6 +562,7 @@ mod tests {
         };
         let a = Auth::new(
             vec!["ra=team-a".into()],
+            vec![],
             vec![],
             vec![],
             Some(path.clone()),

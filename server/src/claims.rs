@@ -6,13 +6,18 @@
 //! OpenTelemetry eBPF profiler's file ID) or its Go build-ID. The store
 //! keeps every file under one key (its GNU build-ID, else the key of its Go
 //! build-ID, else its htlhash: `ElfInfo::storage_key`) and indexes it by
-//! its other IDs too ([`key_of`]).
+//! its other IDs too ([`key_of`]). A key an agent's file brought leads
+//! there only for frames of that file's content: a file with a fresh
+//! build-ID and a copied Go build-ID note names nobody else's frames.
 //!
 //! An agent that samples a file the server has no symbols for asks, in a
 //! `missing` request, to *claim* it: the claim is granted to one agent of
-//! the fleet at a time, for [`CLAIM_MS`] (a lease named after the key), so
-//! that a file is uploaded once, not once per host; if that agent never
-//! finishes, the lease runs out and another may.
+//! the fleet at a time, for [`CLAIM_MS`] (a lease named after the key and
+//! the file's content), so that a file is uploaded once, not once per
+//! host; if that agent never finishes, the lease runs out and another may.
+//! A file of other content under the same ID (a forgery, or a rebuild that
+//! kept its ID) is another claim: a forger's file never keeps the real one
+//! from being published.
 
 use symtrace_elf::BuildId;
 use symtrace_profiles::model::BuildIdKind;
@@ -26,17 +31,25 @@ pub const CLAIM_MS: i64 = 10 * 60 * 1000;
 /// Longest claimant name.
 const MAX_HOLDER: usize = 200;
 
-fn lease_name(key: &str) -> String {
-    format!("upload:{key}")
+/// The lease of a claim: `upload:KEY`, and `:CONTENT` when the claim named
+/// the file's content.
+pub fn lease_name(key: &str, content: Option<&str>) -> String {
+    match content {
+        Some(c) => format!("upload:{key}:{c}"),
+        None => format!("upload:{key}"),
+    }
 }
 
 /// The key under which files known by `id` (of `kind`) are stored: the
-/// GNU build-ID itself, else the newest key the ID leads to. `None` when no
-/// such file is stored (or the ID is malformed).
+/// GNU build-ID itself, else the newest key the ID leads to — among CI's
+/// and upstream files first, else among agents' files of `content` (the
+/// frame's mapping's content hash). `None` when no such file is stored
+/// (or the ID is malformed).
 pub async fn key_of(
     store: &SymbolStore,
     kind: BuildIdKind,
     id: &str,
+    content: Option<&str>,
 ) -> crate::store::Result<Option<BuildId>> {
     let well_formed = match kind {
         BuildIdKind::Gnu => return Ok(id.parse().ok()),
@@ -47,17 +60,21 @@ pub async fn key_of(
     if !well_formed {
         return Ok(None);
     }
-    let keys = store.meta.keys_of(kind, id).await?;
+    let keys = store.meta.keys_of(kind, id, content.unwrap_or("")).await?;
     Ok(keys.into_iter().find_map(|k| k.parse().ok()))
 }
 
-/// Whether an agent holds a claim to publish the file stored (or to be
+/// Whether an agent holds a claim to publish a file stored (or to be
 /// stored) under `key`.
 pub async fn pending(store: &SymbolStore, key: &str) -> crate::store::Result<bool> {
-    store.meta.lease_held(&lease_name(key), now_ms()).await
+    store
+        .meta
+        .lease_held(&lease_name(key, None), now_ms())
+        .await
 }
 
-/// Checks a claim item's fields (`build_id` of its `id_kind`, the holder).
+/// Checks a claim item's fields (`build_id` of its `id_kind`, the holder,
+/// the content hash).
 pub fn validate(item: &WantedItem) -> Result<(), String> {
     let holder = item.claim.as_deref().unwrap_or("");
     if holder.is_empty() || holder.len() > MAX_HOLDER {
@@ -67,6 +84,11 @@ pub fn validate(item: &WantedItem) -> Result<(), String> {
     }
     if !matches!(item.kind.as_str(), "executable" | "debuginfo") {
         return Err("a claim is for an executable or debuginfo".into());
+    }
+    if let Some(c) = &item.content_sha256 {
+        if !crate::store::is_sha256_hex(c) {
+            return Err("content_sha256 is 64 lowercase hex digits".into());
+        }
     }
     match item.id_kind.as_deref().unwrap_or("gnu") {
         "gnu" => item
@@ -81,27 +103,90 @@ pub fn validate(item: &WantedItem) -> Result<(), String> {
 }
 
 /// Decides a (validated) claim: `Some(key)` — upload under that key — when
-/// nothing of the item's quality or better is stored for the file and no
-/// other agent holds a claim on it; the claim is then this holder's.
-pub async fn claim(store: &SymbolStore, item: &WantedItem) -> ApiResult<Option<String>> {
+/// nothing of the item's quality or better that names its frames is
+/// stored (a CI or upstream file of its ID, or an agent's of its
+/// content), and no other agent holds a claim on it; the claim is then
+/// this holder's.
+pub async fn claim(
+    store: &SymbolStore,
+    item: &WantedItem,
+    caller: &str,
+) -> ApiResult<Option<String>> {
     let kind = match item.id_kind.as_deref() {
         Some("htlhash") => BuildIdKind::Htlhash,
         _ => BuildIdKind::Gnu,
     };
-    let key = match key_of(store, kind, &item.build_id).await? {
+    let content = item.content_sha256.as_deref();
+    let key = match key_of(store, kind, &item.build_id, content).await? {
         Some(key) => key.to_string(),
         None if kind == BuildIdKind::Htlhash => item.build_id.clone(),
         None => return Err(ApiError::bad_request("invalid build-ID")),
     };
     let wanted = item.quality.unwrap_or(0);
     let stored = store.meta.artifacts_of(&key).await?;
-    if stored.iter().any(|a| a.quality >= wanted) {
+    // What would name the file's frames: a CI or upstream file, an agent's
+    // whole file of this content (its hash checked here), and — for a
+    // claim of an extract (`kind` debuginfo: the agent will send one) —
+    // an agent's extract said to be of this content. An extract is only
+    // the uploader's word: it never stands in the way of a whole file.
+    let extract = item.kind == "debuginfo";
+    let names_it = |a: &&crate::store::model::Artifact| {
+        a.origin != "agent"
+            || match content {
+                Some(c) => a.content_sha256 == c && (a.kind == "executable" || extract),
+                // (An agent that sends no content hash: its file will be
+                // bound to its own bytes.)
+                None => true,
+            }
+    };
+    if stored.iter().filter(names_it).any(|a| a.quality >= wanted) {
         return Ok(None);
     }
-    let holder = item.claim.as_deref().unwrap_or("");
+    // The holder's name within its token's: one token's agents cannot
+    // renew or take another's claims.
+    let holder = format!("{caller}/{}", item.claim.as_deref().unwrap_or(""));
+    let holder = holder.as_str();
     let granted = store
         .meta
-        .acquire_lease(&lease_name(&key), holder, now_ms(), CLAIM_MS)
+        .acquire_lease(&lease_name(&key, content), holder, now_ms(), CLAIM_MS)
         .await?;
+    if granted && content.is_some() {
+        // The claim of the file's key too (what `pending` looks for):
+        // renewed by any holder, released with the upload.
+        store
+            .meta
+            .acquire_lease(&lease_name(&key, None), holder, now_ms(), CLAIM_MS)
+            .await?;
+    }
     Ok(granted.then_some(key))
+}
+
+/// Deletes the claims that ran out, at most once a minute per replica (the
+/// `missing` handler calls it; the orphan collector does too).
+pub async fn sweep(store: &SymbolStore) {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = now_ms();
+    let last = LAST.load(Ordering::Relaxed);
+    if now - last < 60_000
+        || LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    match store.meta.delete_expired_claims(now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(n, "expired claims deleted"),
+        Err(e) => tracing::warn!(error = %e, "deleting expired claims"),
+    }
+}
+
+/// The agent's upload of `key` (of `content`) is stored: its claims end.
+pub async fn done(store: &SymbolStore, key: &str, content: Option<&str>) {
+    for name in [lease_name(key, content), lease_name(key, None)] {
+        if let Err(e) = store.meta.drop_lease(&name).await {
+            tracing::warn!(lease = %name, error = %e, "releasing a claim");
+        }
+    }
 }

@@ -92,6 +92,19 @@ pub struct Config {
     )]
     pub admin_tokens: Vec<String>,
 
+    /// Comma-separated bearer tokens of agents (`TOKEN` or
+    /// `TOKEN=TENANT[+TENANT…]`): they export profiles and publish the
+    /// files agents find on their hosts — always as an agent's files,
+    /// ranked below CI's and upstream's and bound to their content, never
+    /// as CI uploads — and read nothing.
+    #[arg(
+        long,
+        env = "SYMTRACE_AGENT_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub agent_tokens: Vec<String>,
+
     /// Comma-separated bearer tokens required for reads (`TOKEN` or
     /// `TOKEN=TENANT[+TENANT…]`). Without them reads are public, which a
     /// non-loopback --http-addr allows only with --public-reads (debuginfod
@@ -120,6 +133,16 @@ pub struct Config {
     /// write token is configured (no proxy headers, a loopback Host).
     #[arg(long, env = "SYMTRACE_LOOPBACK_TRUST", default_value_t = true, action = clap::ArgAction::Set)]
     pub loopback_trust: bool,
+
+    /// Claims (`missing` items an agent asks to publish) one token may make
+    /// per minute (on each replica); beyond it 429. 0: no bound.
+    #[arg(long, env = "SYMTRACE_CLAIMS_PER_MINUTE", default_value_t = 6000)]
+    pub claims_per_minute: u64,
+
+    /// Bytes of agents' uploads one token may send per hour (on each
+    /// replica); beyond it 429. 0: no bound.
+    #[arg(long, env = "SYMTRACE_AGENT_UPLOAD_BYTES_PER_HOUR", default_value_t = 64 << 30)]
+    pub agent_upload_bytes_per_hour: u64,
 
     /// Largest accepted upload, in bytes, after Content-Encoding is undone.
     #[arg(long, env = "SYMTRACE_MAX_UPLOAD_BYTES", default_value_t = 8 << 30)]
@@ -192,6 +215,16 @@ pub struct Config {
         default_value_t = 60
     )]
     pub body_idle_timeout_secs: u64,
+
+    /// Seconds a response may go without the client taking a byte (a
+    /// client that stops reading — its receive window closed — holds its
+    /// connection no longer); the connection is closed then.
+    #[arg(
+        long = "response-write-timeout",
+        env = "SYMTRACE_RESPONSE_WRITE_TIMEOUT",
+        default_value_t = 60
+    )]
+    pub response_write_timeout_secs: u64,
 
     /// Seconds an OTLP/HTTP export's whole body may take to arrive (408
     /// beyond; the export slot it holds is freed).

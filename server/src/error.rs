@@ -14,6 +14,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds for `Retry-After` (a 429; a 503 says 2 unless set).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -22,7 +24,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// With a `Retry-After` of `seconds`.
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -45,7 +54,11 @@ impl IntoResponse for ApiError {
         }
         let body = json!({ "error": { "code": self.code, "message": self.message } });
         let mut response = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));

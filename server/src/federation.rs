@@ -21,7 +21,7 @@ use symtrace_elf::BuildId;
 use crate::limits::{Busy, Slots};
 use crate::store::model::{ArtifactKind, ServedArtifact};
 use crate::store::spool::spool;
-use crate::store::{Misses, Publisher, SymbolStore};
+use crate::store::{Misses, Origin, Publisher, SymbolStore};
 
 /// What to fetch.
 #[derive(Debug, Clone)]
@@ -269,11 +269,18 @@ impl Federation {
                 return false;
             }
         };
-        let origin = format!("upstream:{}", without_userinfo(&base));
+        let upstream = without_userinfo(&base);
         let stored = match wanted {
             Wanted::Artifact(kind) => self
                 .store
-                .ingest_artifact(build_id, *kind, &spooled, None, &origin, Publisher::SHARED)
+                .ingest_artifact(
+                    build_id,
+                    *kind,
+                    &spooled,
+                    None,
+                    Origin::Upstream(&upstream),
+                    Publisher::SHARED,
+                )
                 .await
                 .map(|_| ()),
             Wanted::Source(path) => self

@@ -17,6 +17,7 @@ mod lru;
 mod metrics;
 mod profiles;
 mod query;
+mod quota;
 mod run;
 mod serve;
 mod store;

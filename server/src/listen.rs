@@ -9,6 +9,9 @@
 //!   more.
 //! - **Bodies**: a request body that goes `body_idle_timeout` without a
 //!   byte ends in an error the handler reports ([`IdleTimeoutBody`]).
+//! - **Responses**: a connection whose client takes no byte of a response
+//!   for `write_timeout` (it stopped reading: its receive window is zero)
+//!   is closed ([`SendfileStream`]'s write timeout).
 //!
 //! Connections are served as `axum::serve` serves them ([`SendfileStream`]
 //! for zero-copy files, [`PeerAddr`] for handlers), HTTP/1.1 only, and
@@ -43,6 +46,7 @@ pub struct HttpLimits {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub body_idle_timeout: Duration,
+    pub write_timeout: Duration,
 }
 
 /// How long shutdown waits for requests in flight.
@@ -103,7 +107,7 @@ pub async fn serve(
                 request
             });
         let service = TowerToHyperService::new(service);
-        let io = TokioIo::new(SendfileStream::new(stream));
+        let io = TokioIo::new(SendfileStream::new(stream, limits.write_timeout));
         let builder = builder.clone();
         let connection = builder
             .serve_connection_with_upgrades(io, service)

@@ -60,6 +60,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.read_tokens.clone(),
         config.upload_tokens.clone(),
         config.admin_tokens.clone(),
+        config.agent_tokens.clone(),
         config.tokens_file.clone(),
         crate::auth::Trust {
             loopback_writes: config.loopback_trust,
@@ -107,6 +108,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
     let state = Arc::new(AppState {
         upload_slots: Semaphore::new(config.max_concurrent_uploads.max(1)),
+        quotas: crate::quota::Quotas::new(
+            config.claims_per_minute,
+            config.agent_upload_bytes_per_hour,
+        ),
         metrics: metrics::recorder()?,
         config: config.clone(),
         symbolizer: symbolizer.clone(),
@@ -172,6 +177,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_connections: config.max_connections,
         header_timeout: Duration::from_secs(config.header_timeout_secs.max(1)),
         body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs.max(1)),
+        write_timeout: Duration::from_secs(config.response_write_timeout_secs.max(1)),
     };
     listen::serve(listener, app::router(state), http_limits, shutdown_signal()).await?;
     grpc.await?.context("OTLP gRPC server")?;

@@ -37,9 +37,10 @@ pub fn reader(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<Stri
     resolve(&tenants, headers)
 }
 
-/// An export's tenant, once it is allowed to write.
+/// An export's tenant, once it is allowed to write (upload, admin and
+/// agent tokens export profiles).
 pub fn writer(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<String, ApiError> {
-    let tenants = auth.check(headers, peer, Scope::Upload)?;
+    let tenants = auth.check(headers, peer, Scope::Agent)?;
     resolve(&tenants, headers)
 }
 

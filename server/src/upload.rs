@@ -31,7 +31,7 @@ use crate::auth::{Scope, Tenants};
 use crate::error::{ApiError, ApiResult};
 use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
 use crate::store::spool::{spool, SpoolError, Spooled};
-use crate::store::{Error as StoreError, Publisher, UploadStatus};
+use crate::store::{Error as StoreError, Origin, Publisher, UploadStatus};
 use crate::zerocopy::PeerAddr;
 
 /// Most entries a `missing` request may ask about.
@@ -67,10 +67,13 @@ struct UploadQuery {
     /// The file's path on the build machine, served as X-DEBUGINFOD-FILE
     /// and matched by /metadata.
     file: Option<String>,
-    /// `agent`: published by an agent from what it found on a host. Such
-    /// files rank below others of the same quality (a CI's upload is served
-    /// before an agent's).
+    /// `agent`: published by an agent from what it found on a host (see
+    /// `store::Origin::Agent`). A CI token or a trusted client may say so
+    /// of its upload; an agent token's uploads are agents' whatever is said.
     origin: Option<String>,
+    /// For an agent's debug file (a symbol-table extract): the SHA-256 of
+    /// the file it was taken from.
+    content_sha256: Option<String>,
 }
 
 fn upload_slot(state: &SharedState) -> ApiResult<SemaphorePermit<'_>> {
@@ -147,13 +150,28 @@ async fn upload(
     Query(query): Query<UploadQuery>,
     body: Body,
 ) -> ApiResult<Response> {
-    let (owner, bound) = publisher(&state, &headers, peer)?;
-    let publisher = Publisher {
-        owner: &owner,
-        bound,
+    // Agents publish too: the origin comes from the token's scope.
+    let caller = state.auth.caller(&headers, peer, Scope::Agent)?;
+    let says_agent = match query.origin.as_deref() {
+        None | Some("upload") => false,
+        Some("agent") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown origin {other:?}: use agent, or leave it out"
+            )))
+        }
     };
+    let agent = caller.publishes_as_agent(says_agent);
     let build_id: BuildId = build_id.parse()?;
     if kind == "sources" {
+        if agent {
+            return Err(agents_publish_binaries_only());
+        }
+        let (owner, bound) = publisher_of(&caller.tenants, &headers)?;
+        let publisher = Publisher {
+            owner: &owner,
+            bound,
+        };
         return upload_bundle(state, headers, build_id, body, publisher).await;
     }
     let kind = ArtifactKind::parse(&kind).ok_or_else(|| {
@@ -161,17 +179,33 @@ async fn upload(
             "unknown kind {kind:?}: use executable, debuginfo, sources (a tar bundle) or source/PATH"
         ))
     })?;
-    let origin = match query.origin.as_deref() {
-        None | Some("upload") => "upload",
-        Some("agent") => "agent",
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "unknown origin {other:?}: use agent, or leave it out"
-            )))
-        }
+    let (owner, bound) = if agent {
+        (String::new(), false)
+    } else {
+        publisher_of(&caller.tenants, &headers)?
     };
+    let publisher = Publisher {
+        owner: &owner,
+        bound,
+    };
+    let content = query.content_sha256.as_deref();
+    let origin = if agent {
+        Origin::Agent { content }
+    } else {
+        Origin::Upload
+    };
+    if agent {
+        // An agent's bytes come out of its token's quota: what is declared
+        // before reading, what was sent otherwise.
+        if let Some(n) = declared_length(&headers) {
+            state.quotas.agent_bytes.take(&caller.id, n)?;
+        }
+    }
     let _slot = upload_slot(&state)?;
     let spooled = receive(&state, &headers, body).await?;
+    if agent && declared_length(&headers).is_none() {
+        state.quotas.agent_bytes.take(&caller.id, spooled.size)?;
+    }
     let outcome = state
         .store
         .ingest_artifact(
@@ -183,6 +217,14 @@ async fn upload(
             publisher,
         )
         .await;
+    if agent && outcome.is_ok() {
+        let content = match kind {
+            ArtifactKind::Executable => Some(spooled.sha256.as_str()),
+            ArtifactKind::Debuginfo => content,
+        };
+        crate::claims::done(&state.store, build_id.as_str(), content).await;
+    }
+    let origin = origin.as_str();
     let label = match &outcome {
         Ok(o) => match o.status {
             UploadStatus::Created => "created",
@@ -206,7 +248,11 @@ async fn upload_source(
     Path((build_id, path)): Path<(String, String)>,
     body: Body,
 ) -> ApiResult<Response> {
-    let (owner, bound) = publisher(&state, &headers, peer)?;
+    let caller = state.auth.caller(&headers, peer, Scope::Agent)?;
+    if caller.scope == Some(Scope::Agent) {
+        return Err(agents_publish_binaries_only());
+    }
+    let (owner, bound) = publisher_of(&caller.tenants, &headers)?;
     let build_id: BuildId = build_id.parse()?;
     let _slot = upload_slot(&state)?;
     let spooled = receive(&state, &headers, body).await?;
@@ -372,7 +418,9 @@ async fn missing(
     headers: HeaderMap,
     Json(request): Json<MissingRequest>,
 ) -> ApiResult<Response> {
-    let (owner, bound) = publisher(&state, &headers, peer)?;
+    let caller = state.auth.caller(&headers, peer, Scope::Agent)?;
+    let agent_token = caller.scope == Some(Scope::Agent);
+    let (owner, bound) = publisher_of(&caller.tenants, &headers)?;
     if request.items.len() > MAX_MISSING_ITEMS {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -386,6 +434,13 @@ async fn missing(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             format!("at most {MAX_CLAIMS} claims per request, not {claims}"),
+        ));
+    }
+    if agent_token && claims < request.items.len() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "an agent token asks only for claims (every item names its `claim`)",
         ));
     }
     for (i, item) in request.items.iter().enumerate() {
@@ -407,11 +462,15 @@ async fn missing(
             return Err(what("a source item needs an absolute path".into()));
         }
     }
+    if claims > 0 {
+        state.quotas.claims.take(&caller.id, claims as u64)?;
+        crate::claims::sweep(&state.store).await;
+    }
     let mut lacks = state.store.meta.missing(&request.items).await?;
     let mut upload_as = vec![None; request.items.len()];
     for (i, item) in request.items.iter().enumerate() {
         if item.claim.is_some() {
-            upload_as[i] = crate::claims::claim(&state.store, item).await?;
+            upload_as[i] = crate::claims::claim(&state.store, item, &caller.id).await?;
             lacks[i] = upload_as[i].is_some();
         }
     }
@@ -504,19 +563,32 @@ async fn details(
 /// it names (or its only one) and may replace only its own files; a token
 /// of every tenant (or a trusted loopback client) publishes for the tenant
 /// it names, else for every tenant (shared).
-fn publisher(
-    state: &SharedState,
-    headers: &HeaderMap,
-    peer: SocketAddr,
-) -> Result<(String, bool), ApiError> {
-    let tenants = state.auth.check(headers, peer, Scope::Upload)?;
-    Ok(match &tenants {
-        Tenants::Only(_) => (crate::tenant::resolve(&tenants, headers)?, true),
+fn publisher_of(tenants: &Tenants, headers: &HeaderMap) -> Result<(String, bool), ApiError> {
+    Ok(match tenants {
+        Tenants::Only(_) => (crate::tenant::resolve(tenants, headers)?, true),
         Tenants::All if headers.contains_key(crate::tenant::HEADER) => {
-            (crate::tenant::resolve(&tenants, headers)?, false)
+            (crate::tenant::resolve(tenants, headers)?, false)
         }
         Tenants::All => (String::new(), false),
     })
+}
+
+fn agents_publish_binaries_only() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        "an agent token publishes executables and debug files only, as an agent's: sources \
+         come from CI (an upload token)",
+    )
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 async fn delete_all(

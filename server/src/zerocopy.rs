@@ -14,6 +14,7 @@
 //! `MHD_create_response_from_fd`, without giving up hyper.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -84,12 +85,52 @@ fn file_behind(buf: &[u8]) -> Option<(RawFd, u64)> {
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
-/// A TCP connection that sends file-backed buffers with `sendfile`.
-pub struct SendfileStream(TcpStream);
+/// A TCP connection that sends file-backed buffers with `sendfile`, and
+/// fails a write that makes no progress for `write_timeout` (a client that
+/// stopped reading).
+pub struct SendfileStream {
+    stream: TcpStream,
+    write_timeout: std::time::Duration,
+    /// Running while a write waits for the client.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
 
 impl SendfileStream {
-    pub fn new(stream: TcpStream) -> Self {
-        Self(stream)
+    pub fn new(stream: TcpStream, write_timeout: std::time::Duration) -> Self {
+        Self {
+            stream,
+            write_timeout,
+            stalled: None,
+        }
+    }
+
+    /// `poll` (a write or a flush) with the write timeout: progress resets
+    /// it, waiting past it is an error.
+    fn guarded<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match poll {
+            Poll::Ready(r) => {
+                self.stalled = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let timeout = self.write_timeout;
+                let sleep = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client took no byte of the response for the write timeout \
+                         (SYMTRACE_RESPONSE_WRITE_TIMEOUT)",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
     }
 
     fn poll_sendfile(
@@ -100,9 +141,9 @@ impl SendfileStream {
         len: usize,
     ) -> Poll<io::Result<usize>> {
         loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            let socket = self.0.as_raw_fd();
-            let sent = self.0.try_io(Interest::WRITABLE, || {
+            ready!(self.stream.poll_write_ready(cx))?;
+            let socket = self.stream.as_raw_fd();
+            let sent = self.stream.try_io(Interest::WRITABLE, || {
                 let mut off = offset as libc::off_t;
                 // SAFETY: both descriptors are open (the socket is ours; the
                 // file is kept open by the FileMapping that owns the buffer
@@ -128,7 +169,7 @@ impl AsyncRead for SendfileStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
 
@@ -138,10 +179,11 @@ impl AsyncWrite for SendfileStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if let Some((fd, offset)) = file_behind(buf) {
-            return self.poll_sendfile(cx, fd, offset, buf.len());
-        }
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        let poll = match file_behind(buf) {
+            Some((fd, offset)) => self.poll_sendfile(cx, fd, offset, buf.len()),
+            None => Pin::new(&mut self.stream).poll_write(cx, buf),
+        };
+        self.guarded(cx, poll)
     }
 
     fn poll_write_vectored(
@@ -152,15 +194,17 @@ impl AsyncWrite for SendfileStream {
         let Some(first) = bufs.iter().position(|b| !b.is_empty()) else {
             return Poll::Ready(Ok(0));
         };
-        if let Some((fd, offset)) = file_behind(&bufs[first]) {
-            return self.poll_sendfile(cx, fd, offset, bufs[first].len());
-        }
-        // Plain buffers up to the next file-backed one go out with writev.
-        let end = bufs[first..]
-            .iter()
-            .position(|b| file_behind(b).is_some())
-            .map_or(bufs.len(), |i| first + i);
-        Pin::new(&mut self.0).poll_write_vectored(cx, &bufs[first..end])
+        let poll = if let Some((fd, offset)) = file_behind(&bufs[first]) {
+            self.poll_sendfile(cx, fd, offset, bufs[first].len())
+        } else {
+            // Plain buffers up to the next file-backed one go out with writev.
+            let end = bufs[first..]
+                .iter()
+                .position(|b| file_behind(b).is_some())
+                .map_or(bufs.len(), |i| first + i);
+            Pin::new(&mut self.stream).poll_write_vectored(cx, &bufs[first..end])
+        };
+        self.guarded(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -168,11 +212,13 @@ impl AsyncWrite for SendfileStream {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        let poll = Pin::new(&mut self.stream).poll_flush(cx);
+        self.guarded(cx, poll)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        let poll = Pin::new(&mut self.stream).poll_shutdown(cx);
+        self.guarded(cx, poll)
     }
 }
 

@@ -118,6 +118,24 @@ impl Agent {
             .map(str::to_owned)
     }
 
+    /// The address the agent serves `/healthz` on (`--health-addr`, from
+    /// its log), waiting up to 10 s for it.
+    pub fn health_addr(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(a) = self
+                .stderr()
+                .lines()
+                .find(|l| l.contains("serving /healthz"))
+                .and_then(|l| l.split("addr=").nth(1))
+            {
+                return a.split_whitespace().next().unwrap().to_owned();
+            }
+            assert!(Instant::now() < deadline, "{}", self.stderr());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGTERM, then wait for the exit (it flushes and reports).
     pub fn stop(&mut self) -> ExitStatus {
         let mut child = self.child.take().unwrap();

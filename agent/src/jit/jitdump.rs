@@ -23,8 +23,14 @@ const MAX_DEBUG_RECORD: u64 = 1 << 20;
 /// Lines kept of one debug-info record (sorted by address: the code's
 /// first ones).
 const MAX_DEBUG_LINES: usize = 1024;
-/// Debug-info records waiting for their code's load record, at most.
+/// Debug-info records waiting for their code's load record, at most, and
+/// the bytes their lines may hold together (beyond either the oldest go,
+/// counted as bad): what a writer that never loads the code described
+/// costs at most.
 const MAX_PENDING_DEBUG: usize = 64;
+pub const MAX_PENDING_BYTES: usize = 1 << 20;
+/// What a debug line costs beyond its file name.
+const LINE_COST: usize = std::mem::size_of::<DebugLine>() + 16;
 
 /// One source line of generated code: from `address` on, until the next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +73,9 @@ pub struct Reader {
     /// The file is not (or no longer) readable: a bad header, a record of
     /// impossible size, or `JIT_CODE_CLOSE` read.
     pub done: bool,
-    pending: VecDeque<(u64, Vec<DebugLine>)>,
+    pending: VecDeque<(u64, Vec<DebugLine>, usize)>,
+    /// Bytes the pending lines hold.
+    pending_bytes: usize,
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -100,6 +108,12 @@ fn read_exact(
 }
 
 impl Reader {
+    /// Bytes the pending debug lines hold (what this reader costs beyond
+    /// its few fixed bytes).
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
     /// Reads the records appended since the last call whose bytes are all
     /// in the file (`len` long now), up to about `budget` bytes.
     pub fn read(
@@ -143,7 +157,7 @@ impl Reader {
                 counts.bad += 1;
                 break;
             }
-            if self.offset + size > len {
+            if self.offset.saturating_add(size) > len {
                 break; // not all written yet
             }
             let at = self.offset;
@@ -197,8 +211,14 @@ impl Reader {
         else {
             return false;
         };
-        let lines = match self.pending.iter().rposition(|(a, _)| *a == address) {
-            Some(i) => self.pending.remove(i).map(|(_, l)| l).unwrap_or_default(),
+        let lines = match self.pending.iter().rposition(|(a, _, _)| *a == address) {
+            Some(i) => match self.pending.remove(i) {
+                Some((_, lines, cost)) => {
+                    self.pending_bytes -= cost;
+                    lines
+                }
+                None => Vec::new(),
+            },
             None => Vec::new(),
         };
         event(Event::Load {
@@ -218,6 +238,7 @@ impl Reader {
         let entries = u64_at(b, RECORD_HEADER + 8);
         let mut rest = &b[RECORD_HEADER + 16..];
         let mut lines: Vec<DebugLine> = Vec::new();
+        let mut cost = 0usize;
         for _ in 0..entries {
             if rest.len() < 16 {
                 return false;
@@ -227,15 +248,21 @@ impl Reader {
                 return false;
             };
             rest = after;
-            // The byte 0xff alone: the previous entry's file.
+            // The byte 0xff alone: the previous entry's file (and the same
+            // name again is shared too).
             let file = match (name, lines.last()) {
                 (b"\xff", Some(prev)) => prev.file.clone(),
+                (_, Some(prev)) if prev.file.as_bytes() == name => prev.file.clone(),
                 _ if name.len() > MAX_NAME => return false,
                 _ => match std::str::from_utf8(name) {
-                    Ok(name) => Arc::from(name),
+                    Ok(name) => {
+                        cost += name.len();
+                        Arc::from(name)
+                    }
                     Err(_) => return false,
                 },
             };
+            cost += LINE_COST;
             lines.push(DebugLine {
                 address,
                 line,
@@ -243,14 +270,37 @@ impl Reader {
             });
         }
         lines.sort_by_key(|l| l.address);
-        lines.truncate(MAX_DEBUG_LINES);
-        // A newer record for the same code replaces an older one.
-        self.pending.retain(|(a, _)| *a != code);
-        if self.pending.len() >= MAX_PENDING_DEBUG {
-            self.pending.pop_front();
+        if lines.len() > MAX_DEBUG_LINES {
+            lines.truncate(MAX_DEBUG_LINES);
+            lines.shrink_to_fit();
         }
-        self.pending.push_back((code, lines));
-        true
+        // The kept lines' cost, at most what was counted for all of them.
+        let cost = cost.min(lines.len() * (LINE_COST + MAX_NAME));
+        // A newer record for the same code replaces an older one.
+        let mut freed = 0;
+        self.pending.retain(|(a, _, c)| {
+            let keep = *a != code;
+            if !keep {
+                freed += c;
+            }
+            keep
+        });
+        self.pending_bytes -= freed;
+        let mut ok = true;
+        while self.pending.len() >= MAX_PENDING_DEBUG
+            || (!self.pending.is_empty() && self.pending_bytes + cost > MAX_PENDING_BYTES)
+        {
+            if let Some((_, _, c)) = self.pending.pop_front() {
+                self.pending_bytes -= c;
+                ok = false; // a description lost before its code came
+            }
+        }
+        if cost > MAX_PENDING_BYTES {
+            return false;
+        }
+        self.pending_bytes += cost;
+        self.pending.push_back((code, lines, cost));
+        ok
     }
 }
 
@@ -412,5 +462,53 @@ pub(crate) mod tests {
         let (c, seen) = events(&mut r, &w.0);
         assert_eq!((c.records, c.bad), (3, 2));
         assert_eq!(seen, vec!["load 2000 4 fine []"]);
+    }
+
+    #[test]
+    fn debug_lines_never_loaded_are_bounded() {
+        // A writer describing code it never loads, with long file names:
+        // the pending lines stay within their bound, the oldest going.
+        let mut w = Writer::header(1);
+        let name = "f".repeat(MAX_NAME);
+        for i in 0..200u64 {
+            let lines: Vec<(u64, u32, &str)> = (0..16)
+                .map(|k| {
+                    (
+                        0x1000 + i * 0x1000 + k,
+                        k as u32,
+                        if k % 2 == 0 { name.as_str() } else { "g.c" },
+                    )
+                })
+                .collect();
+            w.debug(0x1000 + i * 0x1000, &lines);
+        }
+        let mut r = Reader::default();
+        let mut bad = 0;
+        loop {
+            let (c, _) = events(&mut r, &w.0);
+            bad += c.bad;
+            if c.records == 0 {
+                break;
+            }
+        }
+        assert!(bad > 0, "descriptions were given up");
+        assert!(
+            r.pending_bytes() <= MAX_PENDING_BYTES,
+            "{}",
+            r.pending_bytes()
+        );
+        assert!(r.pending.len() <= MAX_PENDING_DEBUG);
+        // The newest one is still there for its load.
+        let mut w2 = Writer::default();
+        w2.load(0x1000 + 199 * 0x1000, 64, "late");
+        let mut whole = w.0.clone();
+        whole.extend_from_slice(&w2.0);
+        let (_, seen) = events(&mut r, &whole);
+        assert!(
+            seen[0].starts_with("load c8000 64 late [c8000:"),
+            "{seen:?}"
+        );
+        let before = r.pending_bytes();
+        assert!(before < MAX_PENDING_BYTES);
     }
 }

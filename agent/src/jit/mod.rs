@@ -140,6 +140,8 @@ pub struct Shared {
     /// `max_total / live` when that is less than `max_process` (no process
     /// starves the others).
     live: AtomicUsize,
+    /// The byte rate of every process's rescans together.
+    rescans: std::sync::Mutex<crate::process::budget::Bucket>,
 }
 
 /// What the JIT symbols hold and what they lost, for the stats line.
@@ -158,9 +160,19 @@ pub struct JitStats {
     pub rescued: u64,
 }
 
+/// Bytes of perf maps all processes' rescans may read per second, and at
+/// once.
+const RESCAN_RATE: f64 = (16 << 20) as f64;
+const RESCAN_BURST: f64 = (64 << 20) as f64;
+
 impl Shared {
     pub fn new(max_total: usize, max_process: usize) -> Arc<Self> {
         Arc::new(Shared {
+            rescans: std::sync::Mutex::new(crate::process::budget::Bucket::new(
+                RESCAN_RATE,
+                RESCAN_BURST,
+                std::time::Instant::now(),
+            )),
             max_total,
             max_process,
             bytes: AtomicUsize::new(0),
@@ -171,6 +183,18 @@ impl Shared {
             rescued: AtomicU64::new(0),
             live: AtomicUsize::new(0),
         })
+    }
+
+    /// How far into its map a rescan wanting `bytes` may read now (the
+    /// bytes are taken from the rate every rescan shares).
+    pub fn take_rescan_bytes(&self, bytes: u64) -> u64 {
+        let mut bucket = self.rescans.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if !bucket.has(now) {
+            return 0;
+        }
+        bucket.charge(bytes as f64);
+        bytes
     }
 
     /// Whether all processes together hold more than the total bound (the

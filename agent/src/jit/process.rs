@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{jitdump, names, perfmap, table, Named, Runtime, Shared, Symbol};
-use crate::maps::MapEntry;
+use crate::process::maps::MapEntry;
 
 /// A missing perf map is looked for again at most this often.
 const OPEN_RETRY: Duration = Duration::from_secs(1);
@@ -18,9 +18,16 @@ const MISS_READ_INTERVAL: Duration = Duration::from_millis(20);
 /// Bytes of perf map or jitdump read at one time, per file.
 const READ_BUDGET: usize = 4 << 20;
 /// A miss in a process whose entries were evicted rescans its perf map at
-/// most this often, and at most this many bytes of it.
+/// most this often, and at most this many bytes of it (and all processes'
+/// rescans together at most `Shared::rescan_bytes` a second).
 const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
-const RESCAN_MAX: u64 = 256 << 20;
+const RESCAN_MAX: u64 = 64 << 20;
+/// Changes (loads, moves) applied to the table per read, at most: the rest
+/// of what was read is dropped (counted bad) — a read of 4 MiB of tiny
+/// records must not tie up the sampler thread.
+const MAX_CHANGES_PER_READ: usize = 65_536;
+/// Largest perf map opened (no runtime writes one this large).
+const MAX_PERF_MAP_BYTES: u64 = 16 << 30;
 /// jitdump files followed per process at once, at most (and files seen,
 /// finished ones included).
 const MAX_JITDUMPS: usize = 4;
@@ -56,8 +63,10 @@ pub struct ProcessJit {
     perf_map_tried: Option<Instant>,
     /// A file at the perf map's path was refused (counted once).
     refused: bool,
-    /// By inode.
+    /// Followed now, by inode (closed once finished).
     jitdumps: Vec<(u64, Followed<jitdump::Reader>)>,
+    /// Inodes of the jitdump files seen (finished ones included).
+    jitdumps_seen: Vec<u64>,
     last_read: Option<Instant>,
     /// Entries of this process were evicted: a miss may rescan the map.
     evicted: bool,
@@ -114,6 +123,7 @@ impl ProcessJit {
             perf_map_tried: None,
             refused: false,
             jitdumps: Vec::new(),
+            jitdumps_seen: Vec::new(),
             last_read: None,
             evicted: false,
             last_rescan: None,
@@ -123,7 +133,8 @@ impl ProcessJit {
 
     /// The symbol of generated code at `address`; a miss reads what the
     /// runtime wrote since the last read (at most every
-    /// `MISS_READ_INTERVAL`).
+    /// `MISS_READ_INTERVAL`, and only when `may_read`: the process is
+    /// within its work budget).
     pub fn symbol(
         &mut self,
         root: &Path,
@@ -131,9 +142,13 @@ impl ProcessJit {
         maps: &[MapEntry],
         address: u64,
         now: Instant,
+        may_read: bool,
     ) -> Option<Arc<crate::jit::Symbol>> {
         if let Some(s) = self.table.lookup(address) {
             return Some(s.clone());
+        }
+        if !may_read {
+            return None;
         }
         if self
             .last_read
@@ -164,11 +179,13 @@ impl ProcessJit {
     /// back.
     fn rescan(&mut self, address: u64) {
         let Some(f) = &self.perf_map else { return };
-        let end = f.cursor.offset;
+        let end = f.cursor.offset.min(RESCAN_MAX);
+        // Every process's rescans share one byte rate.
+        let end = self.shared.take_rescan_bytes(end);
         let file = &f.file;
         let mut cursor = perfmap::Cursor::default();
         let mut found: Option<(u64, u64, Box<str>)> = None;
-        while cursor.offset < end.min(RESCAN_MAX) {
+        while cursor.offset < end {
             let before = cursor.offset;
             let read = cursor.read(
                 end,
@@ -274,16 +291,27 @@ impl ProcessJit {
                 Err(_) => f.cursor.done = true,
             }
         }
-        self.shared.bad.fetch_add(bad, Relaxed);
+        if changes.len() > MAX_CHANGES_PER_READ {
+            bad += (changes.len() - MAX_CHANGES_PER_READ) as u64;
+            changes.truncate(MAX_CHANGES_PER_READ);
+        }
         for change in changes {
             match change {
                 Change::Add(start, size, named) => {
                     self.table.insert(start, size, Arc::new(named));
                 }
-                Change::Move(from, to, size) => self.table.move_range(from, to, size),
+                // A function's pieces at most (and what straddles it).
+                Change::Move(from, to, size) => {
+                    if !self.table.move_range(from, to, size, MAX_PIECES + 2) {
+                        bad += 1;
+                    }
+                }
             }
             self.bound();
         }
+        self.shared.bad.fetch_add(bad, Relaxed);
+        // Finished jitdump files are closed (their inode stays known).
+        self.jitdumps.retain(|(_, f)| !f.cursor.done);
         self.account();
     }
 
@@ -292,8 +320,13 @@ impl ProcessJit {
     /// shares smaller, the caller trims them, `Shared::over_total`).
     fn bound(&mut self) {
         let share = self.shared.process_share(self.accounted.1 > 0);
+        let pending: usize = self
+            .jitdumps
+            .iter()
+            .map(|(_, f)| f.cursor.pending_bytes())
+            .sum();
         loop {
-            if self.table.bytes() <= share {
+            if self.table.bytes() + pending <= share {
                 return;
             }
             if !self.table.evict_oldest() {
@@ -311,9 +344,15 @@ impl ProcessJit {
         self.account();
     }
 
-    /// Brings the shared totals up to date with this table.
+    /// Brings the shared totals up to date with this table (and the debug
+    /// lines its jitdump readers hold for code not loaded yet).
     fn account(&mut self) {
-        let now = (self.table.bytes(), self.table.len());
+        let pending: usize = self
+            .jitdumps
+            .iter()
+            .map(|(_, f)| f.cursor.pending_bytes())
+            .sum();
+        let now = (self.table.bytes() + pending, self.table.len());
         match (self.accounted.1 > 0, now.1 > 0) {
             (false, true) => self.shared.live.fetch_add(1, Relaxed),
             (true, false) => self.shared.live.fetch_sub(1, Relaxed),
@@ -327,17 +366,29 @@ impl ProcessJit {
     }
 
     /// Opens the perf map inside the process's root: a regular file of one
-    /// of the process's users.
+    /// of the process's users, checked before it is opened (a symlink to a
+    /// device or a FIFO is never opened).
     fn open_perf_map(&mut self, process_root: &Path) -> Option<Followed<perfmap::Cursor>> {
-        let file = crate::safefile::open_in_root(process_root, &self.perf_map_path).ok()?;
-        let meta = file.metadata().ok()?;
-        if !meta.file_type().is_file() || !self.uids.contains(&meta.uid()) {
-            if !std::mem::replace(&mut self.refused, true) {
-                tracing::debug!(path = %self.perf_map_path, uid = meta.uid(), "perf map refused: not a regular file of the process's user");
-                self.shared.bad.fetch_add(1, Relaxed);
+        use crate::files::open::{open_owned_in_root, Skip};
+        let file = match open_owned_in_root(
+            process_root,
+            &self.perf_map_path,
+            &self.uids,
+            MAX_PERF_MAP_BYTES,
+        ) {
+            Ok(file) => file,
+            Err(why) => {
+                // Missing is ordinary (no map yet); anything else is counted
+                // once.
+                let missing = why == Skip::Unreachable
+                    && crate::files::open::path_in_root(process_root, &self.perf_map_path).is_err();
+                if !missing && !std::mem::replace(&mut self.refused, true) {
+                    tracing::debug!(path = %self.perf_map_path, ?why, "perf map refused: not a regular file of the process's user");
+                    self.shared.bad.fetch_add(1, Relaxed);
+                }
+                return None;
             }
-            return None;
-        }
+        };
         Some(Followed {
             file,
             cursor: perfmap::Cursor::default(),
@@ -349,17 +400,17 @@ impl ProcessJit {
     /// --jit` finds them.
     fn follow_jitdumps(&mut self, root: &Path, pid: u32, maps: &[MapEntry]) {
         for map in maps.iter().filter(|m| m.is_file() && is_jitdump(&m.path)) {
-            let following = self.jitdumps.iter().filter(|(_, f)| !f.cursor.done).count();
-            if following >= MAX_JITDUMPS
-                || self.jitdumps.len() >= MAX_JITDUMPS_SEEN
-                || self.jitdumps.iter().any(|(i, _)| *i == map.inode)
+            if self.jitdumps.len() >= MAX_JITDUMPS
+                || self.jitdumps_seen.len() >= MAX_JITDUMPS_SEEN
+                || self.jitdumps_seen.contains(&map.inode)
             {
                 continue;
             }
-            let Ok(opened) = crate::safefile::open_mapped(root, pid, map) else {
+            let Ok(opened) = crate::files::open::open_mapped(root, pid, map) else {
                 continue;
             };
             self.shared.files.fetch_add(1, Relaxed);
+            self.jitdumps_seen.push(map.inode);
             self.jitdumps.push((
                 map.inode,
                 Followed {
@@ -542,8 +593,13 @@ mod tests {
         let shared = Shared::new(1 << 30, 500 * per);
         let mut jit = ProcessJit::new(&shared, root, pid, Some("/usr/bin/node"), &[]);
         let now = Instant::now();
+        assert!(
+            jit.symbol(root, pid, &[], 0x10000 + 1999 * 0x10, now, false)
+                .is_none(),
+            "over its budget: nothing read"
+        );
         let last = jit
-            .symbol(root, pid, &[], 0x10000 + 1999 * 0x10, now)
+            .symbol(root, pid, &[], 0x10000 + 1999 * 0x10, now, true)
             .unwrap();
         assert_eq!(
             (&*last.function, last.line, last.kind),
@@ -560,15 +616,17 @@ mod tests {
         assert_eq!(s.files, 1);
         // Sampled after its eviction: found again by a rescan of the map
         // (once a second at most: the next miss waits).
-        let first = jit.symbol(root, pid, &[], 0x10000, now).expect("rescued");
+        let first = jit
+            .symbol(root, pid, &[], 0x10000, now, true)
+            .expect("rescued");
         assert_eq!(&*first.function, "f0");
         assert_eq!(shared.stats().rescued, 1);
-        assert!(jit.symbol(root, pid, &[], 0x10010, now).is_none());
+        assert!(jit.symbol(root, pid, &[], 0x10010, now, true).is_none());
         assert!(shared.stats().bytes <= 500 * per);
         // A second process under a total bound: it evicts its own oldest.
         let total = Shared::new(300 * per, 1 << 30);
         let mut a = ProcessJit::new(&total, root, pid, None, &[]);
-        a.symbol(root, pid, &[], 0, now);
+        a.symbol(root, pid, &[], 0, now, true);
         assert!(total.stats().bytes <= 300 * per);
         // A second one gets its share: each holds at most half once the
         // first is trimmed (at the next flush).
@@ -580,7 +638,7 @@ mod tests {
         assert_eq!(total.process_share(true), 300 * per);
         drop(empty);
         let mut b = ProcessJit::new(&total, root, pid, None, &[]);
-        b.symbol(root, pid, &[], 0, now);
+        b.symbol(root, pid, &[], 0, now, true);
         assert!(total.over_total());
         a.trim();
         assert!(!total.over_total());
@@ -607,7 +665,9 @@ mod tests {
         std::fs::write(proc_dir.join("root/tmp/perf-5.map"), "1000 10 secret\n").unwrap();
         let shared = Shared::new(1 << 20, 1 << 20);
         let mut jit = ProcessJit::new(&shared, root, 5, None, &[]);
-        assert!(jit.symbol(root, 5, &[], 0x1000, Instant::now()).is_none());
+        assert!(jit
+            .symbol(root, 5, &[], 0x1000, Instant::now(), true)
+            .is_none());
         assert_eq!(shared.stats().bad, 1);
         // A FIFO in its place does not block the reader.
         std::fs::remove_file(proc_dir.join("root/tmp/perf-5.map")).unwrap();
@@ -616,6 +676,8 @@ mod tests {
         // SAFETY: mkfifo reads a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let mut jit = ProcessJit::new(&shared, root, 5, None, &[]);
-        assert!(jit.symbol(root, 5, &[], 0x1000, Instant::now()).is_none());
+        assert!(jit
+            .symbol(root, 5, &[], 0x1000, Instant::now(), true)
+            .is_none());
     }
 }

@@ -139,15 +139,21 @@ impl Table {
     }
 
     /// Code moved: every entry in `[from, from + size)` (a piece of one
-    /// straddling an edge) goes to the same offset from `to`.
-    pub fn move_range(&mut self, from: u64, to: u64, size: u64) {
+    /// straddling an edge) goes to the same offset from `to`. A runtime
+    /// moves one function at a time: a move over more than `max_entries`
+    /// entries is refused (false), so that no record can make the table
+    /// move whole.
+    pub fn move_range(&mut self, from: u64, to: u64, size: u64, max_entries: usize) -> bool {
         let Some(end) = from.checked_add(size).filter(|_| size > 0) else {
-            return;
+            return false;
         };
         let first = match self.by_start.range(..=from).next_back() {
             Some((&s, e)) if e.end > from => s,
             _ => from,
         };
+        if self.by_start.range(first..end).nth(max_entries).is_some() {
+            return false;
+        }
         let moved: Vec<(u64, u64, Arc<Named>)> = self
             .by_start
             .range(first..end)
@@ -163,6 +169,7 @@ impl Table {
                 self.insert(at, e - s, symbol);
             }
         }
+        true
     }
 
     /// Starts an epoch (a read of the files): entries looked up in this
@@ -278,7 +285,8 @@ mod tests {
         t.insert(0x1000, 0x10, sym("line10"));
         t.insert(0x1010, 0x10, sym("line11"));
         t.insert(0x0ff0, 0x14, sym("before")); // straddles the start
-        t.move_range(0x1000, 0x9000, 0x20);
+        assert!(!t.move_range(0x1000, 0x9000, 0x20, 2), "3 entries");
+        assert!(t.move_range(0x1000, 0x9000, 0x20, 3));
         assert_eq!(name(&mut t, 0x9000).as_deref(), Some("before"));
         assert_eq!(name(&mut t, 0x9004).as_deref(), Some("line10"));
         assert_eq!(name(&mut t, 0x9018).as_deref(), Some("line11"));

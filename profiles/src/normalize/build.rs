@@ -119,6 +119,8 @@ impl Part {
         let file = self.string(d, d.dict.mapping_table[i].filename_strindex);
         let (build_id, kind) = d.build_id(i);
         let build_id = self.b.string(build_id);
+        let content = d.content(i);
+        let content = self.b.string(&content);
         let m = &d.dict.mapping_table[i];
         let n = self.b.mapping(Mapping {
             build_id,
@@ -127,6 +129,7 @@ impl Part {
             memory_start: m.memory_start,
             memory_limit: m.memory_limit,
             file_offset: m.file_offset,
+            content,
         });
         self.mappings.set(i, n);
         n

@@ -509,6 +509,18 @@ impl<'a> Dict<'a> {
         (id, *kind)
     }
 
+    /// A mapping's content hash (`symtrace.file.sha256`), when it is one
+    /// (64 hex digits, as lowercase); empty otherwise.
+    pub(super) fn content(&mut self, mapping: usize) -> String {
+        let indices = self.dict.mapping_table[mapping].attribute_indices.clone();
+        match self.value_of(&indices, symtrace_proto::FILE_SHA256) {
+            Some(v) if v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                v.to_ascii_lowercase()
+            }
+            _ => String::new(),
+        }
+    }
+
     /// What a part needs of a checked location.
     pub(super) fn location(&self, i: usize) -> LocationInfo {
         self.locations[i].get().expect("a checked location")

@@ -8,6 +8,7 @@
 //! read      sha256:5e88…42d8            team-a
 //! upload    ci-token-123                team-a+team-b
 //! admin     sha256:9f86…0f00
+//! agent     sha256:2c26…7ae0
 //! ```
 
 use sha2::{Digest, Sha256};
@@ -103,7 +104,12 @@ pub fn parse_file(text: &str) -> Result<Vec<Token>, String> {
             Some("read") => Scope::Read,
             Some("upload") => Scope::Upload,
             Some("admin") => Scope::Admin,
-            other => return Err(at(format!("scope {other:?} is not read, upload or admin"))),
+            Some("agent") => Scope::Agent,
+            other => {
+                return Err(at(format!(
+                    "scope {other:?} is not read, upload, admin or agent"
+                )))
+            }
         };
         let secret = secret.ok_or_else(|| at("no secret".into()))?;
         let secret = match secret.strip_prefix("sha256:") {

@@ -23,9 +23,11 @@ const PARALLEL_BUILD_IDS: usize = 4;
 
 /// The frames of each address of one build-ID (cached ones from `names`,
 /// the others from the symbolizer), and how the build-ID answered.
+#[allow(clippy::too_many_arguments)]
 async fn names_of(
     build_id: &str,
     kind: BuildIdKind,
+    content: Option<&str>,
     addresses: &[u64],
     symbolizer: &Arc<SymbolizeService>,
     names: &NameCache,
@@ -34,12 +36,12 @@ async fn names_of(
     let none = || vec![None; addresses.len()];
     let store = symbolizer.store();
     // A file without a GNU build-ID is found by its other ID (htlhash, Go).
-    let parsed = match claims::key_of(store, kind, build_id).await {
+    let parsed = match claims::key_of(store, kind, build_id, content).await {
         Ok(Some(key)) => key,
         Ok(None) => return (unknown(store, kind, build_id).await, none()),
         Err(e) => return (error(build_id, e), none()),
     };
-    let key = match symbolizer.source_key(&parsed, from).await {
+    let key = match symbolizer.source_key(&parsed, content, from).await {
         Ok(Some(key)) => key,
         Ok(None) => return (unknown(store, kind, parsed.as_str()).await, none()),
         Err(e) => return (error(build_id, e), none()),
@@ -54,7 +56,10 @@ async fn names_of(
     if missing.is_empty() {
         return (status.unwrap_or(BuildIdStatus::Ok), found);
     }
-    let outcome = match symbolizer.symbolize(&parsed, missing.clone(), from).await {
+    let outcome = match symbolizer
+        .symbolize(&parsed, content, missing.clone(), from)
+        .await
+    {
         Ok(o) => o,
         Err(e) => return (error(build_id, e), found),
     };
@@ -115,6 +120,7 @@ pub async fn resolve(
             let (status, found) = names_of(
                 &job.build_id_text,
                 job.kind,
+                job.content.as_deref(),
                 &job.addresses(),
                 symbolizer,
                 names,

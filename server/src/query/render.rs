@@ -21,7 +21,7 @@ fn summary(answer: &Answer, sides: &[Selection], max_nodes: usize, t: &tree::Tre
         .build_ids
         .iter()
         .map(|m| {
-            json!({
+            let mut v = json!({
                 "build_id": m.build_id,
                 "id_kind": m.kind.as_str(),
                 "module": m.module,
@@ -29,7 +29,11 @@ fn summary(answer: &Answer, sides: &[Selection], max_nodes: usize, t: &tree::Tre
                 "reason": m.status.reason(),
                 "addresses": m.addresses,
                 "unnamed": m.unnamed,
-            })
+            });
+            if let Some(content) = &m.content {
+                v["content_sha256"] = json!(content);
+            }
+            v
         })
         .collect();
     let sel = &sides[0];

@@ -30,6 +30,8 @@ pub struct GcReport {
     pub marked: u64,
     pub deleted_rows: usize,
     pub deleted_unreferenced_objects: usize,
+    /// Agents' claims that ran out, deleted.
+    pub expired_claims: u64,
 }
 
 /// One collection pass.
@@ -38,6 +40,7 @@ pub async fn collect(store: &SymbolStore, grace: Duration) -> anyhow::Result<GcR
     let now = now_ms();
     let cutoff = now - grace.as_millis() as i64;
     report.marked = store.meta.mark_orphans(now).await?;
+    report.expired_claims = store.meta.delete_expired_claims(now).await?;
     for sha in store.meta.expired_orphans(cutoff).await? {
         let blobs = store.blobs.clone();
         let object = sha.clone();

@@ -26,8 +26,21 @@ use super::model::{ArtifactKind, ServedArtifact};
 /// Entries kept at most; beyond it expired entries are dropped, then all.
 const MAX_ENTRIES: usize = 100_000;
 
-/// (build-ID, kind) → (when looked up, what is served: None when nothing).
-type Entries = HashMap<(String, ArtifactKind), (Instant, Option<Arc<ServedArtifact>>)>;
+/// When looked up, and what is served (None when nothing).
+type Entry = (Instant, Option<Arc<ServedArtifact>>);
+
+/// Build-ID → (agent content, "" for the served file; kind) → entry: all
+/// of a build-ID's entries go at once, whatever the contents asked.
+#[derive(Default)]
+struct Entries {
+    by_build_id: HashMap<String, HashMap<(String, ArtifactKind), Entry>>,
+    len: usize,
+}
+
+/// A key's build-ID and agent content (see [`LookupCache::agent_key`]).
+fn split(key: &str) -> (&str, &str) {
+    key.split_once('@').unwrap_or((key, ""))
+}
 
 pub struct LookupCache {
     ttl: Duration,
@@ -41,7 +54,7 @@ impl LookupCache {
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries::default()),
             generation: AtomicU64::new(0),
         }
     }
@@ -54,7 +67,11 @@ impl LookupCache {
             return None;
         }
         let entries = self.entries.lock().expect("lookup cache lock");
-        let (at, found) = entries.get(&(build_id.to_owned(), kind))?;
+        let (build_id, content) = split(build_id);
+        let (at, found) = entries
+            .by_build_id
+            .get(build_id)?
+            .get(&(content.to_owned(), kind))?;
         (at.elapsed() < self.ttl).then(|| found.clone())
     }
 
@@ -78,23 +95,43 @@ impl LookupCache {
         if self.generation.load(Ordering::SeqCst) != generation {
             return;
         }
-        if entries.len() >= MAX_ENTRIES {
+        if entries.len >= MAX_ENTRIES {
             let ttl = self.ttl;
-            entries.retain(|_, (at, _)| at.elapsed() < ttl);
-            if entries.len() >= MAX_ENTRIES {
-                entries.clear();
+            for of_build in entries.by_build_id.values_mut() {
+                of_build.retain(|_, (at, _)| at.elapsed() < ttl);
+            }
+            entries
+                .by_build_id
+                .retain(|_, of_build| !of_build.is_empty());
+            entries.len = entries.by_build_id.values().map(HashMap::len).sum();
+            if entries.len >= MAX_ENTRIES {
+                *entries = Entries::default();
             }
         }
-        entries.insert((build_id.to_owned(), kind), (Instant::now(), found));
+        let (build_id, content) = split(build_id);
+        let new = entries
+            .by_build_id
+            .entry(build_id.to_owned())
+            .or_default()
+            .insert((content.to_owned(), kind), (Instant::now(), found))
+            .is_none();
+        entries.len += usize::from(new);
     }
 
-    /// Forgets everything about a build-ID (after an upload or a delete here).
+    /// Forgets everything about a build-ID (after an upload or a delete
+    /// here), the agents' files of every content included.
     pub fn invalidate(&self, build_id: &str) {
         let mut entries = self.entries.lock().expect("lookup cache lock");
         self.generation.fetch_add(1, Ordering::SeqCst);
-        for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
-            entries.remove(&(build_id.to_owned(), kind));
+        if let Some(gone) = entries.by_build_id.remove(build_id) {
+            entries.len -= gone.len();
         }
+    }
+
+    /// The key under which an agent's file of `content` for `build_id` is
+    /// cached (forgotten with the build-ID's).
+    pub fn agent_key(build_id: &str, content: &str) -> String {
+        format!("{build_id}@{content}")
     }
 }
 
@@ -119,6 +156,7 @@ mod tests {
                 origin: "upload".into(),
                 created_at: 0,
                 owner: String::new(),
+                content_sha256: String::new(),
             },
             sections: None,
         })
@@ -145,6 +183,17 @@ mod tests {
         assert!(cache.get("ab", ArtifactKind::Executable).is_none());
         cache.invalidate("ab");
         assert!(cache.get("ab", ArtifactKind::Debuginfo).is_none());
+        // An agent's file of some content goes with its build-ID.
+        let agent = LookupCache::agent_key("ab", "c0");
+        cache.put(
+            &agent,
+            ArtifactKind::Debuginfo,
+            Some(served("4")),
+            cache.generation(),
+        );
+        assert!(cache.get(&agent, ArtifactKind::Debuginfo).is_some());
+        cache.invalidate("ab");
+        assert!(cache.get(&agent, ArtifactKind::Debuginfo).is_none());
         // A lookup that began before an invalidation does not store its answer.
         let before = cache.generation();
         cache.invalidate("cd");

@@ -31,20 +31,22 @@ pub trait MetadataStore: ProfileMetadata + FileIdMetadata + Send + Sync + 'stati
     /// The candidate served for a request of `kind`: the highest quality, a
     /// `debuginfo` upload before an unstripped executable, the newest first.
     /// A `debuginfo` request also considers executables that carry DWARF.
+    /// Never an agent's file (see [`Self::agent_artifact`]).
     async fn best_artifact(
         &self,
         build_id: &str,
         kind: ArtifactKind,
     ) -> MetaResult<Option<ServedArtifact>>;
-    /// Every candidate of a build-ID, best first.
-    async fn artifacts_of(&self, build_id: &str) -> MetaResult<Vec<Artifact>>;
-    /// Whether exactly this content is already stored for (build-ID, kind).
-    async fn has_artifact(
+    /// The best file an agent published for `build_id` from a file whose
+    /// content hash is `content` (the same order as `best_artifact`).
+    async fn agent_artifact(
         &self,
         build_id: &str,
         kind: ArtifactKind,
-        sha256: &str,
-    ) -> MetaResult<bool>;
+        content: &str,
+    ) -> MetaResult<Option<ServedArtifact>>;
+    /// Every candidate of a build-ID, best first.
+    async fn artifacts_of(&self, build_id: &str) -> MetaResult<Vec<Artifact>>;
     /// Claims a blob before its object is written: from now on its row is
     /// live (not an orphan), so the collector leaves the object alone.
     /// Returns whether a committed artifact or source already references it
@@ -165,7 +167,23 @@ pub use file_ids::FileIdMetadata;
 pub use profiles::ProfileMetadata;
 
 const ARTIFACT_COLUMNS: &str = "build_id, kind, sha256, size, quality, has_dwarf, has_symtab, \
-     has_dynsym, architecture, file_name, origin, created_at, owner";
+     has_dynsym, architecture, file_name, origin, created_at, owner, content_sha256";
+
+/// The columns of a [`ServedArtifact`] (artifacts `a`, blobs `b`).
+const SERVED_COLUMNS: &str = "a.build_id, a.kind, a.sha256, a.size, a.quality, a.has_dwarf, \
+     a.has_symtab, a.has_dynsym, a.architecture, a.file_name, a.origin, a.created_at, a.owner, \
+     a.content_sha256, b.sections";
+
+/// Which artifacts serve a request of `kind`: a `debuginfo` request also
+/// takes executables that carry DWARF.
+fn kind_filter(kind: ArtifactKind) -> &'static str {
+    match kind {
+        ArtifactKind::Executable => "a.kind = 'executable'",
+        ArtifactKind::Debuginfo => {
+            "(a.kind = 'debuginfo' OR (a.kind = 'executable' AND a.has_dwarf))"
+        }
+    }
+}
 
 impl SqlMetadata {
     /// Opens the embedded SQLite database in `data_dir` (WAL mode, full sync:
@@ -236,22 +254,34 @@ impl MetadataStore for SqlMetadata {
         build_id: &str,
         kind: ArtifactKind,
     ) -> MetaResult<Option<ServedArtifact>> {
-        let filter = match kind {
-            ArtifactKind::Executable => "a.kind = 'executable'",
-            ArtifactKind::Debuginfo => {
-                "(a.kind = 'debuginfo' OR (a.kind = 'executable' AND a.has_dwarf))"
-            }
-        };
         let sql = format!(
-            "SELECT a.build_id, a.kind, a.sha256, a.size, a.quality, a.has_dwarf, a.has_symtab, \
-             a.has_dynsym, a.architecture, a.file_name, a.origin, a.created_at, a.owner, b.sections \
-             FROM artifacts a JOIN blobs b ON b.sha256 = a.sha256 \
-             WHERE a.build_id = $1 AND {filter} \
-             ORDER BY a.quality DESC, (a.origin = 'agent') ASC, (a.kind = 'debuginfo') DESC, \
-             a.created_at DESC LIMIT 1"
+            "SELECT {SERVED_COLUMNS} FROM artifacts a JOIN blobs b ON b.sha256 = a.sha256 \
+             WHERE a.build_id = $1 AND {filter} AND a.origin <> 'agent' \
+             ORDER BY a.quality DESC, (a.kind = 'debuginfo') DESC, a.created_at DESC LIMIT 1",
+            filter = kind_filter(kind)
         );
         on_pool!(self, p => sqlx::query_as::<_, ServedArtifact>(&sql)
             .bind(build_id)
+            .fetch_optional(p)
+            .await)
+    }
+
+    async fn agent_artifact(
+        &self,
+        build_id: &str,
+        kind: ArtifactKind,
+        content: &str,
+    ) -> MetaResult<Option<ServedArtifact>> {
+        let sql = format!(
+            "SELECT {SERVED_COLUMNS} FROM artifacts a JOIN blobs b ON b.sha256 = a.sha256 \
+             WHERE a.build_id = $1 AND {filter} AND a.origin = 'agent' \
+             AND a.content_sha256 = $2 \
+             ORDER BY a.quality DESC, (a.kind = 'debuginfo') DESC, a.created_at DESC LIMIT 1",
+            filter = kind_filter(kind)
+        );
+        on_pool!(self, p => sqlx::query_as::<_, ServedArtifact>(&sql)
+            .bind(build_id)
+            .bind(content)
             .fetch_optional(p)
             .await)
     }
@@ -262,22 +292,6 @@ impl MetadataStore for SqlMetadata {
              ORDER BY kind, quality DESC, created_at DESC"
         );
         on_pool!(self, p => sqlx::query_as::<_, Artifact>(&sql).bind(build_id).fetch_all(p).await)
-    }
-
-    async fn has_artifact(
-        &self,
-        build_id: &str,
-        kind: ArtifactKind,
-        sha256: &str,
-    ) -> MetaResult<bool> {
-        let sql = "SELECT 1 FROM artifacts WHERE build_id = $1 AND kind = $2 AND sha256 = $3";
-        on_pool!(self, p => sqlx::query(sql)
-            .bind(build_id)
-            .bind(kind.as_str())
-            .bind(sha256)
-            .fetch_optional(p)
-            .await
-            .map(|r| r.is_some()))
     }
 
     async fn claim_blob(&self, sha256: &str, size: i64, now: i64) -> MetaResult<bool> {
@@ -316,8 +330,11 @@ impl MetadataStore for SqlMetadata {
             }
             let inserted = sqlx::query(&format!(
                 "INSERT INTO artifacts ({ARTIFACT_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-                 ON CONFLICT (build_id, kind, sha256) DO NOTHING"
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+                 ON CONFLICT (build_id, kind, sha256) DO UPDATE SET origin = excluded.origin, \
+                 content_sha256 = excluded.content_sha256, owner = excluded.owner, \
+                 file_name = excluded.file_name, created_at = excluded.created_at \
+                 WHERE artifacts.origin = 'agent' AND excluded.origin <> 'agent'"
             ))
             .bind(&a.build_id)
             .bind(&a.kind)
@@ -332,18 +349,28 @@ impl MetadataStore for SqlMetadata {
             .bind(&a.origin)
             .bind(a.created_at)
             .bind(&a.owner)
+            .bind(&a.content_sha256)
             .execute(&mut *tx)
             .await?
             .rows_affected()
                 > 0;
+            // An agent's file's IDs lead to its key only for frames of its
+            // content (`file_ids::keys_of`).
+            let agent_content = if a.origin == "agent" {
+                a.content_sha256.as_str()
+            } else {
+                ""
+            };
             for (kind, id) in &new.file_ids {
                 sqlx::query(
-                    "INSERT INTO file_ids (id_kind, file_id, build_id, created_at) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (id_kind, file_id, build_id) DO NOTHING",
+                    "INSERT INTO file_ids (id_kind, file_id, build_id, agent_content, created_at) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (id_kind, file_id, build_id, agent_content) DO NOTHING",
                 )
                 .bind(kind.as_str())
                 .bind(id)
                 .bind(&a.build_id)
+                .bind(agent_content)
                 .bind(a.created_at)
                 .execute(&mut *tx)
                 .await?;
@@ -455,8 +482,11 @@ impl MetadataStore for SqlMetadata {
                     .await?
                     .is_none()
                 } else {
+                    // What agents published is no reason for CI not to
+                    // upload: its files rank above them.
                     let same = sqlx::query(
-                        "SELECT 1 FROM artifacts WHERE build_id = $1 AND kind = $2 AND sha256 = $3",
+                        "SELECT 1 FROM artifacts WHERE build_id = $1 AND kind = $2 AND sha256 = $3 \
+                         AND origin <> 'agent'",
                     )
                     .bind(&item.build_id)
                     .bind(&item.kind)
@@ -467,7 +497,7 @@ impl MetadataStore for SqlMetadata {
                     let better = match item.quality {
                         Some(q) if !same => sqlx::query(
                             "SELECT 1 FROM artifacts WHERE build_id = $1 AND kind = $2 \
-                             AND quality > $3",
+                             AND quality > $3 AND origin <> 'agent'",
                         )
                         .bind(&item.build_id)
                         .bind(&item.kind)
@@ -527,8 +557,10 @@ impl MetadataStore for SqlMetadata {
             FileQuery::Prefix(v) => ("file_name LIKE $1 || '%'", v.clone()),
             FileQuery::BuildId(v) => ("build_id = $1", v.clone()),
         };
+        // Not agents' files: debuginfod clients cannot say which content
+        // they hold, and are never served one.
         let sql = format!(
-            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE {cond} \
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE {cond} AND origin <> 'agent' \
              ORDER BY build_id, kind, quality DESC LIMIT $2"
         );
         on_pool!(self, p => sqlx::query_as::<_, Artifact>(&sql)

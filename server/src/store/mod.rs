@@ -69,6 +69,43 @@ fn owned_elsewhere(what: &str, owner: &str) -> Error {
     ))
 }
 
+/// Where an uploaded file comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// CI (`symtrace-upload`, any script): served to debuginfod clients,
+    /// names every frame of its build-ID.
+    Upload,
+    /// An upstream debuginfod server (its URL, credentials left out): as
+    /// CI's.
+    Upstream(&'a str),
+    /// An agent, from what it found on a host: never served to debuginfod
+    /// clients, ranked below any other file, and naming only frames of
+    /// mappings whose content hash is the one of the file it was taken
+    /// from — the upload's own hash for an executable sent whole, else
+    /// the hash the agent declares (`content`) for a symbol-table extract.
+    Agent { content: Option<&'a str> },
+}
+
+impl Origin<'_> {
+    /// As stored (`upload`, `agent`, `upstream:URL`).
+    pub fn name(&self) -> String {
+        match self {
+            Origin::Upload => "upload".to_owned(),
+            Origin::Upstream(url) => format!("upstream:{url}"),
+            Origin::Agent { .. } => "agent".to_owned(),
+        }
+    }
+
+    /// For metrics' labels (`upload`, `upstream`, `agent`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Origin::Upload => "upload",
+            Origin::Upstream(_) => "upstream",
+            Origin::Agent { .. } => "agent",
+        }
+    }
+}
+
 /// What an upload did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -169,6 +206,28 @@ impl SymbolStore {
         Ok(found)
     }
 
+    /// The best file an agent published for `build_id` from a file of
+    /// content `content` (cached like [`Self::best_artifact`]'s misses).
+    pub async fn agent_artifact(
+        &self,
+        build_id: &BuildId,
+        kind: ArtifactKind,
+        content: &str,
+    ) -> Result<Option<Arc<ServedArtifact>>> {
+        let key = LookupCache::agent_key(build_id.as_str(), content);
+        if let Some(found) = self.lookups.get(&key, kind) {
+            return Ok(found);
+        }
+        let generation = self.lookups.generation();
+        let found = self
+            .meta
+            .agent_artifact(build_id.as_str(), kind, content)
+            .await?
+            .map(Arc::new);
+        self.lookups.put(&key, kind, found.clone(), generation);
+        Ok(found)
+    }
+
     /// Deletes a build-ID's artifacts (one kind, or all with sources).
     pub async fn delete(&self, build_id: &BuildId, kind: Option<ArtifactKind>) -> Result<u64> {
         let removed = self.meta.delete(build_id.as_str(), kind).await?;
@@ -189,9 +248,35 @@ impl SymbolStore {
         kind: ArtifactKind,
         body: &Spooled,
         file_name: Option<&str>,
-        origin: &str,
+        origin: Origin<'_>,
         publisher: Publisher<'_>,
     ) -> Result<UploadOutcome> {
+        // An agent's file is bound to a content, and shared by every
+        // tenant (it names only frames of that content, whoever's).
+        let content = match origin {
+            Origin::Upload | Origin::Upstream(_) => String::new(),
+            Origin::Agent { content } => match (kind, content) {
+                (ArtifactKind::Executable, None) => body.sha256.clone(),
+                (ArtifactKind::Executable, Some(c)) if c == body.sha256 => c.to_owned(),
+                (ArtifactKind::Executable, Some(_)) => {
+                    return Err(Error::Rejected(
+                        "an agent's executable is bound to its own content: the content \
+                         hash given is not the upload's"
+                            .into(),
+                    ))
+                }
+                (ArtifactKind::Debuginfo, Some(c)) if is_sha256_hex(c) => c.to_owned(),
+                (ArtifactKind::Debuginfo, _) => {
+                    return Err(Error::Rejected(
+                        "an agent's debug file needs content_sha256: the SHA-256 of the file \
+                         it was taken from (64 lowercase hex digits)"
+                            .into(),
+                    ))
+                }
+            },
+        };
+        let agent = matches!(origin, Origin::Agent { .. });
+        let publisher = if agent { Publisher::SHARED } else { publisher };
         let path = body.path.to_path_buf();
         let budget = self.max_decompressed_bytes;
         let (info, source_names) = tokio::task::spawn_blocking(move || inspect_file(&path, budget))
@@ -210,19 +295,27 @@ impl SymbolStore {
             source_files,
         };
 
-        if self
-            .meta
-            .has_artifact(build_id.as_str(), kind, &body.sha256)
-            .await?
-        {
-            let served = self.served_sha(build_id, kind).await?;
+        let existing = self.meta.artifacts_of(build_id.as_str()).await?;
+        let same = existing.iter().any(|a| {
+            a.kind == kind.as_str()
+                && a.sha256 == body.sha256
+                && (a.origin == "agent") == agent
+                && a.content_sha256 == content
+        });
+        if same {
+            let served = self
+                .served_sha(build_id, kind, agent.then_some(&content))
+                .await?;
             return Ok(outcome(UploadStatus::Unchanged, served, source_names.len()));
         }
         if publisher.bound {
-            let others = self.meta.artifacts_of(build_id.as_str()).await?;
             // Any kind: a debuginfo request may be served an executable
-            // with DWARF and the other way round.
-            if let Some(theirs) = others.iter().find(|a| !publisher.may_replace(&a.owner)) {
+            // with DWARF and the other way round. Agents' files are never a
+            // reason to refuse: CI's replace them.
+            if let Some(theirs) = existing
+                .iter()
+                .find(|a| a.origin != "agent" && !publisher.may_replace(&a.owner))
+            {
                 return Err(owned_elsewhere(
                     &format!("build-ID {build_id}'s {}", theirs.kind),
                     &theirs.owner,
@@ -254,9 +347,10 @@ impl SymbolStore {
                 has_dynsym: info.has_dynsym,
                 architecture: info.architecture.clone(),
                 file_name: file_name.map(str::to_owned).unwrap_or(default_name),
-                origin: origin.to_owned(),
+                origin: origin.name(),
                 created_at: now_ms(),
                 owner: publisher.owner.to_owned(),
+                content_sha256: content.clone(),
             },
             sections: serde_json::to_string(&sections).unwrap_or_else(|_| "[]".into()),
             source_names,
@@ -275,7 +369,9 @@ impl SymbolStore {
             }
         }
         self.lookups.invalidate(build_id.as_str());
-        let served = self.served_sha(build_id, kind).await?;
+        let served = self
+            .served_sha(build_id, kind, agent.then_some(&content))
+            .await?;
         let status = if served == body.sha256 {
             UploadStatus::Created
         } else {
@@ -283,18 +379,31 @@ impl SymbolStore {
         };
         tracing::info!(
             build_id = %build_id, kind = kind.as_str(), sha256 = %body.sha256, size = body.size,
-            quality = quality.as_str(), ?status, origin, "artifact stored"
+            quality = quality.as_str(), ?status, origin = origin.name(), "artifact stored"
         );
         Ok(outcome(status, served, new.source_names.len()))
     }
 
-    async fn served_sha(&self, build_id: &BuildId, kind: ArtifactKind) -> Result<String> {
-        Ok(self
-            .meta
-            .best_artifact(build_id.as_str(), kind)
-            .await?
-            .map(|a| a.artifact.sha256)
-            .unwrap_or_default())
+    /// The hash of the file served for (build-ID, kind): to debuginfod
+    /// clients, or — `agent_content` — for frames of that content when no
+    /// other file is there (an agent's file is what names them then).
+    async fn served_sha(
+        &self,
+        build_id: &BuildId,
+        kind: ArtifactKind,
+        agent_content: Option<&str>,
+    ) -> Result<String> {
+        let served = self.meta.best_artifact(build_id.as_str(), kind).await?;
+        let served = match (served, agent_content) {
+            (Some(a), _) => Some(a),
+            (None, Some(content)) => {
+                self.meta
+                    .agent_artifact(build_id.as_str(), kind, content)
+                    .await?
+            }
+            (None, None) => None,
+        };
+        Ok(served.map(|a| a.artifact.sha256).unwrap_or_default())
     }
 
     /// Claims the body's blob, then writes its object unless a committed
@@ -442,6 +551,13 @@ pub(crate) async fn pause_point(name: &str) {
             tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
         }
     }
+}
+
+/// 64 lowercase hex digits.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A source path as stored: absolute and canonical. Relative paths are

@@ -49,6 +49,11 @@ pub struct Artifact {
     pub created_at: i64,
     /// The tenant that published it; empty: shared by every tenant.
     pub owner: String,
+    /// For an agent's file: the SHA-256 of the file it was taken from (it
+    /// names only frames of mappings with that content hash). Empty for
+    /// CI's and upstream files.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub content_sha256: String,
 }
 
 /// An artifact together with its blob's section table, as the debuginfod
@@ -123,6 +128,11 @@ pub struct WantedItem {
     /// In a claim: what `build_id` is — `gnu` (the default) or `htlhash`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_kind: Option<String>,
+    /// In a claim: the SHA-256 of the file the agent found (what the
+    /// upload will be bound to; a file of other content with the same ID
+    /// is another claim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_sha256: Option<String>,
 }
 
 /// Filters of the list API.

@@ -33,6 +33,10 @@ pub fn routes() -> Router<SharedState> {
 #[serde(deny_unknown_fields)]
 struct SymbolizeRequest {
     build_id: Option<String>,
+    /// The SHA-256 of the file the addresses are in, when known: a file an
+    /// agent published from that very content may name them (never one of
+    /// another content).
+    content_sha256: Option<String>,
     addresses: Option<Vec<AddressValue>>,
     requests: Option<Vec<BuildIdRequest>>,
 }
@@ -41,6 +45,8 @@ struct SymbolizeRequest {
 #[serde(deny_unknown_fields)]
 struct BuildIdRequest {
     build_id: String,
+    #[serde(default)]
+    content_sha256: Option<String>,
     addresses: Vec<AddressValue>,
 }
 
@@ -109,14 +115,17 @@ async fn symbolize(
     let items = match request {
         SymbolizeRequest {
             build_id: Some(build_id),
+            content_sha256,
             addresses: Some(addresses),
             requests: None,
         } => vec![BuildIdRequest {
             build_id,
+            content_sha256,
             addresses,
         }],
         SymbolizeRequest {
             build_id: None,
+            content_sha256: None,
             addresses: None,
             requests: Some(requests),
         } => requests,
@@ -148,6 +157,13 @@ async fn symbolize(
     let mut parsed = Vec::with_capacity(items.len());
     for item in items {
         let build_id: BuildId = item.build_id.parse()?;
+        if let Some(c) = &item.content_sha256 {
+            if !crate::store::is_sha256_hex(c) {
+                return Err(ApiError::bad_request(
+                    "content_sha256 is 64 lowercase hex digits",
+                ));
+            }
+        }
         let addresses = item
             .addresses
             .iter()
@@ -160,22 +176,23 @@ async fn symbolize(
                 })
             })
             .collect::<Result<Vec<u64>, ApiError>>()?;
-        parsed.push((build_id, addresses));
+        parsed.push((build_id, item.content_sha256, addresses));
     }
     let from = crate::debuginfod::forwarding(&headers, peer);
     let service = state.symbolizer.clone();
-    let results = futures::future::try_join_all(parsed.into_iter().map(|(build_id, addresses)| {
-        let service = service.clone();
-        let from = from.clone();
-        async move {
-            let outcome = service
-                .symbolize(&build_id, addresses.clone(), &from)
-                .await
-                .map_err(into_api_error)?;
-            Ok::<_, ApiError>(render(build_id.as_str(), &addresses, outcome))
-        }
-    }))
-    .await?;
+    let results =
+        futures::future::try_join_all(parsed.into_iter().map(|(build_id, content, addresses)| {
+            let service = service.clone();
+            let from = from.clone();
+            async move {
+                let outcome = service
+                    .symbolize(&build_id, content.as_deref(), addresses.clone(), &from)
+                    .await
+                    .map_err(into_api_error)?;
+                Ok::<_, ApiError>(render(build_id.as_str(), &addresses, outcome))
+            }
+        }))
+        .await?;
     Ok(Json(SymbolizeResponse { results }))
 }
 

@@ -160,14 +160,17 @@ impl SymbolizeService {
         })
     }
 
-    /// Answers for `addresses` (any order, repeats allowed) of `build_id`.
+    /// Answers for `addresses` (any order, repeats allowed) of `build_id`,
+    /// of a mapping whose content hash is `content` when known (what an
+    /// agent's files of that content may name).
     pub async fn symbolize(
         self: &Arc<Self>,
         build_id: &BuildId,
+        content: Option<&str>,
         addresses: Vec<u64>,
         from: &Forwarding,
     ) -> Result<Outcome, SymbolizeError> {
-        let Some(candidates) = self.candidates(build_id, from).await? else {
+        let Some(candidates) = self.candidates(build_id, content, from).await? else {
             return Ok(Outcome::Unknown);
         };
         let key = source_key(&candidates);
@@ -231,10 +234,11 @@ impl SymbolizeService {
     pub async fn source_key(
         &self,
         build_id: &BuildId,
+        content: Option<&str>,
         from: &Forwarding,
     ) -> Result<Option<String>, SymbolizeError> {
         Ok(self
-            .candidates(build_id, from)
+            .candidates(build_id, content, from)
             .await?
             .map(|c| source_key(&c)))
     }
@@ -268,17 +272,35 @@ impl SymbolizeService {
     }
 
     /// The stored candidates for a build-ID: primary, executable (for its
-    /// symbol tables) and supplementary, fetched upstream on a miss.
+    /// symbol tables) and supplementary, fetched upstream on a miss — CI's
+    /// and upstream files; only when there are none, an agent's taken from
+    /// a file of `content` (never another's: a forged file under a real
+    /// build-ID names only its own frames).
     async fn candidates(
         &self,
         build_id: &BuildId,
+        content: Option<&str>,
         from: &Forwarding,
     ) -> Result<Option<Candidates>, SymbolizeError> {
         let mut debug = self.find(build_id, ArtifactKind::Debuginfo, from).await?;
-        let exe = match &debug {
+        let mut exe = match &debug {
             Some(d) if d.artifact.has_symtab => None,
             _ => self.find(build_id, ArtifactKind::Executable, from).await?,
         };
+        if let (None, None, Some(content)) = (&debug, &exe, content) {
+            // The whole file an agent sent is that content (the server
+            // hashed it); a symbol-table extract only says it was taken
+            // from it, so it is used only when no whole file is stored.
+            let store = &self.store;
+            exe = store
+                .agent_artifact(build_id, ArtifactKind::Executable, content)
+                .await?;
+            if exe.is_none() {
+                debug = store
+                    .agent_artifact(build_id, ArtifactKind::Debuginfo, content)
+                    .await?;
+            }
+        }
         if debug.is_none() {
             debug = exe.clone();
         }

@@ -161,6 +161,7 @@ fn compose_config(file: &Path) -> std::process::Output {
         .arg("config")
         .env("DEMO_TOKEN", "test-upload-token")
         .env("DEMO_READ_TOKEN", "test-read-token")
+        .env("DEMO_AGENT_TOKEN", "test-agent-token")
         .output()
         .expect("docker-compose (scripts/test-services.sh installs it)")
 }
@@ -254,6 +255,42 @@ fn compose_file_validates_and_keeps_the_agent_unprivileged() {
             v => v["target"] == "/sys/kernel/btf" && v["read_only"] == Value::Bool(true),
         });
     assert!(btf_ro, "no read-only /sys/kernel/btf: {}", agent["volumes"]);
+
+    // The agent holds an agent token (no reads, publishes as an agent's)
+    // the server knows as one, is watched through /healthz, and has the
+    // memory its bounds promise.
+    let env_of = |service: &str, var: &str| -> Value {
+        let env = &services[service]["environment"];
+        match env {
+            Value::Object(m) => m.get(var).cloned().unwrap_or(Value::Null),
+            _ => env
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str()?.strip_prefix(&format!("{var}=")))
+                .map(|v| Value::String(v.to_owned()))
+                .next()
+                .unwrap_or(Value::Null),
+        }
+    };
+    assert_eq!(
+        env_of("symtrace-agent", "SYMTRACE_AGENT_TOKEN"),
+        "test-agent-token"
+    );
+    assert_eq!(
+        env_of("symtrace-server", "SYMTRACE_AGENT_TOKENS"),
+        "test-agent-token"
+    );
+    let health = agent["healthcheck"]["test"].to_string();
+    assert!(health.contains("/healthz"), "{health}");
+    assert!(
+        env_of("symtrace-agent", "SYMTRACE_AGENT_HEALTH_ADDR")
+            .as_str()
+            .is_some_and(|a| a.ends_with(":8003")),
+        "{}",
+        agent["environment"]
+    );
+    assert!(!agent["mem_limit"].is_null(), "{agent}");
 
     // The server waits for its database and bucket.
     let server = &services["symtrace-server"];

@@ -14,13 +14,47 @@ fn send_by_file_id(
     id: &str,
     service: &str,
 ) {
+    send_with_content(python, server, demo, id, "htlhash", None, service);
+}
+
+/// The demo's stacks under `id` (of `id_kind`), their mapping carrying
+/// `content` as its content hash when given (as symtrace-agent sends it).
+pub fn send_with_content(
+    python: &std::path::Path,
+    server: &Server,
+    demo: &Demo,
+    id: &str,
+    id_kind: &str,
+    content: Option<&str>,
+    service: &str,
+) {
+    send_as(python, server, None, demo, id, id_kind, content, service);
+}
+
+/// [`send_with_content`] with a token.
+#[allow(clippy::too_many_arguments)]
+pub fn send_as(
+    python: &std::path::Path,
+    server: &Server,
+    token: Option<&str>,
+    demo: &Demo,
+    id: &str,
+    id_kind: &str,
+    content: Option<&str>,
+    service: &str,
+) {
+    let mut binary = json!({"path": "/usr/local/bin/demo", "build_id": id, "id_kind": id_kind});
+    if let Some(c) = content {
+        binary["content_sha256"] = json!(c);
+    }
     let text = crate::memory::send(
         python,
         server,
         json!({
             "service": service,
             "tenant": "q",
-            "binary": {"path": "/usr/local/bin/demo", "build_id": id, "id_kind": "htlhash"},
+            "token": token,
+            "binary": binary,
             "stacks": [
                 {"frames": [demo.alpha, demo.main], "count": 60, "trace_id": TRACE, "span_id": SPAN_A},
                 {"frames": [demo.inlined, demo.main], "count": 30, "trace_id": TRACE, "span_id": SPAN_B},
@@ -141,7 +175,21 @@ fn a_file_without_a_gnu_build_id_is_stored_claimed_and_named_by_its_htlhash() {
             &demo.exe,
         );
         assert_eq!(status, 201, "{body}");
+        // An agent's file names the frames of the content it was taken
+        // from (their mapping carries its hash), no others.
         let fg = flamegraph(&server, "q", "nobid", "");
+        assert_ne!(status_of(&fg), "ok", "frames without a content hash: {fg}");
+        let sha = body["sha256"].as_str().unwrap().to_owned();
+        send_with_content(
+            &python,
+            &server,
+            &demo,
+            &htl,
+            "htlhash",
+            Some(&sha),
+            "bound",
+        );
+        let fg = flamegraph(&server, "q", "bound", "");
         assert_eq!(status_of(&fg), "ok", "{fg}");
         assert_eq!(fg["build_ids"][0]["unnamed"], 0, "{fg}");
         assert_named(&fg, "stored under its htlhash");
@@ -175,7 +223,10 @@ fn an_agent_upload_ranks_below_a_ci_upload_of_the_same_quality() {
     let demo = Demo::build(8);
     let served = |server: &Server| {
         let (_, v) = json_of(server.get(&format!("/api/v1/debuginfo/{}", demo.build_id)));
-        v["served"]["debuginfo"].as_str().unwrap().to_owned()
+        v["served"]["debuginfo"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     };
     // The agent's (the whole binary, DWARF) first, then the CI's split file.
     let (status, agent) = server.put_file(
@@ -186,7 +237,22 @@ fn an_agent_upload_ranks_below_a_ci_upload_of_the_same_quality() {
         &demo.exe,
     );
     assert_eq!(status, 201, "{agent}");
-    assert_eq!(served(&server), agent["sha256"].as_str().unwrap());
+    // Stored, and what names the frames of its content; but an agent's
+    // file is never served to debuginfod clients (they cannot say which
+    // content they hold).
+    assert_eq!(agent["served_sha256"], agent["sha256"], "{agent}");
+    assert_eq!(served(&server), "");
+    let (_, listed) = json_of(server.get(&format!("/api/v1/debuginfo/{}", demo.build_id)));
+    assert_eq!(
+        listed["artifacts"][0]["content_sha256"], agent["sha256"],
+        "{listed}"
+    );
+    assert_eq!(
+        server
+            .get(&format!("/buildid/{}/debuginfo", demo.build_id))
+            .status(),
+        404
+    );
     let ci = server.upload(&demo.build_id, "debuginfo", &demo.debug);
     assert_eq!(served(&server), ci["sha256"].as_str().unwrap());
     // A later agent upload does not take its place.

@@ -26,3 +26,4 @@ mod replicas;
 mod scale;
 mod symbolize;
 mod tenancy;
+mod trust;

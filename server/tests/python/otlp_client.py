@@ -202,8 +202,10 @@ def to_otlp_json(request):
     return json.dumps(doc).encode()
 
 
-def http_post(url, body, content_type, tenant, gzip_it):
+def http_post(url, body, content_type, tenant, gzip_it, token=None):
     headers = {"Content-Type": content_type, "X-Scope-OrgID": tenant}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     if gzip_it:
         body = gzip.compress(body)
         headers["Content-Encoding"] = "gzip"
@@ -212,20 +214,23 @@ def http_post(url, body, content_type, tenant, gzip_it):
         return r.status, r.headers.get("Content-Type"), r.read()
 
 
-def send(transport, request, args, tenant):
+def send(transport, request, args, tenant, token=None):
     if transport == "grpc":
+        metadata = [("x-scope-orgid", tenant)]
+        if token:
+            metadata.append(("authorization", f"Bearer {token}"))
         with grpc.insecure_channel(args.grpc) as channel:
             stub = svc_grpc.ProfilesServiceStub(channel)
-            response = stub.Export(request, metadata=[("x-scope-orgid", tenant)],
+            response = stub.Export(request, metadata=metadata,
                                    compression=grpc.Compression.Gzip, timeout=30)
         return response.partial_success.rejected_profiles, response.partial_success.error_message
     url = args.http.rstrip("/") + "/v1development/profiles"
     if transport == "http-protobuf":
-        status, ctype, body = http_post(url, request.SerializeToString(), "application/x-protobuf", tenant, True)
+        status, ctype, body = http_post(url, request.SerializeToString(), "application/x-protobuf", tenant, True, token)
         assert status == 200 and ctype == "application/x-protobuf", (status, ctype)
         response = svc.ExportProfilesServiceResponse.FromString(body)
         return response.partial_success.rejected_profiles, response.partial_success.error_message
-    status, ctype, body = http_post(url, to_otlp_json(request), "application/json", tenant, False)
+    status, ctype, body = http_post(url, to_otlp_json(request), "application/json", tenant, False, token)
     assert status == 200 and ctype == "application/json", (status, ctype)
     response = json_format.Parse(body, svc.ExportProfilesServiceResponse())
     return response.partial_success.rejected_profiles, response.partial_success.error_message
@@ -295,8 +300,9 @@ def loop(args):
 
 
 def stacks(args):
-    """Spec: {"service", "binary": {"path", "build_id", "id_kind"?: "gnu"
-    (default), "htlhash" or "go"}, "period",
+    """Spec: {"service", "token"?: a bearer token, "binary": {"path", "build_id", "id_kind"?: "gnu"
+    (default), "htlhash" or "go", "content_sha256"?: the file's SHA-256
+    (symtrace.file.sha256, as symtrace-agent sends it)}, "period",
     "type"?: "off_cpu" or "TYPE:UNIT" (alloc_space:bytes, inuse_space:bytes,
     ...), "resource"?: {k: v}, "stacks": [{"frames": [address, "kernel
     name" or {"name", "type", "file"?, "line"?} (a frame the sender named:
@@ -336,6 +342,8 @@ def stacks(args):
                                 filename_strindex=dic.string(binary["path"]))
     id_kind = binary.get("id_kind", "gnu")
     m.attribute_indices.append(dic.attr(f"process.executable.build_id.{id_kind}", binary["build_id"]))
+    if "content_sha256" in binary:
+        m.attribute_indices.append(dic.attr("symtrace.file.sha256", binary["content_sha256"]))
     mapping = len(dic.d.mapping_table) - 1
     locations = {}
 
@@ -381,7 +389,8 @@ def stacks(args):
             sample.values.extend(st["value"] for _ in range(st["count"]))
         events += st["count"]
     request.dictionary.CopyFrom(dic.d)
-    rejected, message = send(args.transport, request, args, args.tenant_prefix + spec.get("tenant", "default"))
+    rejected, message = send(args.transport, request, args, args.tenant_prefix + spec.get("tenant", "default"),
+                             spec.get("token"))
     if rejected:
         print(f"rejected {rejected}: {message}")
         return 1

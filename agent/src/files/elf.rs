@@ -1,24 +1,27 @@
-//! What the agent needs of an executable or library: its GNU build-ID and
-//! its PT_LOAD segments (to turn a file offset into an ELF virtual address).
-//! Read once per file (device + inode) through the sampled process's view of
-//! it — `/proc/PID/map_files/…`, else `/proc/PID/root/PATH` resolved inside
-//! the process's root (see `safefile`) — so files inside containers work,
-//! and with `pread`, never a mapping, so a file truncated underneath cannot
-//! fault the agent.
+//! The facts the agent needs of an executable or library, read from its
+//! headers, notes and symbol tables: its GNU build-ID, its PT_LOAD segments
+//! (to turn a file offset into an ELF virtual address), where its CFI is,
+//! its OpenTelemetry thread-context slot, its dynamic loader hook and its
+//! memory-profiling probe sites. Each fact has its extractor (this module,
+//! `threadctx`, `usdt`); [`Binary::parse`] runs them over one file.
+//!
+//! The file is hostile until read: every read goes through [`Bounded`],
+//! which refuses a single read over [`MAX_READ_BYTES`] and, in all,
+//! more than [`MAX_PARSE_BYTES`] (object's read cache keeps every
+//! distinct read, so a file asking for the same huge string table under a
+//! thousand names would otherwise cost a thousand copies), and every size
+//! or address read from it is added with checked or wrapping arithmetic.
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 
 use object::{Object, ObjectSection, ObjectSegment, ReadRef};
 use symtrace_elf::Quality;
 
 use crate::cfi::SectionRef;
-use crate::maps::MapEntry;
-use crate::safefile::{self, Skip};
 
 /// A loaded ELF file.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Binary {
     /// Lowercase hex GNU build-ID; `None` when the file has none.
     pub build_id: Option<String>,
@@ -31,7 +34,7 @@ pub struct Binary {
     /// Its size in bytes (0 when parsed from memory).
     pub size: u64,
     /// PT_LOAD segments: (file offset, file size, virtual address).
-    loads: Vec<(u64, u64, u64)>,
+    pub(crate) loads: Vec<(u64, u64, u64)>,
     /// When this file, as a process's executable, defines the OTEP 4947
     /// `otel_thread_ctx_v1` slot: its offset from the thread pointer.
     pub thread_ctx_offset: Option<i64>,
@@ -48,6 +51,13 @@ pub struct Binary {
     pub text_address: u64,
     /// Its `otel_memory` USDT probe sites (memory profiling), if any.
     pub memory_probes: Vec<crate::usdt::MemoryProbe>,
+    /// The SHA-256 of its whole content (lowercase hex), when it was
+    /// within `files::hash::MAX_HASH_BYTES`: sent with every mapping of it,
+    /// so that the symbols an agent publishes from this file name only
+    /// the frames of this very content.
+    pub content_sha256: Option<String>,
+    /// Its owner's user ID (budgets are kept per owner).
+    pub uid: u32,
 }
 
 impl Binary {
@@ -99,6 +109,8 @@ impl Binary {
             thread_ctx_library: crate::threadctx::library_slot(&file),
             dl_debug_state: dl_debug_state(&file),
             memory_probes: crate::usdt::memory_probes(&file, data),
+            content_sha256: None,
+            uid: 0,
         })
     }
 
@@ -119,10 +131,11 @@ impl Binary {
             .or_else(|| {
                 self.loads
                     .iter()
-                    .find(|(off, size, _)| (*off..off + size).contains(&map_offset))
+                    .find(|(off, size, _)| (*off..off.saturating_add(*size)).contains(&map_offset))
             });
         match segment {
-            Some(&(off, _, vaddr)) => (vaddr as i128 - off as i128 + map_offset as i128) as u64,
+            // Wrapping: the segment's numbers are the file's.
+            Some(&(off, _, vaddr)) => vaddr.wrapping_sub(off).wrapping_add(map_offset),
             None => map_offset,
         }
     }
@@ -138,9 +151,9 @@ fn dl_debug_state<'d, R: ReadRef<'d>>(file: &object::File<'d, R>) -> Option<u64>
         .address();
     file.segments().find_map(|s| {
         let (offset, size) = s.file_range();
-        (s.address()..s.address() + size)
+        (s.address()..s.address().saturating_add(size))
             .contains(&address)
-            .then(|| offset + (address - s.address()))
+            .then(|| offset.checked_add(address - s.address()))?
     })
 }
 
@@ -158,80 +171,79 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Binaries by (device, inode); a file that could not be read is cached as
-/// `None` too, so it is not retried for every sample.
-#[derive(Default)]
-pub struct Binaries {
-    by_file: HashMap<(u64, u64), Option<Arc<Binary>>>,
-    /// Files not read, by `Skip::index`.
-    pub skipped: [u64; 6],
-    /// Where sampled files go to be published (`--no-upload-binaries`:
-    /// nowhere).
-    pub offers: Option<crate::upload::Offers>,
-}
-
-impl Binaries {
-    pub fn get(&mut self, proc_root: &Path, pid: u32, map: &MapEntry) -> Option<Arc<Binary>> {
-        if !map.is_file() {
-            return None;
-        }
-        if let Some(found) = self.by_file.get(&(map.dev, map.inode)) {
-            return found.clone();
-        }
-        let read = read(proc_root, pid, map);
-        if let Err(why) = &read {
-            tracing::debug!(pid, path = %map.path, ?why, "mapped file not read");
-            self.skipped[why.index()] += 1;
-        }
-        let binary = read.ok().map(Arc::new);
-        self.by_file.insert((map.dev, map.inode), binary.clone());
-        binary
-    }
-
-    pub fn len(&self) -> usize {
-        self.by_file.len()
-    }
-
-    /// Offers the file of `map`, whose code process `pid` was sampled in,
-    /// for publishing — once per file, held open from now on.
-    pub fn offer_sampled(&mut self, proc_root: &Path, pid: u32, map: &MapEntry) {
-        let Some(offers) = &self.offers else { return };
-        let Some(Some(binary)) = self.by_file.get(&(map.dev, map.inode)) else {
-            return;
-        };
-        let Some(id) = binary.build_id.clone().or_else(|| binary.htlhash.clone()) else {
-            return;
-        };
-        if !offers.wants(map, binary.symbols, binary.size, binary.build_id.is_some()) {
-            return;
-        }
-        let Ok(file) = safefile::open_mapped(proc_root, pid, map) else {
-            return;
-        };
-        offers.offer(crate::upload::Offer {
-            file,
-            map: map.clone(),
-            id,
-            htlhash: binary.build_id.is_none(),
-            symbols: binary.symbols,
-            attempts: 0,
-        });
-    }
-
-    /// Forgets every binary: run now and then, so a file replaced under the
-    /// same inode (rare: inodes are reused after deletion) is read again.
-    pub fn clear(&mut self) {
-        self.by_file.clear();
-    }
-}
-
 /// Bytes one read of a mapped file may ask for: a section or note of a
 /// hostile file claiming gigabytes (object's cache allocates what is asked)
 /// fails instead of filling the agent's memory.
-const MAX_READ_BYTES: u64 = 64 << 20;
+pub const MAX_READ_BYTES: u64 = 32 << 20;
+/// Bytes all the reads of one parse may ask for together (what the read
+/// cache may hold): the facts of the largest real files (node's, libjvm's
+/// symbol tables) take a few MiB.
+pub const MAX_PARSE_BYTES: u64 = 64 << 20;
 
-/// A `ReadCache` whose single reads are bounded by `MAX_READ_BYTES`.
-struct Bounded<'a, R: object::ReadCacheOps>(&'a object::ReadCache<R>);
+/// The longest string (a section or symbol name) looked for: one without
+/// its NUL within this many bytes is not one.
+pub const MAX_STRING: u64 = 64 << 10;
+
+/// Strings remembered per parse, at most.
+const MAX_REMEMBERED_STRINGS: usize = 8192;
+
+/// Where a string was found: the cached read holding it (offset, size)
+/// and its place in it (start, length); `None`: not a string.
+type Found = Option<(u64, u64, usize, usize)>;
+
+/// What the reads of one parse may still cache, and what they cached.
+pub struct ReadBudget {
+    left: Cell<u64>,
+    /// (offset, size) of every read charged: the cache holds each once.
+    charged: RefCell<HashSet<(u64, u64)>>,
+    /// Strings looked for before, by (start, delimiter): a name asked for
+    /// again (every `section_by_name` reads every section's) is not
+    /// scanned again.
+    strings: RefCell<std::collections::HashMap<(u64, u8), Found>>,
+}
+
+impl ReadBudget {
+    pub fn new(bytes: u64) -> Self {
+        ReadBudget {
+            left: Cell::new(bytes),
+            charged: RefCell::default(),
+            strings: RefCell::default(),
+        }
+    }
+
+    /// Bytes left.
+    #[cfg(test)]
+    pub fn left(&self) -> u64 {
+        self.left.get()
+    }
+}
+
+/// A `ReadCache` whose single reads are bounded by `MAX_READ_BYTES`, and
+/// what all of them cache together by a [`ReadBudget`]
+/// (`MAX_PARSE_BYTES`).
+pub struct Bounded<'a, R: object::ReadCacheOps> {
+    cache: &'a object::ReadCache<R>,
+    budget: &'a ReadBudget,
+}
+
+impl<'a, R: object::ReadCacheOps> Bounded<'a, R> {
+    pub fn new(cache: &'a object::ReadCache<R>, budget: &'a ReadBudget) -> Self {
+        Bounded { cache, budget }
+    }
+
+    /// Takes `size` bytes of the budget for a read the cache does not hold
+    /// yet, or fails.
+    fn charge(self, offset: u64, size: u64) -> Result<(), ()> {
+        let mut charged = self.budget.charged.borrow_mut();
+        if charged.contains(&(offset, size)) {
+            return Ok(());
+        }
+        let left = self.budget.left.get().checked_sub(size).ok_or(())?;
+        self.budget.left.set(left);
+        charged.insert((offset, size));
+        Ok(())
+    }
+}
 
 impl<R: object::ReadCacheOps> Clone for Bounded<'_, R> {
     fn clone(&self) -> Self {
@@ -243,58 +255,73 @@ impl<R: object::ReadCacheOps> Copy for Bounded<'_, R> {}
 
 impl<'a, R: object::ReadCacheOps> ReadRef<'a> for Bounded<'a, R> {
     fn len(self) -> Result<u64, ()> {
-        self.0.len()
+        self.cache.len()
     }
 
     fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
         if size > MAX_READ_BYTES {
             return Err(());
         }
-        self.0.read_bytes_at(offset, size)
+        self.charge(offset, size)?;
+        self.cache.read_bytes_at(offset, size)
     }
 
     /// Strings (symbol names) are found in aligned blocks that the cache
-    /// keeps, so a symbol table's names cost a few reads, not one each.
+    /// keeps, so a symbol table's names cost a few reads, not one each;
+    /// each is looked for once (a second look takes the first's answer),
+    /// and never further than [`MAX_STRING`] bytes.
     fn read_bytes_at_until(
         self,
         range: std::ops::Range<u64>,
         delimiter: u8,
     ) -> Result<&'a [u8], ()> {
         const BLOCK: u64 = 64 << 10;
-        let end = range.end.min(range.start.saturating_add(MAX_READ_BYTES));
+        let key = (range.start, delimiter);
+        let known = self.budget.strings.borrow().get(&key).copied();
+        let found = match known {
+            Some(found) => found,
+            None => {
+                let found = self.find_string(range, delimiter, BLOCK);
+                // Section names are what is asked for again and again; a
+                // symbol table's names once each: not all of those kept.
+                let mut strings = self.budget.strings.borrow_mut();
+                if strings.len() < MAX_REMEMBERED_STRINGS {
+                    strings.insert(key, found);
+                }
+                found
+            }
+        };
+        let (offset, size, start, len) = found.ok_or(())?;
+        // A read made before: the cache answers it.
+        let bytes = self.cache.read_bytes_at(offset, size)?;
+        bytes.get(start..start + len).ok_or(())
+    }
+}
+
+impl<R: object::ReadCacheOps> Bounded<'_, R> {
+    /// Looks for the string at `range.start` in aligned blocks of growing
+    /// size (at most `MAX_STRING` past its start).
+    fn find_string(self, range: std::ops::Range<u64>, delimiter: u8, block_size: u64) -> Found {
+        let end = range.end.min(range.start.saturating_add(MAX_STRING));
         if range.start >= end {
-            return Err(());
+            return None;
         }
-        let block = range.start & !(BLOCK - 1);
-        let skip = (range.start - block) as usize;
-        let mut len = BLOCK;
+        let block = range.start & !(block_size - 1);
+        let skip = usize::try_from(range.start - block).ok()?;
+        let mut len = block_size;
         loop {
             let stop = block.saturating_add(len).min(end);
-            let bytes = self.0.read_bytes_at(block, stop - block)?;
-            if let Some(at) = bytes[skip..].iter().position(|&b| b == delimiter) {
-                return Ok(&bytes[skip..skip + at]);
+            let bytes = self.read_bytes_at(block, stop - block).ok()?;
+            let rest = bytes.get(skip..)?;
+            if let Some(at) = rest.iter().position(|&b| b == delimiter) {
+                return Some((block, stop - block, skip, at));
             }
             if stop == end {
-                return Err(());
+                return None;
             }
             len = len.saturating_mul(4);
         }
     }
-}
-
-fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> Result<Binary, Skip> {
-    let opened = safefile::open_mapped(proc_root, pid, map)?;
-    let cache = object::ReadCache::new(&opened.file);
-    let mut binary = Binary::parse(Bounded(&cache)).map_err(|_| Skip::Unparsable)?;
-    drop(cache);
-    binary.size = opened.size;
-    if binary.build_id.is_none() {
-        binary.htlhash = Some(symtrace_elf::htlhash(&mut &opened.file).map_err(|_| Skip::Changed)?);
-    }
-    if !opened.unchanged() {
-        return Err(Skip::Changed);
-    }
-    Ok(binary)
 }
 
 #[cfg(test)]
@@ -325,14 +352,34 @@ mod tests {
         let file = tempfile::tempfile().unwrap();
         file.set_len(MAX_READ_BYTES * 2).unwrap(); // sparse: nothing written
         let cache = object::ReadCache::new(&file);
-        let bounded = Bounded(&cache);
+        let budget = ReadBudget::new(MAX_PARSE_BYTES);
+        let bounded = Bounded::new(&cache, &budget);
         assert!(bounded.read_bytes_at(0, MAX_READ_BYTES + 1).is_err());
         assert_eq!(bounded.read_bytes_at(0, 16).unwrap(), &[0; 16]);
         // A string without its NUL is cut at the bound, not read to the end.
         assert!(bounded
             .read_bytes_at_until(0..MAX_READ_BYTES * 2, 1)
             .is_err());
+        assert!(budget.left() > MAX_PARSE_BYTES - 2 * MAX_STRING);
         assert!(Binary::parse(bounded).is_err(), "not an ELF file");
+        // The reads together: a huge string read again and again from
+        // other offsets (names pointing into it) is charged each time, and
+        // the budget runs out; a read the cache holds is not charged again.
+        let budget = ReadBudget::new(MAX_PARSE_BYTES);
+        let bounded = Bounded::new(&cache, &budget);
+        for _ in 0..100 {
+            assert!(bounded.read_bytes_at(0, 4096).is_ok());
+        }
+        assert_eq!(budget.left(), MAX_PARSE_BYTES - 4096);
+        let mut reads = 0;
+        while bounded
+            .read_bytes_at(1 + reads * 4096, MAX_READ_BYTES)
+            .is_ok()
+        {
+            reads += 1;
+        }
+        assert_eq!(reads, MAX_PARSE_BYTES / MAX_READ_BYTES - 1);
+        assert!(budget.left() < MAX_READ_BYTES);
     }
 
     #[test]
@@ -352,6 +399,8 @@ mod tests {
             eh_frame_hdr: None,
             text_address: 0,
             memory_probes: Vec::new(),
+            content_sha256: None,
+            uid: 0,
         };
         assert_eq!(binary.vaddr_of_mapping(0x1d000), 0x1e000);
         assert_eq!(binary.vaddr_of_mapping(0), 0);

@@ -1,21 +1,28 @@
-//! Opening the files a process maps, safely. The path `/proc/PID/maps`
-//! shows is the process's view, inside its container: resolved naively
-//! under `/proc/PID/root`, an absolute symlink there resolves against the
-//! *agent's* root (a container could point the agent at any host file),
-//! `..` climbs out, a FIFO blocks `open` forever, and a mapping of a file
-//! that is truncated faults the agent (SIGBUS). So:
+//! Opening the files a process maps or names, safely. The path
+//! `/proc/PID/maps` shows is the process's view, inside its container:
+//! resolved naively under `/proc/PID/root`, an absolute symlink there
+//! resolves against the *agent's* root (a container could point the agent at
+//! any host file), `..` climbs out, and opening a FIFO blocks, opening a
+//! device runs its driver's `open` (as root), and a mapping of a file that
+//! is truncated faults the agent (SIGBUS). So:
 //!
 //! - `/proc/PID/map_files/START-END` first: the kernel's link to exactly the
 //!   mapped file, no path walk (needs CAP_SYS_ADMIN or
 //!   CAP_CHECKPOINT_RESTORE, which the agent does not ask for);
 //! - else `openat2` under `/proc/PID/root` with `RESOLVE_IN_ROOT` (every
 //!   symlink and `..` stays inside the process's root) and
-//!   `RESOLVE_NO_MAGICLINKS`, `O_NONBLOCK` (a FIFO does not block);
-//! - then the opened file must be a regular file, of at most
-//!   `MAX_FILE_BYTES`, with the inode the mapping has (not another file now
-//!   at that path);
+//!   `RESOLVE_NO_MAGICLINKS`;
+//! - either way with `O_PATH` first: a handle that opens nothing (no FIFO
+//!   wait, no driver, no FUSE `open`), whose `fstat` must show a regular
+//!   file of at most `MAX_FILE_BYTES` with the inode the mapping has (not
+//!   another file now at that path) — only then is the very same file opened
+//!   for reading, through `/proc/self/fd/N` of that handle;
 //! - it is read with `pread` (object's `ReadCache`), never mapped, and
 //!   skipped when its size or modification time changed meanwhile.
+//!
+//! These calls can still wait on a filesystem a process controls (a FUSE
+//! daemon that never answers): they run in jobs (`crate::jobs`), never on
+//! the sampler thread.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -23,7 +30,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::maps::MapEntry;
+use crate::process::maps::MapEntry;
 
 /// Largest file the agent reads headers and symbols from.
 pub const MAX_FILE_BYTES: u64 = 16 << 30;
@@ -41,18 +48,29 @@ pub enum Skip {
     NotTheMappedFile,
     /// Its size or modification time changed while it was read.
     Changed,
-    /// Not an ELF file the agent can read.
+    /// Not an ELF file the agent can read (or it asked for more than its
+    /// read budget).
     Unparsable,
+    /// Reading it panicked (a parser met bytes it did not expect).
+    Panicked,
+    /// Reading it took longer than the jobs' bound, or its filesystem or
+    /// process had a job hang before.
+    Hung,
+    /// Its process is over its budget of work (see `process::budget`).
+    OverBudget,
 }
 
 impl Skip {
-    pub const ALL: [Skip; 6] = [
+    pub const ALL: [Skip; 9] = [
         Skip::Unreachable,
         Skip::NotRegular,
         Skip::TooLarge,
         Skip::NotTheMappedFile,
         Skip::Changed,
         Skip::Unparsable,
+        Skip::Panicked,
+        Skip::Hung,
+        Skip::OverBudget,
     ];
 
     pub fn index(self) -> usize {
@@ -64,6 +82,8 @@ impl Skip {
 pub struct Opened {
     pub file: File,
     pub size: u64,
+    /// Its owner (budgets are kept per owner of the files they pay for).
+    pub uid: u32,
     mtime: (i64, i64),
 }
 
@@ -74,6 +94,7 @@ impl Opened {
         let meta = file.metadata().unwrap();
         Opened {
             size: meta.size(),
+            uid: meta.uid(),
             mtime: (meta.mtime(), meta.mtime_nsec()),
             file,
         }
@@ -93,11 +114,11 @@ pub fn open_mapped(proc_root: &Path, pid: u32, map: &MapEntry) -> Result<Opened,
     let via_map_files = process
         .join("map_files")
         .join(format!("{:x}-{:x}", map.start, map.end));
-    let file = match nonblocking(&via_map_files) {
+    let handle = match path_handle(&via_map_files) {
         Ok(f) => f,
-        Err(_) => open_in_root(&process.join("root"), &map.path).map_err(|_| Skip::Unreachable)?,
+        Err(_) => path_in_root(&process.join("root"), &map.path).map_err(|_| Skip::Unreachable)?,
     };
-    let meta = file.metadata().map_err(|_| Skip::Unreachable)?;
+    let meta = handle.metadata().map_err(|_| Skip::Unreachable)?;
     if !meta.file_type().is_file() {
         return Err(Skip::NotRegular);
     }
@@ -109,25 +130,72 @@ pub fn open_mapped(proc_root: &Path, pid: u32, map: &MapEntry) -> Result<Opened,
     if map.inode != 0 && meta.ino() != map.inode {
         return Err(Skip::NotTheMappedFile);
     }
+    let file = reopen(&handle).map_err(|_| Skip::Unreachable)?;
+    let meta = file.metadata().map_err(|_| Skip::Unreachable)?;
     Ok(Opened {
         file,
         size: meta.size(),
+        uid: meta.uid(),
         mtime: (meta.mtime(), meta.mtime_nsec()),
     })
 }
 
-fn nonblocking(path: &Path) -> std::io::Result<File> {
+/// Opens a regular file at `path` (absolute, as the process whose root
+/// `root` is sees it) for reading, if it is one of at most `max_bytes`
+/// owned by one of `uids` — checked on an `O_PATH` handle before anything
+/// is opened. What it is when it is not: `NotRegular`, `TooLarge`, or
+/// `Unreachable` (also for another owner's file).
+pub fn open_owned_in_root(
+    root: &Path,
+    path: &str,
+    uids: &[u32],
+    max_bytes: u64,
+) -> Result<File, Skip> {
+    let handle = path_in_root(root, path).map_err(|_| Skip::Unreachable)?;
+    let meta = handle.metadata().map_err(|_| Skip::Unreachable)?;
+    if !meta.file_type().is_file() {
+        return Err(Skip::NotRegular);
+    }
+    if !uids.contains(&meta.uid()) {
+        return Err(Skip::Unreachable);
+    }
+    if meta.size() > max_bytes {
+        return Err(Skip::TooLarge);
+    }
+    reopen(&handle).map_err(|_| Skip::Unreachable)
+}
+
+/// An `O_PATH` handle of `path` (a magic link of /proc followed, as the
+/// kernel allows it).
+fn path_handle(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
         .open(path)
 }
 
-/// Opens `path` (absolute, as the process sees it) with `root` as `/` for
-/// every step of the walk: `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`
-/// (Linux ≥ 5.6; on an older kernel nothing is opened this way).
-pub fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
+/// The file of an `O_PATH` handle, opened for reading: the same file (the
+/// handle's own magic link), never a FIFO wait (`O_NONBLOCK`) or a
+/// controlling terminal.
+fn reopen(handle: &File) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
+    let (a, b) = (handle.metadata()?, file.metadata()?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(std::io::Error::other("another file"));
+    }
+    Ok(file)
+}
+
+/// An `O_PATH` handle of `path` (absolute, as the process sees it) with
+/// `root` as `/` for every step of the walk: `openat2(RESOLVE_IN_ROOT |
+/// RESOLVE_NO_MAGICLINKS)` (Linux ≥ 5.6; on an older kernel nothing is
+/// opened this way).
+pub fn path_in_root(root: &Path, path: &str) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = std::fs::OpenOptions::new()
         .read(true)
@@ -139,7 +207,7 @@ pub fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
     // SAFETY: open_how is plain integers; all-zero is its documented
     // default (libc marks it non-exhaustive: fields may be added).
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC) as u64;
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: openat2 reads `name` (NUL-terminated) and `how` (of the size
     // given) and returns a new descriptor or -1.
@@ -157,6 +225,16 @@ pub fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
     }
     // SAFETY: a descriptor openat2 just returned, owned by nobody else.
     Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+/// Opens `path` inside `root` for reading if it is a regular file (tests).
+#[cfg(test)]
+pub fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
+    let handle = path_in_root(root, path)?;
+    if !handle.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    reopen(&handle)
 }
 
 #[cfg(test)]
@@ -191,19 +269,42 @@ mod tests {
         assert!(read("/app/climb").is_err());
         assert!(read(&format!("/../../../../..{}", secret.display())).is_err());
 
-        // A FIFO opens without blocking and is refused as not regular.
+        // A FIFO and a device are never opened: their O_PATH handle
+        // shows what they are, and that is where it ends.
         let fifo = root.path().join("app/fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
         // SAFETY: mkfifo reads a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let f = open_in_root(root.path(), "/app/fifo").expect("O_NONBLOCK: no wait");
-        assert!(!f.metadata().unwrap().file_type().is_file());
+        let handle = path_in_root(root.path(), "/app/fifo").expect("O_PATH: no wait");
+        assert!(!handle.metadata().unwrap().file_type().is_file());
+        assert!(open_in_root(root.path(), "/app/fifo").is_err());
+        std::os::unix::fs::symlink("/dev/null", root.path().join("app/dev")).unwrap();
+        std::fs::create_dir_all(root.path().join("dev")).unwrap();
+        std::fs::copy("/dev/null", root.path().join("dev/null")).ok();
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        assert_eq!(
+            open_owned_in_root(Path::new("/"), "/dev/null", &[uid], 1 << 20).err(),
+            Some(Skip::NotRegular),
+            "a device is not opened"
+        );
+        std::fs::write(root.path().join("app/mine"), "x").unwrap();
+        assert!(open_owned_in_root(root.path(), "/app/mine", &[uid], 1 << 20).is_ok());
+        assert_eq!(
+            open_owned_in_root(root.path(), "/app/mine", &[uid + 1], 1 << 20).err(),
+            Some(Skip::Unreachable),
+            "another user's file"
+        );
+        assert_eq!(
+            open_owned_in_root(root.path(), "/app/mine", &[uid], 0).err(),
+            Some(Skip::TooLarge)
+        );
     }
 
     #[test]
     fn the_mapped_file_or_nothing() {
         // Our own executable, as mapped: found, regular, the same inode.
-        let maps = crate::maps::read(Path::new("/proc"), std::process::id()).unwrap();
+        let maps = crate::process::maps::read(Path::new("/proc"), std::process::id()).unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let map = maps
             .iter()

@@ -1,0 +1,131 @@
+use std::path::Path;
+
+use super::*;
+use crate::record::USER_END_ROOT;
+use crate::unwind::Cut;
+
+/// Processes whose jobs are always waited for, with work budgets no wait
+/// exhausts (a busy test machine must not turn a checked return address
+/// into an unchecked one).
+pub(crate) fn processes() -> Processes {
+    let mut procs = Processes::new(
+        Path::new("/proc"),
+        64 << 20,
+        (1 << 20, 1 << 20),
+        crate::jobs::Pool::new(1),
+    );
+    let forever = std::time::Duration::from_secs(60);
+    procs.ctx.waiting = crate::jobs::Waiting::new(forever, 1.0, forever);
+    procs.ctx.identity_waiting = crate::jobs::Waiting::new(forever, 1.0, forever);
+    procs.ctx.work_budget = (1.0, forever);
+    procs
+}
+
+#[test]
+fn resolves_our_own_stack_to_our_build_id() {
+    let mut procs = processes();
+    let pid = std::process::id();
+    // A real return address of ours: the one this function returns to
+    // is after a call; take one from our own frame-pointer chain.
+    let ret = our_return_address();
+    let leaf = resolves_our_own_stack_to_our_build_id as *const () as u64 + 1;
+    let mut out = Vec::new();
+    let stack = UserStack {
+        chain: &[leaf, ret],
+        end: USER_END_ROOT,
+        bp: 0,
+        window: &[],
+    };
+    let (info, cut) = procs.resolve(pid, "test", &stack, &mut out);
+    let exe = std::fs::read("/proc/self/exe").unwrap();
+    let ours = crate::files::Binary::parse(&exe[..]).unwrap().build_id;
+    assert_eq!(cut, None);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0].mapping.build_id, ours);
+    assert!(out[0].mapping.path.ends_with(&info.executable_name));
+    assert_eq!(info.pid, pid);
+    assert!((out[0].mapping.start..out[0].mapping.limit).contains(&out[0].address));
+    // The leaf, after `push %rbp` of a function with frame pointers, is in its
+    // prologue: %rsp-based CFA, but the window is empty.
+    assert_eq!(procs.ctx.unwind.out_of_window, 1);
+
+    // The same caller recovered from the window by CFI: inserted after
+    // the leaf.
+    out.clear();
+    let leaf_entry = leaf - 1; // first instruction: return address at %rsp
+    let stack = UserStack {
+        chain: &[leaf_entry],
+        end: USER_END_ROOT,
+        bp: 0,
+        window: &ret.to_le_bytes(),
+    };
+    let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+    assert_eq!((cut, out.len()), (None, 2), "{out:?}");
+    assert_eq!(procs.ctx.unwind.callers_recovered, 1);
+
+    // A return address in no mapping ends the stack, as does one that
+    // is not after a call (the start of a function).
+    for (bad, why) in [(8, Cut::OutsideCode), (leaf_entry + 1, Cut::NotAfterCall)] {
+        out.clear();
+        let stack = UserStack {
+            chain: &[leaf, bad, ret, ret],
+            end: USER_END_ROOT,
+            bp: 0,
+            window: &[],
+        };
+        let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+        assert_eq!((cut, out.len()), (Some(why), 1), "{out:?}");
+    }
+    // A leaf in no mapping stays, as an unknown frame.
+    out.clear();
+    let stack = UserStack {
+        chain: &[8],
+        end: USER_END_ROOT,
+        bp: 0,
+        window: &[],
+    };
+    procs.resolve(pid, "test", &stack, &mut out);
+    assert_eq!(
+        (out[0].mapping.path.as_str(), out[0].address),
+        ("[unknown]", 8)
+    );
+    // A chain the BPF program stopped (frame pointer not increasing).
+    out.clear();
+    let stack = UserStack {
+        chain: &[leaf, ret],
+        end: crate::record::USER_END_NOT_INCREASING,
+        bp: 0,
+        window: &[],
+    };
+    let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+    assert_eq!((cut, out.len()), (Some(Cut::NotIncreasing), 2));
+    out.clear();
+    let stack = UserStack {
+        end: crate::record::USER_END_UNREADABLE,
+        ..stack
+    };
+    let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
+    assert_eq!((cut, out.len()), (Some(Cut::Unreadable), 2));
+    assert_eq!(procs.ctx.unwind.cut_total(), 4);
+}
+
+/// The return address of this call: in the caller, after a call.
+#[inline(never)]
+fn our_return_address() -> u64 {
+    let ret: u64;
+    // SAFETY: reads our own frame record (frame pointers are on).
+    unsafe { std::arch::asm!("mov {}, [rbp + 8]", out(reg) ret) };
+    ret
+}
+
+#[test]
+fn the_probe_scan_makes_no_entry_for_kernel_threads() {
+    let mut procs = processes();
+    // pid 2 is kthreadd: no executable, no maps.
+    assert!(std::fs::read_link("/proc/2/exe").is_err());
+    assert_eq!(procs.mapped_files(2), None);
+    assert_eq!(procs.len(), 0);
+    let ours = procs.mapped_files(std::process::id()).expect("our maps");
+    assert!(ours.iter().any(|m| m.is_file()));
+    assert_eq!(procs.len(), 1);
+}
