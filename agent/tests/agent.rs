@@ -97,19 +97,30 @@ fn split(server: &Server, tenant: Option<&str>, service: &str) -> (u64, u64) {
     (alpha, beta)
 }
 
-/// Waits until the flamegraph holds at least `min` samples of the two
-/// functions (or `timeout` passes), and returns the split.
+/// Waits until the flamegraph holds the samples the workload's CPU time
+/// is due (`expected`), or holds most of them and has stopped growing for
+/// three of the agent's 1 s export intervals (the workload has exited, so
+/// a count that stands still is complete), or `timeout` passes; returns
+/// the split. Returning at a fraction of `expected` would skew it: the
+/// samples arrive in time order, and the workload's last stretch runs
+/// alpha_work alone.
 fn wait_for_split(
     server: &Server,
     tenant: Option<&str>,
     service: &str,
-    min: u64,
+    expected: f64,
     timeout: Duration,
 ) -> (u64, u64) {
     let deadline = Instant::now() + timeout;
+    let mut last = (0, Instant::now());
     loop {
         let (a, b) = split(server, tenant, service);
-        if a + b >= min || Instant::now() > deadline {
+        let n = a + b;
+        if n != last.0 {
+            last = (n, Instant::now());
+        }
+        let settled = n as f64 >= 0.6 * expected && last.1.elapsed() >= Duration::from_secs(3);
+        if n as f64 >= 0.98 * expected || settled || Instant::now() > deadline {
             return (a, b);
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -148,8 +159,8 @@ fn flamegraph_shows_the_measured_cpu_split_of_c_and_rust_workloads() {
         server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
         let service = kit::unique(&format!("split-{name}-"));
         let used = run_workload(&bin, &service, 1.2, 0.6);
-        let min = ((used.0 + used.1) * HZ * 0.8) as u64;
-        let got = wait_for_split(&server, None, &service, min, Duration::from_secs(30));
+        let expected = (used.0 + used.1) * HZ;
+        let got = wait_for_split(&server, None, &service, expected, Duration::from_secs(30));
         assert_split(name, got, used);
 
         // The raw samples carry the process's resource and thread names,
@@ -260,12 +271,11 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
     assert!(roomy.stderr().contains("retrying"), "{}", roomy.stderr());
 
     server.spawn(); // the same ports and data
-    let min = ((used.0 + used.1) * HZ * 0.8) as u64;
     let got = wait_for_split(
         &server,
         Some("roomy"),
         &service,
-        min,
+        (used.0 + used.1) * HZ,
         Duration::from_secs(45),
     );
     assert_split("after the outage", got, used);
