@@ -554,8 +554,17 @@ impl Waiting {
 
     /// Waits for `ticket` within the allowance; charges what it took.
     pub fn wait<T>(&mut self, ticket: &Ticket<T>) -> Option<Result<T, JobError>> {
+        self.wait_at_most(ticket, self.per_job)
+    }
+
+    /// Waits for `ticket` within the allowance and at most `cap`.
+    pub fn wait_at_most<T>(
+        &mut self,
+        ticket: &Ticket<T>,
+        cap: Duration,
+    ) -> Option<Result<T, JobError>> {
         let started = Instant::now();
-        let allowed = self.allowance(started);
+        let allowed = self.allowance(started).min(cap);
         let answer = ticket.wait(allowed);
         self.spent(started.elapsed());
         answer

@@ -41,6 +41,9 @@ const FORGET_ALL: Duration = Duration::from_secs(3600);
 /// oldest are closed beyond.
 const MAX_HELD: usize = 128;
 
+/// How long an export waits for one file's content hash being computed
+/// (a mapping whose hash is not there goes without it in that batch).
+const EXPORT_HASH_WAIT: Duration = Duration::from_millis(20);
 /// Files up to this size are hashed ahead of larger ones.
 const SMALL_HASH_BYTES: u64 = 16 << 20;
 
@@ -177,11 +180,13 @@ impl Binaries {
     }
 
     /// The content hash of file `key` (device, inode) if it is known by
-    /// now, waited for within `waiting` if it is being computed.
+    /// now, waited for within `waiting` if it is being computed, at most
+    /// [`EXPORT_HASH_WAIT`] (the sampler thread waits at an export, and
+    /// link-map changes wait with it).
     pub fn content_of(&mut self, key: (u64, u64), waiting: &mut Waiting) -> Option<String> {
         let entry = self.by_file.get_mut(&key)?;
         if let Hashing::Computing(ticket) = &entry.hashing {
-            if let Some(answer) = waiting.wait(ticket) {
+            if let Some(answer) = waiting.wait_at_most(ticket, EXPORT_HASH_WAIT) {
                 apply_hash(entry, answer);
             }
         }
@@ -197,11 +202,11 @@ impl Binaries {
     }
 
     /// Starts computing the content hash of the file of `map`, sampled in
-    /// process `pid`, if it is wanted and not under way, and waits for it
-    /// within `waiting`. Files are hashed when their code is first
+    /// process `pid`, if it is wanted and not under way (never waiting for
+    /// it). Files are hashed when their code is first
     /// sampled, not when read: of all the files the running processes map,
     /// only those are hashed, and in the order they are met.
-    pub fn start_hash(&mut self, pid: u32, map: &MapEntry, waiting: &mut Waiting) {
+    pub fn start_hash(&mut self, pid: u32, map: &MapEntry) {
         let key = (map.dev, map.inode);
         let Some(entry) = self.by_file.get(&key) else {
             return;
@@ -247,12 +252,12 @@ impl Binaries {
                 );
                 sha
             });
-        let answer = waiting.wait(&ticket);
+        // Not waited for: the sampler thread goes on (a link-map change, a
+        // new process's first samples must not wait behind a 100 MB hash);
+        // the hash is taken when it is there, at the latest when the batch
+        // is exported (`content_hash`).
         if let Some(entry) = self.by_file.get_mut(&key) {
-            match answer {
-                Some(answer) => apply_hash(entry, answer),
-                None => entry.hashing = Hashing::Computing(ticket),
-            }
+            entry.hashing = Hashing::Computing(ticket);
         }
     }
 
@@ -454,6 +459,33 @@ fn apply_hash(entry: &mut Entry, hash: Result<Option<String>, JobError>) {
         with.content_sha256 = Some(sha);
         *b = Arc::new(with);
     }
+}
+
+/// Reads the facts of a file the operator named by its path (not a
+/// process's mapping), opened by the caller, within the same bounds as a
+/// mapped one; the file comes back too.
+pub fn read_named(file: std::fs::File) -> Result<(Binary, std::fs::File), Skip> {
+    let meta = file.metadata().map_err(|_| Skip::Unreachable)?;
+    if !meta.is_file() {
+        return Err(Skip::NotRegular);
+    }
+    let cache = object::ReadCache::new(&file);
+    let budget = elf::ReadBudget::new(elf::MAX_PARSE_BYTES);
+    let mut binary =
+        Binary::parse(elf::Bounded::new(&cache, &budget)).map_err(|_| Skip::Unparsable)?;
+    drop(cache);
+    binary.size = meta.len();
+    binary.uid = std::os::unix::fs::MetadataExt::uid(&meta);
+    Ok((binary, file))
+}
+
+/// A file's key as `/proc/PID/maps` spells it: (device as `major << 32 |
+/// minor`, inode).
+pub fn file_key(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
+    ((major << 32) | minor, meta.ino())
 }
 
 /// Reads the facts of a mapped file (in a job); the file comes back too.

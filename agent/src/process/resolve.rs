@@ -234,9 +234,9 @@ impl Context {
         }
         let mut binary = self.binaries.get(pid, map, &mut self.waiting, allowed);
         if binary.is_some() && self.binaries.hash_pending(map) {
-            // Hashed from its first sample on (waited for within the
-            // budget), and looked up again with its hash.
-            self.binaries.start_hash(pid, map, &mut self.waiting);
+            // Hashed from its first sample on (in the background: not
+            // waited for), and looked up again in case it is there.
+            self.binaries.start_hash(pid, map);
             binary = self.binaries.get(pid, map, &mut self.waiting, allowed);
         }
         let size = map.end - map.start;
