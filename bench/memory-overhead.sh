@@ -25,9 +25,66 @@
 # times the sampled allocations per request, against the service's CPU
 # per request.
 #
+# `startup` measures what keeping a probe file attached costs (issue #38:
+# the agent attaches at start to the preload library it is told of, and
+# keeps files attached when no process maps them, so processes are covered
+# from their first allocation): the start of a short process under the
+# preload library (exec to exit, RUNS runs of `true`, alternating) with no
+# agent against an agent that has the library attached and no process
+# mapping it; and the agent's own start with the library named and not.
+#
 #   bench/memory-overhead.sh [seconds per run] [rounds]    (default 10 s, 6; as root)
+#   bench/memory-overhead.sh startup [runs]                (default 2000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = startup ]; then
+  RUNS=${2:-2000}
+  cargo build --release -q -p symtrace-agent -p symtrace-server
+  BIN=$PWD/target/release
+  W=$(mktemp -d /tmp/symtrace-mem-start.XXXXXX)
+  trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
+  mkdir "$W/lib"
+  make -s -C alloc/preload O="$W/lib" CC=clang-19
+  LIB="$W/lib/libsymtrace_alloc_preload.so"
+  "$BIN/symtrace-server" --data-dir "$W/data" --http-addr 127.0.0.1:18926 \
+    --grpc-addr 127.0.0.1:14926 > "$W/server.log" 2>&1 &
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:18926/readyz >/dev/null && break; sleep 0.1; done
+  # µs per start of `true` under the library, over RUNS runs.
+  starts() {
+    python3 - "$LIB" "$RUNS" <<'PY'
+import os, subprocess, sys, time
+lib, runs = sys.argv[1], int(sys.argv[2])
+env = dict(os.environ, LD_PRELOAD=lib)
+t = time.perf_counter()
+for _ in range(runs):
+    subprocess.run(["/bin/true"], env=env, check=True)
+print(f"{(time.perf_counter() - t) / runs * 1e6:.1f}")
+PY
+  }
+  # Starts an agent (extra flags: $@); prints how long until it said it read
+  # the running processes (ms).
+  agent() {
+    local t0 t1
+    t0=$(date +%s%N)
+    "$BIN/symtrace-agent" --server http://127.0.0.1:14926 --interval 10s --no-upload-binaries "$@" \
+      > "$W/agent.out" 2> "$W/agent.err" &
+    AGENT=$!
+    for _ in $(seq 600); do grep -q "running processes in" "$W/agent.err" && break; sleep 0.01; done
+    t1=$(date +%s%N)
+    echo $(( (t1 - t0) / 1000000 ))
+  }
+  echo "start of /bin/true under the preload library, µs per run over $RUNS runs"
+  for r in 1 2 3; do
+    none=$(starts)
+    ready_plain=$(agent); kill $AGENT; wait $AGENT 2>/dev/null || true
+    ready_named=$(agent --memory-probe-files "$W/lib")
+    grep -q "otel_memory probes attached.*named=true" "$W/agent.err" || { echo "not attached"; exit 1; }
+    attached=$(starts)
+    kill $AGENT; wait $AGENT 2>/dev/null || true
+    echo "round $r: no agent $none µs, library attached $attached µs; agent ready in $ready_plain ms, with the library named $ready_named ms"
+  done
+  exit 0
+fi
 SECS=${1:-10}
 ROUNDS=${2:-6}
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 1; }

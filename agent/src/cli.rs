@@ -170,6 +170,19 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_MEMORY_MAX_RATE", default_value_t = 10000)]
     pub memory_max_rate: u32,
 
+    /// Files with `otel_memory` probes, or directories of them, attached
+    /// at start (comma-separated): the first process started with one is
+    /// covered from its first allocation — the preload library where you
+    /// install it, the executables of services built with symtrace-alloc.
+    /// The preload library is also looked for in /usr/local/lib, /usr/lib,
+    /// /usr/lib/x86_64-linux-gnu and /usr/lib64. (Other files are attached
+    /// when the agent finds a process mapping them, a few milliseconds
+    /// after its exec, and stay attached for the next process until they
+    /// are deleted.) In a container, name host paths through
+    /// /proc/1/root/…
+    #[arg(long, env = "SYMTRACE_AGENT_MEMORY_PROBE_FILES", value_delimiter = ',')]
+    pub memory_probe_files: Vec<std::path::PathBuf>,
+
     /// Do not publish binaries. By default every executable or library
     /// whose code is sampled, and that the server has no symbols as good
     /// for, is uploaded as found on this host (symbol table, DWARF if it

@@ -45,6 +45,9 @@ pub struct Collector {
     pub pool: Pool,
     /// What the liveness endpoint reports.
     pub health: Arc<Health>,
+    /// Memory probe files (or directories) attached at start, beside
+    /// [`crate::usdt::DEFAULT_FILES`].
+    pub memory_probe_files: Vec<std::path::PathBuf>,
     /// A fault to inject (`SYMTRACE_AGENT_TEST_FAULT`: tests of the
     /// liveness endpoint and of thread death).
     pub fault: Option<Fault>,
@@ -101,6 +104,18 @@ impl Collector {
         );
         procs.offer_binaries_to(self.uploads.as_ref().map(|(offers, _)| offers.clone()));
         tracing::debug!(functions = procs.vdso_functions(), "vDSO symbols read");
+        // The named probe files first: a process started once the agent
+        // says it read the running ones is covered from its first
+        // allocation.
+        let named = crate::usdt::DEFAULT_FILES
+            .iter()
+            .map(std::path::PathBuf::from)
+            .chain(self.memory_probe_files.iter().cloned())
+            .collect();
+        let mut probes = MemoryProbes::new(Path::new("/proc"), named);
+        if self.sampler.memory_enabled() {
+            probes.attach_named(&mut self.sampler);
+        }
         let priming = Instant::now();
         let primed = procs.prime();
         let publishing = hand_over(&mut self.sampler, &mut procs);
@@ -108,7 +123,6 @@ impl Collector {
             "read {primed} running processes in {:?}; {publishing} publish OpenTelemetry thread contexts",
             priming.elapsed(),
         );
-        let mut probes = MemoryProbes::new(Path::new("/proc"));
         let mut mem = memory::Memory::default();
         if self.sampler.memory_enabled() {
             let scanning = Instant::now();

@@ -133,6 +133,7 @@ fn main() -> anyhow::Result<()> {
         uploads,
         pool: jobs::Pool::new(2),
         health: health.clone(),
+        memory_probe_files: args.memory_probe_files.clone(),
         fault: collect::Fault::from_env(),
     };
     let collecting = {

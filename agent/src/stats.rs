@@ -86,7 +86,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
-         probe files {probe_files}, probe sites {probe_sites}, detaching {detaching}, sites refused {refused} | \
+         probe files {probe_files} ({probe_idle} mapped by none), probe sites {probe_sites}, detaching {detaching}, sites refused {refused} | \
          jit: symbols {jit_symbols} ({jit_kb} KiB), evicted {jit_dropped}, rescued {jit_rescued}, bad lines {jit_bad}, files {jit_files} | \
          {uploads} | \
          contained: {contained}, jobs {jobs_run} (panicked {jobs_panicked}, hung {jobs_hung}, refused {jobs_refused}, workers abandoned {abandoned}), waits cut {waits_cut}, \
@@ -148,6 +148,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         unknown_frees = g.unknown_frees,
         probe_files = g.probes.files,
         probe_sites = g.probes.sites,
+        probe_idle = g.probes.idle,
         detaching = g.probes.detaching,
         refused = g.probes.refused,
         jit_symbols = g.jit.symbols,
@@ -423,6 +424,7 @@ mod tests {
                 sites: 2,
                 detaching: 0,
                 refused: 0,
+                idle: 0,
             },
             jit: crate::jit::JitStats {
                 symbols: 3000,
@@ -474,7 +476,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("live 12, frees unknown 0, probe files 1, probe sites 2"),
+            text.contains(
+                "live 12, frees unknown 0, probe files 1 (0 mapped by none), probe sites 2"
+            ),
             "{text}"
         );
         // Without --stats the kernel's statistics are off: no made-up zero.

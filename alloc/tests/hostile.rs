@@ -270,11 +270,16 @@ fn one_user_cannot_take_the_probe_slots() {
     // The user took its share, no more.
     assert!(number_after(&stats, "sites refused ") > 0, "{stats}");
     assert!(number_after(&stats, "probe sites ") <= 256 + 64, "{stats}");
-    // Its libraries go: their sites are detached (each waits ~0.1 s in the
-    // kernel) while the sampler thread goes on; their slots free once
-    // gone.
+    // Its libraries go (the process, then the files: a file no process
+    // maps stays attached for the next process until it is deleted):
+    // their sites are detached at the next full scan (each waits ~0.1 s
+    // in the kernel) while the sampler thread goes on; their slots free
+    // once gone.
     let _ = user.kill();
     let _ = user.wait();
+    for copy in &copies {
+        std::fs::remove_file(copy).unwrap();
+    }
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let health = kit::client()

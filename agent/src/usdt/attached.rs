@@ -1,17 +1,27 @@
-//! Memory profiling's probes: the `otel_memory:alloc` and `otel_memory:free`
-//! USDT probe sites of the files processes map (read with the rest of a
-//! binary, from its `.note.stapsdt`), and attaching one uprobe per site and
-//! file — not per process: the kernel puts the breakpoint in every process
-//! that maps the file, running or started later — each with its argument
-//! spec in the BPF program's `usdt_specs` map, found by the link's cookie.
+//! Which files' `otel_memory` probe sites are attached: one uprobe per
+//! site and file — not per process: the kernel puts the breakpoint in every
+//! process that maps the file, running or started later, from its first
+//! instruction — each with its argument spec in the BPF program's
+//! `usdt_specs` map, found by the link's cookie.
 //!
-//! Which files: every executable file mapping of every process, read once
-//! per (device, inode) with the binaries the agent reads anyway. A process
-//! that exec'd is looked at [`FIRST_LOOK`] after it (the BPF side wakes the
-//! agent at every exec) and again [`AFTER_EXEC`] later, new processes
-//! every [`SCAN`] (twice), every process every
-//! [`FULL_SCAN`] (libraries loaded later with `dlopen`), and files no
-//! process maps any more are detached then.
+//! Which files:
+//! - at start, the probe files the operator names (`--memory-probe-files`)
+//!   and the preload library where it is installed ([`DEFAULT_FILES`]):
+//!   the first process started with them is covered from its first
+//!   allocation. Looked at again every [`FULL_SCAN`] (a new version under
+//!   the same path is attached too).
+//! - every executable file mapping of every process, read once per
+//!   (device, inode) with the binaries the agent reads anyway. A process
+//!   that exec'd is looked at [`FIRST_LOOK`] after it (the BPF side wakes
+//!   the agent at every exec) and again [`AFTER_EXEC`] later, new
+//!   processes every [`SCAN`] (twice), every process every [`FULL_SCAN`]
+//!   (libraries loaded later with `dlopen`). The first process of a file
+//!   nobody named misses what it allocates before the look.
+//!
+//! A file stays attached when no process maps it any more, so that the
+//! next process that maps it is covered from its first allocation: until
+//! it is deleted (or replaced: its old inode has no name left), or until
+//! its slots are wanted by a file that is mapped (idle files go first).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
@@ -19,17 +29,23 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use object::{Object, ObjectSection, ObjectSegment, ReadRef};
-use symtrace_elf::usdt::{ArgLocation, NoteLayout, Reg, UsdtArg};
-
-use crate::files::{open as safefile, Binary};
+use crate::files::{open as safefile, Binary, Skip};
 use crate::jobs::About;
 use crate::process::maps::MapEntry;
 use crate::process::Processes;
-use crate::record::{
-    UsdtArgSpec, UsdtSpec, USDT_ARGS, USDT_ARG_CONST, USDT_ARG_MEM, USDT_ARG_REG, USDT_PROBE_ALLOC,
-    USDT_PROBE_FREE, USDT_SPECS,
-};
+use crate::record::{UsdtSpec, USDT_SPECS};
+use crate::usdt::MemoryProbe;
+
+/// Where the preload library (alloc/preload) is installed, looked for at
+/// start beside the files named by `--memory-probe-files`.
+pub const DEFAULT_FILES: &[&str] = &[
+    "/usr/local/lib/libsymtrace_alloc_preload.so",
+    "/usr/lib/libsymtrace_alloc_preload.so",
+    "/usr/lib/x86_64-linux-gnu/libsymtrace_alloc_preload.so",
+    "/usr/lib64/libsymtrace_alloc_preload.so",
+];
+/// Files read from one named directory, at most.
+const MAX_FILES_PER_DIRECTORY: usize = 1024;
 
 /// How long after its exec a process is first looked at: the BPF side
 /// wakes the agent at the exec, and the dynamic loader maps the libraries
@@ -57,128 +73,6 @@ pub const MAX_SITES_PER_FILE: usize = 64;
 pub const MAX_SITES_PER_OWNER: usize = USDT_SPECS / 16;
 /// How long the sampler thread waits to open a file to attach to.
 const OPEN_WAIT: Duration = Duration::from_millis(250);
-/// Bytes of `.note.stapsdt` read at most.
-const MAX_NOTES_BYTES: u64 = 1 << 20;
-
-/// One `otel_memory` probe site of a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryProbe {
-    /// Where the uprobe goes: the site's offset in the file.
-    pub file_offset: u64,
-    /// `USDT_PROBE_ALLOC` or `USDT_PROBE_FREE`.
-    pub probe: u32,
-    /// Its arguments, as the BPF program reads them.
-    pub spec: UsdtSpec,
-    /// The site has a semaphore (a counter that enables it, which the
-    /// agent does not set: such sites are not attached).
-    pub semaphore: bool,
-}
-
-/// The `otel_memory` probe sites of a parsed ELF file (empty for most).
-/// A site whose arguments cannot be read (another architecture's spec,
-/// `%rip`-relative memory) is left out, with a debug log.
-pub fn memory_probes<'d, R: ReadRef<'d>>(file: &object::File<'d, R>, data: R) -> Vec<MemoryProbe> {
-    let Some(section) = file.section_by_name(".note.stapsdt") else {
-        return Vec::new();
-    };
-    let Some((offset, size)) = section.file_range() else {
-        return Vec::new();
-    };
-    if size > MAX_NOTES_BYTES {
-        tracing::debug!(size, "a .note.stapsdt too large to read");
-        return Vec::new();
-    }
-    let Ok(notes) = data.read_bytes_at(offset, size) else {
-        return Vec::new();
-    };
-    let layout = NoteLayout {
-        little_endian: file.is_little_endian(),
-        is_64: file.is_64(),
-        stapsdt_base: file.section_by_name(".stapsdt.base").map(|s| s.address()),
-        segments: file
-            .segments()
-            .map(|s| {
-                let (start, size) = s.file_range();
-                (s.address(), size.min(s.size()), start)
-            })
-            .collect(),
-        file_len: data.len().unwrap_or(0),
-    };
-    let probes = match symtrace_elf::usdt::probes_from_notes(notes, layout) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::debug!("unreadable USDT notes: {e}");
-            return Vec::new();
-        }
-    };
-    probes
-        .into_iter()
-        .filter(|p| p.provider == "otel_memory")
-        .filter_map(|p| {
-            let probe = match p.name.as_str() {
-                "alloc" => USDT_PROBE_ALLOC,
-                "free" => USDT_PROBE_FREE,
-                _ => return None,
-            };
-            let wanted = if probe == USDT_PROBE_ALLOC { 3 } else { 1 };
-            let spec = match p.args.as_deref().map_err(String::clone).and_then(|args| {
-                if args.len() < wanted {
-                    return Err(format!("{} arguments, {wanted} needed", args.len()));
-                }
-                spec_of(probe, &args[..wanted])
-            }) {
-                Ok(spec) => spec,
-                Err(why) => {
-                    tracing::debug!(probe = %p.name, args = %p.args_text, "probe left out: {why}");
-                    return None;
-                }
-            };
-            Some(MemoryProbe {
-                file_offset: p.file_offset?,
-                probe,
-                spec,
-                semaphore: p.semaphore.is_some(),
-            })
-        })
-        .collect()
-}
-
-/// The BPF program's spec of a probe's arguments.
-pub fn spec_of(probe: u32, args: &[UsdtArg]) -> Result<UsdtSpec, String> {
-    let mut spec = UsdtSpec {
-        probe,
-        ..Default::default()
-    };
-    for (slot, arg) in spec.args.iter_mut().zip(args).take(USDT_ARGS) {
-        let size = i8::try_from(arg.size).map_err(|_| "an argument wider than 8 bytes")?;
-        if !matches!(arg.size, 1 | 2 | 4 | 8) {
-            return Err(format!("an argument of {} bytes", arg.size));
-        }
-        *slot = match arg.location {
-            ArgLocation::Constant(value) => UsdtArgSpec {
-                value,
-                kind: USDT_ARG_CONST,
-                ..Default::default()
-            },
-            ArgLocation::Register(Reg::Rip) | ArgLocation::Memory { base: Reg::Rip, .. } => {
-                return Err("a %rip-relative argument".into())
-            }
-            ArgLocation::Register(reg) => UsdtArgSpec {
-                kind: USDT_ARG_REG,
-                reg_off: reg.pt_regs_offset() as u16,
-                ..Default::default()
-            },
-            ArgLocation::Memory { base, offset } => UsdtArgSpec {
-                value: offset,
-                kind: USDT_ARG_MEM,
-                reg_off: base.pt_regs_offset() as u16,
-                ..Default::default()
-            },
-        };
-        slot.size = if arg.signed { -size } else { size };
-    }
-    Ok(spec)
-}
 
 /// What attaching is done through (the BPF side, or a test's record).
 pub trait Attach {
@@ -208,6 +102,14 @@ struct AttachedFile<L> {
     links: Vec<(L, u32)>,
     /// The scan generation it was last seen mapped in.
     seen: u64,
+    /// No process mapped it at the last full scan: its slots may go to a
+    /// file that is mapped.
+    idle: bool,
+    /// Named by the operator (or installed where the preload library is):
+    /// never given up for another file.
+    named: bool,
+    /// The file, held open: its link count says when it is gone.
+    file: std::fs::File,
 }
 
 /// Counts of what the probe manager did, for the stats line.
@@ -221,11 +123,15 @@ pub struct ProbeStats {
     /// Sites not attached: a semaphore, no free spec slot, or attaching
     /// failed.
     pub refused: u64,
+    /// Files attached that no process maps (kept for the next one).
+    pub idle: usize,
 }
 
 /// The files whose probes are attached, by (device, inode).
 pub struct MemoryProbes<L> {
     proc_root: PathBuf,
+    /// Files and directories named by the operator, and [`DEFAULT_FILES`].
+    named: Vec<PathBuf>,
     files: HashMap<(u64, u64), AttachedFile<L>>,
     /// Files looked at and found without usable probes (or refused).
     without: HashSet<(u64, u64)>,
@@ -247,10 +153,13 @@ pub struct MemoryProbes<L> {
 }
 
 impl<L> MemoryProbes<L> {
-    pub fn new(proc_root: &Path) -> Self {
+    /// `named`: probe files (or directories of them) attached at start and
+    /// at every full scan, whether or not a process maps them.
+    pub fn new(proc_root: &Path, named: Vec<PathBuf>) -> Self {
         let now = Instant::now();
         Self {
             proc_root: proc_root.to_owned(),
+            named,
             files: HashMap::new(),
             without: HashSet::new(),
             free_slots: (0..USDT_SPECS as u32).rev().collect(),
@@ -298,6 +207,7 @@ impl<L> MemoryProbes<L> {
             sites: self.files.values().map(|f| f.links.len()).sum(),
             detaching: self.detaching.len(),
             refused: self.refused,
+            idle: self.files.values().filter(|f| f.idle).count(),
         }
     }
 
@@ -376,24 +286,134 @@ impl<L> MemoryProbes<L> {
             self.look_at_process(pid, procs, attach);
         }
         if full {
-            let generation = self.generation;
-            let gone: Vec<(u64, u64)> = self
-                .files
-                .iter()
-                .filter(|(_, f)| f.seen != generation)
-                .map(|(k, _)| *k)
-                .collect();
-            for key in gone {
-                let file = self.files.remove(&key).expect("listed");
-                tracing::info!(path = %file.path, "no process maps it any more: memory probes detached");
-                for (link, slot) in file.links {
-                    attach.detach(link, slot);
-                    self.detaching.insert(slot, file.owner);
-                }
+            self.after_full_scan(attach);
+        }
+    }
+
+    /// After a full scan: files no process mapped become idle (kept
+    /// attached); deleted or replaced ones are detached; the named files
+    /// are looked at again.
+    fn after_full_scan(&mut self, attach: &mut impl Attach<Link = L>) {
+        let generation = self.generation;
+        let mut gone = Vec::new();
+        for (key, file) in &mut self.files {
+            file.idle = file.seen != generation;
+            // No name left (deleted, or replaced by a rename over it):
+            // no process can map it again.
+            let unlinked = file
+                .file
+                .metadata()
+                .map_or(true, |m| std::os::unix::fs::MetadataExt::nlink(&m) == 0);
+            if file.idle && unlinked {
+                gone.push(*key);
             }
-            // Files seen without probes are looked at again (an inode can
-            // be another file by now).
-            self.without.clear();
+        }
+        for key in gone {
+            let file = self.files.remove(&key).expect("listed");
+            tracing::info!(path = %file.path, "deleted and no longer mapped: memory probes detached");
+            self.detach(file, attach);
+        }
+        // Files seen without probes are looked at again (an inode can be
+        // another file by now).
+        self.without.clear();
+        self.attach_named(attach);
+    }
+
+    fn detach(&mut self, file: AttachedFile<L>, attach: &mut impl Attach<Link = L>) {
+        for (link, slot) in file.links {
+            attach.detach(link, slot);
+            self.detaching.insert(slot, file.owner);
+        }
+    }
+
+    /// Starts detaching idle files (not named ones; of `owner` only, when
+    /// given) until `sites` of their sites are on their way out: room for
+    /// a file that is mapped. Their slots come back once reaped.
+    /// Returns how many sites it started detaching.
+    fn give_up_idle(
+        &mut self,
+        owner: Option<u32>,
+        sites: usize,
+        attach: &mut impl Attach<Link = L>,
+    ) -> usize {
+        let idle: Vec<(u64, u64)> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.idle && !f.named && owner.is_none_or(|o| f.owner == o))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut freed = 0;
+        for key in idle {
+            if freed >= sites {
+                break;
+            }
+            let file = self.files.remove(&key).expect("listed");
+            freed += file.links.len();
+            tracing::info!(path = %file.path, "memory probes of a file no process maps detached: its slots are wanted");
+            self.detach(file, attach);
+        }
+        freed
+    }
+
+    /// Attaches the named files (and the files of named directories) not
+    /// attached yet. A path that does not exist is skipped quietly (most
+    /// of [`DEFAULT_FILES`] do not).
+    pub fn attach_named(&mut self, attach: &mut impl Attach<Link = L>) {
+        let mut files = Vec::new();
+        for path in &self.named {
+            match std::fs::metadata(path) {
+                Ok(m) if m.is_dir() => match std::fs::read_dir(path) {
+                    Ok(dir) => files.extend(
+                        dir.filter_map(|e| e.ok())
+                            .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+                            .map(|e| e.path())
+                            .take(MAX_FILES_PER_DIRECTORY),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), "memory probe directory unreadable: {e}")
+                    }
+                },
+                Ok(_) => files.push(path.clone()),
+                Err(_) => {}
+            }
+        }
+        for path in files {
+            // Known files cost a stat: only new ones are read. (Opened
+            // without waiting: a FIFO in a named directory must not block.)
+            let Ok(file) = std::os::unix::fs::OpenOptionsExt::custom_flags(
+                std::fs::OpenOptions::new().read(true),
+                libc::O_NONBLOCK,
+            )
+            .open(&path) else {
+                continue;
+            };
+            let Ok(meta) = file.metadata() else { continue };
+            let key = crate::files::file_key(&meta);
+            if self.files.contains_key(&key) || self.without.contains(&key) {
+                continue;
+            }
+            let binary = match crate::files::read_named(file) {
+                Ok((binary, file)) if !binary.memory_probes.is_empty() => (binary, file),
+                Ok(_) => {
+                    self.without.insert(key);
+                    continue;
+                }
+                Err(why) => {
+                    tracing::debug!(path = %path.display(), ?why, "named memory probe file not read");
+                    continue;
+                }
+            };
+            let (binary, file) = binary;
+            let path = path.display().to_string();
+            self.attach_file(
+                key,
+                &path,
+                binary.uid,
+                file,
+                &binary.memory_probes,
+                true,
+                attach,
+            );
         }
     }
 
@@ -425,6 +445,7 @@ impl<L> MemoryProbes<L> {
         let key = (map.dev, map.inode);
         if let Some(file) = self.files.get_mut(&key) {
             file.seen = self.generation;
+            file.idle = false;
             return true;
         }
         if self.without.contains(&key) {
@@ -440,7 +461,6 @@ impl<L> MemoryProbes<L> {
             return false;
         }
         let owner = binary.as_ref().map_or(u32::MAX, |b| b.uid);
-        let held = self.by_owner.get(&owner).copied().unwrap_or(0);
         // Attached through a descriptor of the very file the process maps
         // (opened as the binaries are, inside the process's root, its inode
         // checked, in a job): a path the process could swap between a check
@@ -451,7 +471,7 @@ impl<L> MemoryProbes<L> {
             .run(About { pid, dev: map.dev }, OPEN_WAIT, move || {
                 safefile::open_mapped(&root, pid, &m)
             })
-            .unwrap_or(Err(crate::files::Skip::Hung));
+            .unwrap_or(Err(Skip::Hung));
         let opened = match opened {
             Ok(o) => o,
             Err(why) => {
@@ -459,10 +479,48 @@ impl<L> MemoryProbes<L> {
                 return false; // looked at again with the next process mapping it
             }
         };
-        let path = PathBuf::from(format!("/proc/self/fd/{}", opened.file.as_raw_fd()));
+        let probes = binary.as_ref().map_or(&[][..], |b| &b.memory_probes[..]);
+        self.attach_file(key, &map.path, owner, opened.file, probes, false, attach)
+    }
+
+    /// Attaches `probes` of `file` (its key `key`, owned by `owner`): each
+    /// site in a free slot, within the owner's share. When slots are short,
+    /// idle files give theirs up (for the next look: detaching takes a
+    /// while) and this one is not marked as without probes.
+    #[allow(clippy::too_many_arguments)]
+    fn attach_file(
+        &mut self,
+        key: (u64, u64),
+        path: &str,
+        owner: u32,
+        file: std::fs::File,
+        probes: &[MemoryProbe],
+        named: bool,
+        attach: &mut impl Attach<Link = L>,
+    ) -> bool {
+        let wanted = probes
+            .iter()
+            .take(MAX_SITES_PER_FILE)
+            .filter(|p| !p.semaphore)
+            .count();
+        let held = self.by_owner.get(&owner).copied().unwrap_or(0);
+        // Slots coming back from idle files: this file is looked at again
+        // (not marked as without probes).
+        let mut coming = 0;
+        if held + wanted > MAX_SITES_PER_OWNER {
+            coming += self.give_up_idle(Some(owner), held + wanted - MAX_SITES_PER_OWNER, attach);
+        }
+        if self.free_slots.len() < wanted {
+            coming += self.give_up_idle(None, wanted - self.free_slots.len(), attach);
+        }
+        let fd_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
         let mut links = Vec::new();
         for probe in probes.iter().take(MAX_SITES_PER_FILE) {
-            if probe.semaphore || held + links.len() >= MAX_SITES_PER_OWNER {
+            if probe.semaphore {
+                self.refused += 1;
+                continue;
+            }
+            if held + links.len() >= MAX_SITES_PER_OWNER {
                 self.refused += 1;
                 continue;
             }
@@ -470,34 +528,39 @@ impl<L> MemoryProbes<L> {
                 self.refused += 1;
                 continue;
             };
-            match attach.attach(&path, probe.file_offset, slot, &probe.spec) {
+            match attach.attach(&fd_path, probe.file_offset, slot, &probe.spec) {
                 Ok(link) => links.push((link, slot)),
                 Err(e) => {
                     self.free_slots.push(slot);
                     self.refused += 1;
-                    tracing::warn!(path = %map.path, offset = probe.file_offset, "attaching a memory probe: {e:#}");
+                    tracing::warn!(path = %path, offset = probe.file_offset, "attaching a memory probe: {e:#}");
                 }
             }
         }
         self.refused += probes.len().saturating_sub(MAX_SITES_PER_FILE) as u64;
         if links.is_empty() {
-            self.without.insert(key);
+            if coming == 0 {
+                self.without.insert(key);
+            }
             return false;
         }
         tracing::info!(
-            pid,
-            path = %map.path,
+            path = %path,
             sites = links.len(),
+            named,
             "otel_memory probes attached (memory allocation profiling)"
         );
         *self.by_owner.entry(owner).or_default() += links.len();
         self.files.insert(
             key,
             AttachedFile {
-                path: map.path.clone(),
+                path: path.to_owned(),
                 owner,
                 links,
                 seen: self.generation,
+                idle: false,
+                named,
+                file,
             },
         );
         true
@@ -507,31 +570,8 @@ impl<L> MemoryProbes<L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use symtrace_elf::usdt::parse_args;
-
-    #[test]
-    fn argument_specs_for_the_bpf_program() {
-        let args = parse_args("8@%rdi -4@-20(%rbp) 8@$5").unwrap();
-        let spec = spec_of(USDT_PROBE_ALLOC, &args).unwrap();
-        assert_eq!(spec.probe, USDT_PROBE_ALLOC);
-        assert_eq!(
-            spec.args[0],
-            UsdtArgSpec {
-                value: 0,
-                kind: USDT_ARG_REG,
-                reg_off: Reg::Rdi.pt_regs_offset() as u16,
-                size: 8,
-                pad: 0
-            }
-        );
-        assert_eq!(
-            (spec.args[1].kind, spec.args[1].value, spec.args[1].size),
-            (USDT_ARG_MEM, -20, -4)
-        );
-        assert_eq!((spec.args[2].kind, spec.args[2].value), (USDT_ARG_CONST, 5));
-        let rip = parse_args("8@16(%rip)").unwrap();
-        assert!(spec_of(USDT_PROBE_FREE, &rip).is_err());
-    }
+    use crate::record::{USDT_PROBE_ALLOC, USDT_PROBE_FREE};
+    use crate::usdt::build_preload;
 
     /// Attaches nothing: records what it was asked.
     #[derive(Default)]
@@ -576,19 +616,8 @@ mod tests {
         }
     }
 
-    fn build_preload(dir: &Path) -> std::path::PathBuf {
-        let status = std::process::Command::new("make")
-            .args(["-s", "-C"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../alloc/preload"))
-            .arg(format!("O={}", dir.display()))
-            .status()
-            .expect("make is needed to build the preload library");
-        assert!(status.success());
-        dir.join("libsymtrace_alloc_preload.so")
-    }
-
     #[test]
-    fn probes_are_attached_once_per_file_and_detached_when_unmapped() {
+    fn probes_are_attached_once_per_file_and_kept_until_the_file_is_deleted() {
         let dir = tempfile::tempdir().unwrap();
         let lib = build_preload(dir.path());
         let mut sleeper = std::process::Command::new("sleep")
@@ -609,7 +638,7 @@ mod tests {
         // Every job waited for: a busy machine must not leave the library
         // unread at the scan.
         let mut procs = crate::process::tests::processes();
-        let mut probes: MemoryProbes<u32> = MemoryProbes::new(Path::new("/proc"));
+        let mut probes: MemoryProbes<u32> = MemoryProbes::new(Path::new("/proc"), Vec::new());
         let mut kernel = Recorded::default();
         probes.scan(true, &mut procs, &mut kernel);
         // (Other processes of the machine may map probed files too: only
@@ -636,10 +665,19 @@ mod tests {
         probes.tick(Instant::now(), &mut procs, &mut kernel);
         probes.scan(true, &mut procs, &mut kernel);
         assert_eq!(kernel.attached.len(), n);
-        // No process maps it any more: detached at the next full scan, its
-        // slots free again.
+        // No process maps it any more: kept attached (for the next process
+        // that maps it), idle.
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
+        probes.scan(true, &mut procs, &mut kernel);
+        assert!(
+            ours.iter().all(|s| !kernel.detached.contains(s)),
+            "an unmapped file stays attached"
+        );
+        assert!(probes.stats().idle >= 1);
+        // Deleted: detached at the next full scan (not at another scan),
+        // its slots free again.
+        std::fs::remove_file(&lib).unwrap();
         probes.scan(false, &mut procs, &mut kernel);
         assert!(
             ours.iter().all(|s| !kernel.detached.contains(s)),
@@ -664,23 +702,89 @@ mod tests {
         assert!(probes.by_owner.values().all(|&n| n == 0));
     }
 
+    /// The inode's sites among those recorded.
+    fn sites_of(kernel: &Recorded, path: &Path) -> Vec<u32> {
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap());
+        kernel
+            .attached
+            .iter()
+            .filter(|a| a.0 == inode)
+            .map(|a| a.2)
+            .collect()
+    }
+
     #[test]
-    fn reads_the_probes_of_the_preload_library() {
-        // Built here from the same source as alloc/tests build it.
+    fn named_files_are_attached_before_any_process_maps_them_and_follow_their_path() {
         let dir = tempfile::tempdir().unwrap();
-        let lib = std::fs::read(build_preload(dir.path())).unwrap();
-        let file = object::File::parse(&lib[..]).unwrap();
-        let probes = memory_probes(&file, &lib[..]);
-        let kinds: Vec<u32> = probes.iter().map(|p| p.probe).collect();
-        assert!(kinds.contains(&USDT_PROBE_ALLOC) && kinds.contains(&USDT_PROBE_FREE));
-        for p in &probes {
-            assert!(!p.semaphore);
-            assert!(p.file_offset > 0 && (p.file_offset as usize) < lib.len());
-            assert!(p.spec.args[0].kind != 0);
-        }
-        // Our own test binary has no notes.
-        let me = std::fs::read("/proc/self/exe").unwrap();
-        let file = object::File::parse(&me[..]).unwrap();
-        assert!(memory_probes(&file, &me[..]).is_empty());
+        let lib = build_preload(dir.path());
+        let mut procs = crate::process::tests::processes();
+        // A directory named: its probe files are attached, no process needed.
+        let mut probes: MemoryProbes<u32> = MemoryProbes::new(
+            Path::new("/proc"),
+            vec![dir.path().to_owned(), dir.path().join("missing.so")],
+        );
+        let mut kernel = Recorded::default();
+        probes.attach_named(&mut kernel);
+        let first = sites_of(&kernel, &lib);
+        assert!(first.len() >= 2, "{:?}", kernel.attached);
+        assert_eq!(probes.stats().files, 1);
+        probes.attach_named(&mut kernel);
+        assert_eq!(sites_of(&kernel, &lib), first, "attached once");
+
+        // Mapped by none: a named file is never given up for another.
+        probes.scan(true, &mut procs, &mut kernel);
+        assert!(probes.stats().idle >= 1);
+        probes.give_up_idle(None, usize::MAX, &mut kernel);
+        assert!(first.iter().all(|s| !kernel.detached.contains(s)));
+
+        // A new version installed under the same path (a rename over it):
+        // attached at the next full scan, the old one detached.
+        let new = dir.path().join("new.tmp");
+        std::fs::copy(&lib, &new).unwrap();
+        std::fs::rename(&new, &lib).unwrap();
+        probes.scan(true, &mut procs, &mut kernel);
+        let second = sites_of(&kernel, &lib);
+        assert!(second.len() >= 2 && second.iter().all(|s| !first.contains(s)));
+        assert!(
+            first.iter().all(|s| kernel.detached.contains(s)),
+            "{:?}",
+            kernel.detached
+        );
+        assert_eq!(probes.stats().files, 1);
+    }
+
+    #[test]
+    fn an_idle_file_gives_its_slots_to_a_mapped_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = build_preload(dir.path());
+        let copy = dir.path().join("copy.so");
+        std::fs::copy(&lib, &copy).unwrap();
+        let mut procs = crate::process::tests::processes();
+        let mut probes: MemoryProbes<u32> = MemoryProbes::new(Path::new("/proc"), Vec::new());
+        let mut kernel = Recorded::default();
+        let attach = |probes: &mut MemoryProbes<u32>, kernel: &mut Recorded, path: &Path| {
+            let (binary, file) =
+                crate::files::read_named(std::fs::File::open(path).unwrap()).unwrap();
+            let key = crate::files::file_key(&file.metadata().unwrap());
+            let probes_of = binary.memory_probes.clone();
+            probes.attach_file(key, "t", 1000, file, &probes_of, false, kernel)
+        };
+        assert!(attach(&mut probes, &mut kernel, &lib));
+        let first = sites_of(&kernel, &lib);
+        // Slots run out; the first file is idle (no process maps it).
+        probes.scan(true, &mut procs, &mut kernel);
+        let spare: Vec<u32> = probes.free_slots.drain(..).collect();
+        assert!(!attach(&mut probes, &mut kernel, &copy), "no slot yet");
+        assert!(
+            first.iter().all(|s| kernel.detached.contains(s)),
+            "the idle file gave its slots up"
+        );
+        assert!(!probes
+            .without
+            .contains(&crate::files::file_key(&std::fs::metadata(&copy).unwrap())));
+        // Once reaped, the next look attaches the mapped one.
+        probes.scan(false, &mut procs, &mut kernel);
+        assert!(attach(&mut probes, &mut kernel, &copy));
+        probes.free_slots.extend(spare);
     }
 }
