@@ -8,12 +8,16 @@ use crate::{Error, Inputs, Source};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Symbol<'data> {
     pub address: u64,
-    /// Size; a symbol without one covers only its own address (a label in
-    /// hand-written assembly: how far its code goes is unknown, and naming
-    /// everything up to the next symbol after it names code that is not
-    /// its own — padding, local functions the table leaves out).
+    /// Size. A symbol without one (`st_size` 0: crt's
+    /// `deregister_tm_clones`, functions written in assembly) extends to
+    /// the next symbol or the end of its section, as llvm-symbolizer,
+    /// addr2line and perf read it ([`SymbolTable::load`] fills it in); a
+    /// symbol with a size names nothing past it.
     pub size: u64,
     pub name: &'data str,
+    /// The end of the symbol's section (`u64::MAX`: unknown), where a
+    /// size-0 symbol's extent stops at the latest.
+    pub section_end: u64,
 }
 
 /// The function symbols of the best table the inputs have.
@@ -61,15 +65,25 @@ impl<'data> SymbolTable<'data> {
                 _ => kept.push(symbol),
             }
         }
-        let symbols = kept;
+        let mut symbols = kept;
+        // A size-0 symbol extends to the next symbol (a distinct address,
+        // after the merge above) or the end of its section.
+        for i in 0..symbols.len() {
+            if symbols[i].size != 0 {
+                continue;
+            }
+            let next = symbols.get(i + 1).map_or(u64::MAX, |s| s.address);
+            let end = next.min(symbols[i].section_end);
+            symbols[i].size = end.saturating_sub(symbols[i].address);
+        }
         Self {
             source: Some(source),
             symbols,
         }
     }
 
-    /// The symbol whose extent holds `address`; `None` between symbols,
-    /// never the nearest one before.
+    /// The symbol whose extent holds `address`; `None` between symbols
+    /// (past a sized symbol's end), never the nearest one before.
     pub fn find(&self, address: u64) -> Option<&Symbol<'data>> {
         let i = self.symbols.partition_point(|s| s.address <= address);
         let symbol = self.symbols.get(i.checked_sub(1)?)?;
@@ -89,10 +103,16 @@ where
         .filter(|s| s.is_definition() && s.address() != 0 && is_code(file, s))
         .filter_map(|s| {
             let name = s.name().ok().filter(|n| !n.is_empty())?;
+            let section_end = s
+                .section_index()
+                .and_then(|i| file.section_by_index(i).ok())
+                .and_then(|sec| sec.address().checked_add(sec.size()))
+                .unwrap_or(u64::MAX);
             Some(Symbol {
                 address: s.address(),
                 size: s.size(),
                 name,
+                section_end,
             })
         })
         .collect()
@@ -126,20 +146,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_address_is_named_only_inside_a_symbols_extent() {
+    fn an_address_is_named_inside_a_symbols_extent_and_a_size_0_symbol_reaches_the_next() {
         let sym = |address, size, name| Symbol {
             address,
             size,
             name,
+            section_end: 0x1300,
         };
-        let table = SymbolTable {
-            source: Some(Source::Dynsym),
-            symbols: vec![
+        let table = SymbolTable::sorted(
+            Source::Dynsym,
+            vec![
                 sym(0x1000, 0x20, "a"),
                 sym(0x1100, 0, "label"),
                 sym(0x1200, 0x10, "b"),
+                sym(0x1280, 0, "last"),
+                // An alias without a size at a sized symbol's address: the
+                // sized one is kept.
+                sym(0x1200, 0, "b_alias"),
             ],
-        };
+        );
         let name = |address| table.find(address).map(|s| s.name);
         assert_eq!(name(0xfff), None);
         assert_eq!(name(0x1000), Some("a"));
@@ -147,8 +172,12 @@ mod tests {
         // A gap (a static function .dynsym leaves out): not a's.
         assert_eq!(name(0x1020), None);
         assert_eq!(name(0x1100), Some("label"));
-        assert_eq!(name(0x1101), None, "a size-0 symbol has no extent");
+        assert_eq!(name(0x1101), Some("label"), "a size-0 symbol runs on");
+        assert_eq!(name(0x11ff), Some("label"), "up to the next symbol");
+        assert_eq!(name(0x1200), Some("b"));
         assert_eq!(name(0x120f), Some("b"));
         assert_eq!(name(0x1210), None);
+        assert_eq!(name(0x12ff), Some("last"), "to its section's end");
+        assert_eq!(name(0x1300), None, "not past its section");
     }
 }

@@ -36,7 +36,9 @@
 //! - 1: fixed-width ranges and a location per range (about 23% of the
 //!   DWARF's size on a release Rust binary);
 //! - 2: varint ranges in blocks, innermost frame stored in the range,
-//!   linkage names front-coded.
+//!   linkage names front-coded;
+//! - 3: a size-0 symbol's extent filled in (to the next symbol or the end
+//!   of its section), so such symbols name the code after them.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -44,7 +46,7 @@ use bytemuck::{Pod, Zeroable};
 pub const MAGIC: [u8; 8] = *b"STSYMIDX";
 /// Format version; any change to this file bumps it, and stored indexes of
 /// another version are rebuilt.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Ranges per block.
 pub const BLOCK: usize = 16;
 /// Raw (linkage) names per front-coded bucket.
@@ -151,7 +153,8 @@ pub struct StrRef {
 pub struct SymbolEntry {
     /// Start address; strictly increasing over `symbols`.
     pub address: u64,
-    /// 0: extends to the next symbol.
+    /// Bytes it covers (a size-0 symbol's extent is filled in when the
+    /// index is built; 0 only for one at its section's end: its address).
     pub size: u64,
     /// Its name: index into `functions`.
     pub function: u32,

@@ -70,8 +70,9 @@ impl<'a> View<'a> {
         let symbols = self.symbols;
         let i = symbols.partition_point(|s| s.address <= address);
         let s = symbols.get(i.checked_sub(1)?)?;
-        // Inside the symbol's extent only (a size-0 symbol: its address),
-        // never "the nearest symbol before" (see `symtab::Symbol::size`).
+        // Inside the symbol's extent only (filled in for a size-0 symbol
+        // when built), never "the nearest symbol before" (see
+        // `symtab::Symbol::size`).
         let end = s.address.saturating_add(s.size.max(1));
         (address < end).then_some(i - 1)
     }

@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 use symtrace_symbolize::{index, DwarfSymbolizer, Frame, Inputs, SymbolIndex};
 use symtrace_testkit::have;
 
-use crate::support::{binaries, sample_addresses};
+use object::{Object, ObjectSymbol};
+
+use crate::support::{binaries, sample_addresses, size_zero_functions};
 
 const SAMPLES: usize = 10_000;
 const THRESHOLD: f64 = 99.9;
@@ -189,15 +191,34 @@ fn ready() -> Option<&'static crate::support::Binaries> {
     binaries()
 }
 
+/// The C++ fixtures have functions without a size (the fixture's assembly
+/// ones; crt's too, with gcc), whose every address is checked.
+fn assert_size_zero_functions(file: &Path) {
+    let zero = size_zero_functions(file);
+    let data = std::fs::read(file).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let asm = obj
+        .symbols()
+        .find(|s| s.name() == Ok("st_asm_sum"))
+        .expect("the fixture's st_asm_sum");
+    assert_eq!(asm.size(), 0, "st_asm_sum is written without a .size");
+    assert!(
+        zero.iter().any(|&(a, _)| a == asm.address()),
+        "{zero:x?} lacks st_asm_sum"
+    );
+}
+
 #[test]
 fn gcc_o2_cpp_agrees_with_llvm_symbolizer() {
     let Some(b) = ready() else { return };
+    assert_size_zero_functions(&b.gcc);
     check("g++ -O2", &b.gcc, &b.gcc, None);
 }
 
 #[test]
 fn clang_o2_cpp_agrees_with_llvm_symbolizer() {
     let Some(b) = ready() else { return };
+    assert_size_zero_functions(&b.clang);
     check("clang++ -O2", &b.clang, &b.clang, None);
 }
 

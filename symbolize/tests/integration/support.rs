@@ -92,40 +92,61 @@ fn build() -> Binaries {
     }
 }
 
-/// `count` addresses drawn uniformly over the bytes of the sized function
-/// symbols in executable sections (seeded, so runs repeat).
+/// `count` addresses drawn uniformly over the bytes of the file's `.text`
+/// (sized functions, size-0 ones, padding and gaps alike; seeded, so runs
+/// repeat), then every address of each size-0 function symbol's extent
+/// there (up to the next symbol, at most 256 bytes each).
 pub fn sample_addresses(file: &Path, count: usize, seed: u64) -> Vec<u64> {
     let data = std::fs::read(file).unwrap();
     let obj = object::File::parse(&*data).unwrap();
-    let mut functions: Vec<(u64, u64)> = obj
-        .symbols()
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0 && s.address() > 0)
-        .filter(|s| {
-            s.section_index()
-                .and_then(|i| obj.section_by_index(i).ok())
-                .is_some_and(|sec| sec.kind() == object::SectionKind::Text)
-        })
-        .map(|s| (s.address(), s.size()))
-        .collect();
-    functions.sort_unstable();
-    functions.dedup_by_key(|f| f.0);
-    let mut prefix = Vec::with_capacity(functions.len());
-    let mut total = 0;
-    for f in &functions {
-        prefix.push(total);
-        total += f.1;
-    }
-    assert!(total > 0, "{} has no sized functions", file.display());
+    let text = obj.section_by_name(".text").expect("a .text section");
+    let (start, size) = (text.address(), text.size());
+    assert!(size > 0, "{} has an empty .text", file.display());
     let mut state = seed;
-    (0..count)
+    let mut addresses: Vec<u64> = (0..count)
         .map(|_| {
             // xorshift64*
             state ^= state >> 12;
             state ^= state << 25;
             state ^= state >> 27;
-            let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d) % total;
-            let i = prefix.partition_point(|&p| p <= r) - 1;
-            functions[i].0 + (r - prefix[i])
+            start + state.wrapping_mul(0x2545_f491_4f6c_dd1d) % size
         })
-        .collect()
+        .collect();
+    for (address, end) in size_zero_functions(file) {
+        addresses.extend(address..end.min(address + 256));
+    }
+    addresses
+}
+
+/// The size-0 function symbols of the file's `.text` and where each one's
+/// extent ends (the next symbol, or the section's end).
+pub fn size_zero_functions(file: &Path) -> Vec<(u64, u64)> {
+    let data = std::fs::read(file).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let text = obj.section_by_name(".text").expect("a .text section");
+    let end = text.address() + text.size();
+    let mut starts: Vec<(u64, u64)> = obj
+        .symbols()
+        .filter(|s| s.section_index() == Some(text.index()) && s.address() > 0)
+        .filter(|s| s.kind() == object::SymbolKind::Text)
+        .map(|s| (s.address(), s.size()))
+        .collect();
+    starts.sort_unstable();
+    let mut out = Vec::new();
+    for (i, &(address, size)) in starts.iter().enumerate() {
+        // At one address a sized alias wins (it is sorted last).
+        let alias_sized = starts[i + 1..]
+            .iter()
+            .take_while(|s| s.0 == address)
+            .any(|s| s.1 > 0);
+        if size != 0 || alias_sized || out.last().is_some_and(|&(a, _)| a == address) {
+            continue;
+        }
+        let next = starts[i + 1..]
+            .iter()
+            .find(|s| s.0 > address)
+            .map_or(end, |s| s.0);
+        out.push((address, next.min(end)));
+    }
+    out
 }
