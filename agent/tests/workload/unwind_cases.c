@@ -60,15 +60,40 @@ __attribute__((noinline)) void dispatch(double gamma, double delta, double used[
 	sink += (unsigned long)used[0]; /* no tail call */
 }
 
+/* One dependent step of tiny's body; the empty asm keeps the compiler
+ * from folding the steps into fewer. */
+#define STEP(x, m, a) \
+	do { \
+		x = x * (m) + (a); \
+		x ^= x >> 7; \
+		__asm__ volatile("" : "+r"(x)); \
+	} while (0)
+
 __attribute__((noinline)) int tiny(int x)
 {
-	/* A few dependent steps, not one: with a single instruction and its
-	 * return, timer interrupts on some CPUs (the 2026 CI machines) are
-	 * taken after the return nearly always, and too few samples land in
-	 * tiny to check anything. Still a leaf without a frame for gcc. */
-	x = x * 3 + 1;
-	x ^= x >> 7;
-	x = x * 5 + 3;
+	/* Sixteen dependent steps (~70 cycles), not one: where a timer
+	 * interrupt is attributed depends on the processor — Intel's land on
+	 * the instruction executing, AMD EPYC's on the instruction after it,
+	 * which for a one-instruction function is the caller's, after the
+	 * `call`, nearly always. With a body this long most samples land in
+	 * tiny on any CPU, some in its prologue and epilogue (clang's frame
+	 * setup). Still a leaf without a frame for gcc. */
+	STEP(x, 3, 1);
+	STEP(x, 5, 3);
+	STEP(x, 7, 5);
+	STEP(x, 9, 7);
+	STEP(x, 11, 9);
+	STEP(x, 13, 11);
+	STEP(x, 15, 13);
+	STEP(x, 17, 15);
+	STEP(x, 3, 17);
+	STEP(x, 5, 19);
+	STEP(x, 7, 21);
+	STEP(x, 9, 23);
+	STEP(x, 11, 25);
+	STEP(x, 13, 27);
+	STEP(x, 15, 29);
+	STEP(x, 17, 31);
 	return x ^ (x >> 11);
 }
 
