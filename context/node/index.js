@@ -5,14 +5,17 @@
 const fs = require("fs");
 const os = require("os");
 const path = require("path");
+const { platformTag } = require("./platform.js");
 
-// Where the addon may be, first match wins: an explicit path, the packaged
-// copy (`npm run build`), then the cargo outputs of a repository checkout.
-// The cargo outputs do not end in .node, so require() cannot load them:
-// process.dlopen can.
+// Where the addon may be, first match wins: an explicit path, the copy
+// prebuilt for this platform that the packed package carries
+// (prebuilds/<platform>-<arch>-<libc>/, put there by `npm pack` or
+// `npm run build`), then the cargo outputs of a repository checkout. The cargo outputs do not end in .node, so
+// require() cannot load them: process.dlopen can.
+const tag = platformTag();
 const candidates = [
   process.env.SYMTRACE_CONTEXT_ADDON,
-  path.join(__dirname, "symtrace_context.node"),
+  path.join(__dirname, "prebuilds", tag, "symtrace_context.node"),
   path.join(__dirname, "../../target/release/libsymtrace_context_node.so"),
   path.join(__dirname, "../../target/debug/libsymtrace_context_node.so"),
 ].filter(Boolean);
@@ -20,9 +23,9 @@ const candidates = [
 const addonPath = candidates.find((p) => fs.existsSync(p));
 if (addonPath === undefined) {
   throw new Error(
-    "@symtrace/context: the native addon was not found; tried:\n  " +
+    `@symtrace/context: no native addon for ${tag} (prebuilt: linux-x64-gnu); tried:\n  ` +
       candidates.join("\n  ") +
-      "\nrun `npm run build` in the package directory",
+      "\nbuild it from source with `npm run build` in the package directory (needs cargo)",
   );
 }
 

@@ -10,9 +10,39 @@
 //   AsyncLocalStorage already answers the continuation's context.
 "use strict";
 const asyncHooks = require("async_hooks");
-const { trace } = require("@opentelemetry/api");
-const { AsyncLocalStorageContextManager } = require("@opentelemetry/context-async-hooks");
+const { createRequire } = require("module");
+const path = require("path");
 const native = require("./index.js");
+
+// A peer dependency, as the application has it. Installed from a tarball
+// or a registry (or with `npm install --install-links <path>`), the
+// package sits in the application's node_modules and a plain require finds
+// its peers. Installed as a link (`npm install <path>`), Node resolves from
+// the link's real path, outside the application: then the peer is looked
+// up from the application's main module and working directory.
+function peer(name) {
+  try {
+    return require(name);
+  } catch (e) {
+    if (e.code !== "MODULE_NOT_FOUND") throw e;
+    const from = [require.main && require.main.filename, path.join(process.cwd(), "index.js")];
+    for (const file of from.filter(Boolean)) {
+      try {
+        return createRequire(file)(name);
+      } catch (inner) {
+        if (inner.code !== "MODULE_NOT_FOUND") throw inner;
+      }
+    }
+    throw new Error(
+      `@symtrace/context/otel needs the peer dependency ${name}: install it in the application ` +
+        `(npm install ${name}); not found from ${__dirname} nor from the application`,
+      { cause: e },
+    );
+  }
+}
+
+const { trace } = peer("@opentelemetry/api");
+const { AsyncLocalStorageContextManager } = peer("@opentelemetry/context-async-hooks");
 
 // The SpanContext published on this thread (null: none). Spans keep their
 // SpanContext object, so comparing identities skips republishing the same
