@@ -58,6 +58,9 @@ fn llvm_symbolizer(file: &Path, addresses: &[u64]) -> Vec<Frames> {
     answers
 }
 
+/// Our frames as llvm's are read: a frame with neither a name nor a line
+/// (padding between functions that a line-table row covers: llvm prints
+/// `??` and `file:0`) is left out on both sides.
 fn ours(frames: &[Frame]) -> Frames {
     frames
         .iter()
@@ -69,6 +72,7 @@ fn ours(frames: &[Frame]) -> Frames {
                 f.line,
             )
         })
+        .filter(|f| f.0 != "??" || f.2 != 0)
         .collect()
 }
 
