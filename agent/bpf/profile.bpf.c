@@ -703,9 +703,14 @@ int on_usdt(struct pt_regs *ctx)
 			return 0;
 		__u64 now = bpf_ktime_get_ns();
 		if (now - w->start_ns >= ALLOC_WINDOW_NS) {
-			/* The next window's thinning, from this one's rate. */
+			/* The next window's thinning, from this one's rate — if it
+			 * was the last one: after a window without allocations the
+			 * rate was nothing, and a burst long ago must not thin the
+			 * first allocations of a process started since. */
 			__u32 k = 0;
 			for (int i = 0; i < MAX_ALLOC_SHIFT; i++) {
+				if (now - w->start_ns >= 2 * ALLOC_WINDOW_NS)
+					break;
 				if ((w->seen >> k) <= alloc_window_max)
 					break;
 				k++;

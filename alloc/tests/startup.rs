@@ -75,7 +75,7 @@ fn in_use_under(server: &Server, service: &str, function: &str, want: f64) -> (f
         } else {
             String::new()
         };
-        let stacks = kit::folded(&text);
+        let stacks: Vec<(String, f64)> = kit::folded(&text);
         let under: f64 = stacks
             .iter()
             .filter(|(s, _)| s.split(';').any(|f| is(f, function)))
