@@ -29,9 +29,10 @@
 # the agent attaches at start to the preload library it is told of, and
 # keeps files attached when no process maps them, so processes are covered
 # from their first allocation): the start of a short process under the
-# preload library (exec to exit, RUNS runs of `true`, alternating) with no
-# agent against an agent that has the library attached and no process
-# mapping it; and the agent's own start with the library named and not.
+# preload library (exec to exit, RUNS runs of `true`) with no agent, with an
+# agent without memory profiling (--no-memory: what any agent costs an
+# exec), and with an agent that has the library attached (named at start);
+# and the agent's own start with the library named and not.
 #
 #   bench/memory-overhead.sh [seconds per run] [rounds]    (default 10 s, 6; as root)
 #   bench/memory-overhead.sh startup [runs]                (default 2000)
@@ -61,27 +62,28 @@ for _ in range(runs):
 print(f"{(time.perf_counter() - t) / runs * 1e6:.1f}")
 PY
   }
-  # Starts an agent (extra flags: $@); prints how long until it said it read
-  # the running processes (ms).
+  # Starts an agent (extra flags: $@); READY is how long until it said it
+  # read the running processes (ms).
   agent() {
     local t0 t1
     t0=$(date +%s%N)
-    "$BIN/symtrace-agent" --server http://127.0.0.1:14926 --interval 10s --no-upload-binaries "$@" \
+    NO_COLOR=1 "$BIN/symtrace-agent" --server http://127.0.0.1:14926 --interval 10s --no-upload-binaries "$@" \
       > "$W/agent.out" 2> "$W/agent.err" &
     AGENT=$!
     for _ in $(seq 600); do grep -q "running processes in" "$W/agent.err" && break; sleep 0.01; done
     t1=$(date +%s%N)
-    echo $(( (t1 - t0) / 1000000 ))
+    READY=$(( (t1 - t0) / 1000000 ))
   }
   echo "start of /bin/true under the preload library, µs per run over $RUNS runs"
   for r in 1 2 3; do
     none=$(starts)
-    ready_plain=$(agent); kill $AGENT; wait $AGENT 2>/dev/null || true
-    ready_named=$(agent --memory-probe-files "$W/lib")
+    agent --no-memory; no_memory=$(starts); kill $AGENT; wait $AGENT 2>/dev/null || true
+    agent; ready_plain=$READY; kill $AGENT; wait $AGENT 2>/dev/null || true
+    agent --memory-probe-files "$W/lib"; ready_named=$READY
     grep -q "otel_memory probes attached.*named=true" "$W/agent.err" || { echo "not attached"; exit 1; }
     attached=$(starts)
     kill $AGENT; wait $AGENT 2>/dev/null || true
-    echo "round $r: no agent $none µs, library attached $attached µs; agent ready in $ready_plain ms, with the library named $ready_named ms"
+    echo "round $r: no agent $none µs, agent without memory profiling $no_memory µs, library attached $attached µs; agent ready in $ready_plain ms, with the library named $ready_named ms"
   done
   exit 0
 fi
