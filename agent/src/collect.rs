@@ -24,6 +24,11 @@ use crate::usdt::MemoryProbes;
 /// How often the ring buffer is drained (the BPF side never wakes us); also
 /// how long a new process's first samples can go without its trace context.
 const POLL: Duration = Duration::from_millis(50);
+/// How long one drain handles records before the loop goes round (records
+/// left wait for the next, at once): a link-map change or an exec waiting
+/// to be handled is not held up by a long backlog, nor by the jobs some
+/// records wait for.
+const DRAIN_SLICE: Duration = Duration::from_millis(20);
 /// How often online CPUs are compared with the ones sampled.
 const CPU_SYNC: Duration = Duration::from_secs(5);
 
@@ -199,7 +204,7 @@ impl Collector {
                 ticks = now_ticks;
                 self.health.sampled();
             }
-            self.sampler.drain(|record, offsets| {
+            let (_, more) = self.sampler.drain(Some(Instant::now() + DRAIN_SLICE), |record, offsets| {
                 // A record's handling reads what its process controls: a
                 // panic in it is that process's problem, never the thread's.
                 let pid = record.pid();
@@ -330,6 +335,12 @@ impl Collector {
                     procs.quarantine(pid);
                 }
             });
+            if more {
+                next_drain = Instant::now(); // the rest right after a look at the wakeups
+            }
+            contained(&self.health, "offering hashed files", || {
+                procs.offer_hashed()
+            });
             // Processes named provisionally until their identity was read:
             // their samples so far are theirs.
             for (old, new) in procs.take_identified() {
@@ -372,7 +383,7 @@ impl Collector {
                 }
             }
         }
-        self.sampler.drain(|_, _| {});
+        self.sampler.drain(None, |_, _| {});
         self.pool.close();
         let end = unix_now_ns();
         add_memory(&mut batch, &mut mem, end);

@@ -244,12 +244,7 @@ impl Pool {
         let inner = self.inner.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("jobs-{index}"))
-            .spawn(move || {
-                if lane == Lane::Background {
-                    lower_priority();
-                }
-                work(&inner, index)
-            });
+            .spawn(move || work(&inner, index));
         if let Err(e) = spawned {
             tracing::error!("cannot start a job worker: {e}");
         }
@@ -470,19 +465,6 @@ fn work(inner: &Inner, index: usize) {
         if s.workers[index].abandoned {
             return; // replaced; its late answer was dropped (the slot was set)
         }
-    }
-}
-
-/// Background jobs (content hashes, hundreds of MiB at the start) yield
-/// the CPU to the parses the sampler waits for and to the host's own work:
-/// this thread runs at nice 10 (best effort; still scheduled on a busy
-/// host, only behind the rest).
-fn lower_priority() {
-    // SAFETY: gettid and setpriority have no memory preconditions; a
-    // failure leaves the priority as it was.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
     }
 }
 

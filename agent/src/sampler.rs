@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
@@ -499,17 +499,29 @@ impl Sampler {
     /// trace-context offsets map, so a process registered by its first
     /// sample has its contexts read from the next tick on, not from the
     /// next drain.
-    pub fn drain(&mut self, mut each: impl FnMut(Record, &mut CtxOffsets<'_>)) -> usize {
+    /// Handles the records waiting, until `until` (`None`: all of them);
+    /// how many it handled, and whether it stopped for the time (records
+    /// may be waiting still).
+    pub fn drain(
+        &mut self,
+        until: Option<Instant>,
+        mut each: impl FnMut(Record, &mut CtxOffsets<'_>),
+    ) -> (usize, bool) {
         let mut n = 0;
         let mut offsets = CtxOffsets(&mut self.thread_ctx);
-        while let Some(item) = self.records.next() {
+        loop {
+            if until.is_some_and(|t| Instant::now() >= t) {
+                return (n, true);
+            }
+            let Some(item) = self.records.next() else {
+                return (n, false);
+            };
             n += 1;
             match Record::parse(&item) {
                 Some(r) => each(r, &mut offsets),
                 None => self.malformed += 1,
             }
         }
-        n
     }
 
     /// How process `pid`'s threads reach their trace-context pointer, or

@@ -52,12 +52,19 @@ fn run(bin: &Path, service: &str, args: &[&str]) -> BTreeMap<String, f64> {
 
 /// The service's folded stacks (root first), once at least `min` samples
 /// are in (or after 30 s).
-fn folded_stacks(server: &Server, service: &str, min: u64) -> Vec<(Vec<String>, u64)> {
+/// The service's folded stacks once they hold the samples its CPU time is
+/// due (`expected`), or most of them and the count stopped growing for
+/// three of the agent's 1 s export intervals (the workload has exited), or
+/// 30 s passed. Not at a fraction of `expected`: samples arrive in time
+/// order, and a workload's phases run one after the other (gamma_work
+/// then delta_work), so a profile read early would skew the split.
+fn folded_stacks(server: &Server, service: &str, expected: f64) -> Vec<(Vec<String>, u64)> {
     let url = format!(
         "{}/api/v1/flamegraph?service={service}&format=folded&from=now-1h&to=now",
         server.url
     );
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = (0, Instant::now());
     loop {
         let resp = kit::client().get(&url).send().unwrap();
         let text = if resp.status() == 200 {
@@ -76,7 +83,11 @@ fn folded_stacks(server: &Server, service: &str, min: u64) -> Vec<(Vec<String>, 
             })
             .collect();
         let total: u64 = stacks.iter().map(|s| s.1).sum();
-        if total >= min || Instant::now() > deadline {
+        if total != last.0 {
+            last = (total, Instant::now());
+        }
+        let settled = total as f64 >= 0.6 * expected && last.1.elapsed() >= Duration::from_secs(3);
+        if total as f64 >= 0.98 * expected || settled || Instant::now() > deadline {
             return stacks;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -122,7 +133,7 @@ fn check_split(server: &Server, bin: &Path, what: &str) {
     let used = run(bin, &service, &["split", "1.2", "0.4"]);
     let (gamma, delta) = (used["gamma_work"], used["delta_work"]);
     let expected = (gamma + delta) * HZ;
-    let stacks = folded_stacks(server, &service, (expected * 0.8) as u64);
+    let stacks = folded_stacks(server, &service, expected);
     let total = samples_where(&stacks, |_| true) as f64;
     let in_leaf = samples_where(&stacks, |s| s.last().is_some_and(|f| f == "leaf_spin"));
     let g = samples_where(&stacks, |s| {
@@ -158,7 +169,7 @@ fn check_split(server: &Server, bin: &Path, what: &str) {
 fn check_tiny(server: &Server, bin: &Path, what: &str) {
     let service = kit::unique(&format!("tiny-{what}-"));
     let used = run(bin, &service, &["tiny", "2.0"]);
-    let stacks = folded_stacks(server, &service, (used["tiny"] * HZ * 0.8) as u64);
+    let stacks = folded_stacks(server, &service, used["tiny"] * HZ);
     let in_tiny = samples_where(&stacks, |s| s.last().is_some_and(|f| f == "tiny"));
     let with_caller = samples_where(&stacks, |s| has_path(s, "main;tiny_loop;tiny"));
     // tiny's body is most of the loop's time (sixteen dependent steps: on
@@ -209,7 +220,7 @@ fn stacks_through_frameless_leaves_prologues_libc_and_the_vdso() {
     let (what, bin) = &bins[0];
     let service = kit::unique("qsort-");
     let used = run(bin, &service, &["qsort", "1.5"]);
-    let stacks = folded_stacks(&server, &service, (used["qsort"] * HZ * 0.8) as u64);
+    let stacks = folded_stacks(&server, &service, used["qsort"] * HZ);
     let exe = bin.file_name().unwrap().to_str().unwrap();
     let garbage = garbage_frames(&stacks, exe);
     assert!(
@@ -250,7 +261,7 @@ fn stacks_through_frameless_leaves_prologues_libc_and_the_vdso() {
     // 4. The vDSO: clock_gettime named, no raw [vdso] address.
     let service = kit::unique("vdso-");
     let used = run(bin, &service, &["vdso", "1.0"]);
-    let stacks = folded_stacks(&server, &service, (used["vdso"] * HZ * 0.8) as u64);
+    let stacks = folded_stacks(&server, &service, used["vdso"] * HZ);
     let named = samples_where(&stacks, |s| {
         s.iter()
             .any(|f| f == "clock_gettime" || f == "__vdso_clock_gettime")

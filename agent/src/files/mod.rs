@@ -41,6 +41,9 @@ const FORGET_ALL: Duration = Duration::from_secs(3600);
 /// oldest are closed beyond.
 const MAX_HELD: usize = 128;
 
+/// Sampled files waiting for their content hash before they are offered
+/// for publishing, at most (more are offered at their next sample).
+const MAX_AWAITING_HASH: usize = 1024;
 /// How long an export waits for one file's content hash being computed
 /// (a mapping whose hash is not there goes without it in that batch).
 const EXPORT_HASH_WAIT: Duration = Duration::from_millis(20);
@@ -87,6 +90,9 @@ pub struct Binaries {
     forgot_all: Instant,
     /// Files held open for publishing, oldest first.
     held: std::collections::VecDeque<(FileKey, open::Opened)>,
+    /// Sampled files whose offer waits for their content hash (computed
+    /// in the background): offered when it is there, sampled again or not.
+    awaiting_hash: Vec<(u32, MapEntry)>,
     /// Files not read, by `Skip::index`.
     pub skipped: [u64; Skip::ALL.len()],
     /// Where sampled files go to be published (`--no-upload-binaries`:
@@ -106,6 +112,7 @@ impl Binaries {
             pass: 0,
             forgot_all: Instant::now(),
             held: std::collections::VecDeque::new(),
+            awaiting_hash: Vec::new(),
             skipped: [0; Skip::ALL.len()],
             offers: None,
             hashed: Arc::default(),
@@ -359,7 +366,17 @@ impl Binaries {
             return;
         };
         if self.hash_pending(map) {
-            return; // offered once its hash is known (a later sample)
+            // Offered once its hash is known (`offer_hashed`).
+            let key = (map.dev, map.inode);
+            if self.awaiting_hash.len() < MAX_AWAITING_HASH
+                && !self
+                    .awaiting_hash
+                    .iter()
+                    .any(|(_, m)| (m.dev, m.inode) == key)
+            {
+                self.awaiting_hash.push((pid, map.clone()));
+            }
+            return;
         }
         if !offers.wants(map, binary) {
             return;
@@ -401,6 +418,28 @@ impl Binaries {
                 _ => offers.not_offered(&map),
             }
         });
+    }
+
+    /// Offers the sampled files whose content hash came since they were
+    /// sampled (nothing waits: a hash still computing is looked at again
+    /// at the next call).
+    pub fn offer_hashed(&mut self) {
+        if self.awaiting_hash.is_empty() {
+            return;
+        }
+        let awaiting = std::mem::take(&mut self.awaiting_hash);
+        for (pid, map) in awaiting {
+            let key = (map.dev, map.inode);
+            let Some(entry) = self.by_file.get_mut(&key) else {
+                continue; // forgotten: sampled again, it is offered again
+            };
+            let _ = with_hash(entry);
+            if matches!(entry.hashing, Hashing::Settled) {
+                self.offer_sampled(pid, &map);
+            } else {
+                self.awaiting_hash.push((pid, map));
+            }
+        }
     }
 
     /// Runs at every flush: past [`MAX_FILES`], the files not looked up

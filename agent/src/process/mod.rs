@@ -315,6 +315,12 @@ impl Processes {
         self.by_pid.len()
     }
 
+    /// Offers the sampled files whose content hash came since they were
+    /// sampled (see `files::Binaries::offer_hashed`).
+    pub fn offer_hashed(&mut self) {
+        self.ctx.binaries.offer_hashed();
+    }
+
     /// What the content hashes cost so far.
     pub fn hash_stats(&self) -> crate::files::hash::HashStats {
         self.ctx.binaries.hashed.stats()
