@@ -318,6 +318,29 @@ fn a_broken_dictionary_refuses_the_request() {
     );
 }
 
+#[test]
+fn the_zero_attribute_may_carry_an_empty_value_as_the_collector_writes_it() {
+    // The OpenTelemetry Collector (pdata) re-marshals attribute_table[0]
+    // with its value present and empty: still the zero value.
+    let mut req = request(vec![good()]);
+    req.dictionary.as_mut().unwrap().attribute_table[0].value = Some(AnyValue { value: None });
+    let out = run(req);
+    assert_eq!((out.accepted, out.rejected), (1, 0));
+    // A value that holds something is not.
+    let mut req = request(vec![good()]);
+    req.dictionary.as_mut().unwrap().attribute_table[0].value = Some(AnyValue {
+        value: Some(any_value::Value::IntValue(1)),
+    });
+    let err = normalize(req, T0, &Limits::default())
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string()
+            .contains("attribute_table[0] must be the zero value"),
+        "{err}"
+    );
+}
+
 /// A request as an OTLP profiles v1.9 sender lays it out.
 pub(crate) fn v19_request_bytes() -> Vec<u8> {
     testing::v19::request(dictionary()).encode_to_vec()

@@ -383,6 +383,14 @@ fn check_zero_values(d: &Dictionary) -> Result<(), RequestError> {
     fn nonzero<T: Default + PartialEq>(table: &[T]) -> bool {
         table.first().is_some_and(|first| *first != T::default())
     }
+    // The OpenTelemetry Collector's pdata writes the zero attribute with
+    // its value present but empty (an `AnyValue` holding nothing): that is
+    // the zero value too.
+    let attribute_nonzero = d.attribute_table.first().is_some_and(|a| {
+        a.key_strindex != 0
+            || a.unit_strindex != 0
+            || a.value.as_ref().is_some_and(|v| v.value.is_some())
+    });
     let link_nonzero = d
         .link_table
         .first()
@@ -396,7 +404,7 @@ fn check_zero_values(d: &Dictionary) -> Result<(), RequestError> {
             "stack_table",
             d.stack_table.first().is_some_and(|s| !s.is_empty()),
         ),
-        ("attribute_table", nonzero(&d.attribute_table)),
+        ("attribute_table", attribute_nonzero),
         ("link_table", link_nonzero),
     ];
     match tables.iter().find(|(_, bad)| *bad) {
