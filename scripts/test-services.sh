@@ -12,7 +12,8 @@
 # chromium + npm's playwright-core for the UI test, npm's pprof-format as the
 # independent pprof reader, npm's OpenTelemetry JS SDK for the Node.js
 # context package (context/node, linked there as @symtrace/context), and
-# inferno's inferno-flamegraph.
+# inferno's inferno-flamegraph, and the OpenTelemetry Collector and eBPF
+# profiler built from the Go module proxy.
 # Idempotent: what is installed or running already is left alone.
 #
 # Prints the environment the tests read (source it: `. <(scripts/test-services.sh)`
@@ -100,6 +101,33 @@ if ! command -v inferno-flamegraph >/dev/null 2>&1; then
   cargo install inferno@0.12.8 --locked >&2
 fi
 
+# The OpenTelemetry Collector (testkit/peers/otelcol: a minimal distribution
+# of one release, go.mod and go.sum committed) and the OpenTelemetry eBPF
+# profiler, built from the Go module proxy once per machine and kept under
+# $PEERS_DIR by what they are built from (a cold build: see docs/testing.md).
+PEERS_DIR=${SYMTRACE_TEST_PEERS_DIR:-/opt/symtrace-peers}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+OTELCOL_ID=$(cat "$REPO"/testkit/peers/otelcol/{go.mod,go.sum,main.go} | sha256sum | cut -c1-16)
+OTELCOL="$PEERS_DIR/otelcol-$OTELCOL_ID/symtrace-test-otelcol"
+if [ ! -x "$OTELCOL" ]; then
+  log "building the OpenTelemetry Collector (testkit/peers/otelcol)"
+  mkdir -p "$(dirname "$OTELCOL")"
+  (cd "$REPO/testkit/peers/otelcol" && CGO_ENABLED=0 go build -trimpath -o "$OTELCOL.tmp" . >&2)
+  mv "$OTELCOL.tmp" "$OTELCOL"
+fi
+# The profiler through a module of ours that names it as a tool
+# (testkit/peers/ebpf-profiler/go.mod): `go install …@version` asks the
+# proxy for the module's version list, which it does not serve, and fails.
+EBPF_ID=$(cat "$REPO"/testkit/peers/ebpf-profiler/{go.mod,go.sum} | sha256sum | cut -c1-16)
+EBPF_PROFILER="$PEERS_DIR/ebpf-profiler-$EBPF_ID/ebpf-profiler"
+if [ ! -x "$EBPF_PROFILER" ]; then
+  log "building the OpenTelemetry eBPF profiler (testkit/peers/ebpf-profiler)"
+  mkdir -p "$(dirname "$EBPF_PROFILER")"
+  (cd "$REPO/testkit/peers/ebpf-profiler" && CGO_ENABLED=0 go build -trimpath -o "$EBPF_PROFILER.tmp" \
+    go.opentelemetry.io/ebpf-profiler >&2)
+  mv "$EBPF_PROFILER.tmp" "$EBPF_PROFILER"
+fi
+
 # PostgreSQL: the Debian cluster, started without systemd; root gets a superuser role.
 PG_VERSION=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
 if [ -z "$PG_VERSION" ]; then log "no PostgreSQL cluster found"; exit 1; fi
@@ -135,4 +163,6 @@ export SYMTRACE_TEST_S3_BUCKET='$S3_BUCKET'
 export SYMTRACE_TEST_S3_ACCESS_KEY=AK
 export SYMTRACE_TEST_S3_SECRET_KEY=SK
 export SYMTRACE_TEST_PYTHON='$PY_VENV/bin/python'
+export SYMTRACE_TEST_OTELCOL='$OTELCOL'
+export SYMTRACE_TEST_EBPF_PROFILER='$EBPF_PROFILER'
 ENV

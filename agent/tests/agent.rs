@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use symtrace_testkit::agent::{
     bpf_available, bpf_test, clang_with_frame_pointers, number_after, Agent,
 };
+use symtrace_testkit::collector::{Collector, Export};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 /// The agent's frequency in these tests.
@@ -372,4 +373,74 @@ fn our_writers_pass_libdd_otel_thread_ctx_layout_checks() {
     // And the check can fail: the test workload publishes nothing.
     let workload = kit::target_dir().join("examples/cpu_split");
     assert!(libdd_otel_thread_ctx::sanity_check::check_tls_slot_in(&workload).is_err());
+}
+
+/// Our agent's profiles through the OpenTelemetry Collector (issue #39):
+/// the agent exports to a real Collector's OTLP receiver, the Collector to
+/// symtrace over OTLP/gRPC (tenant `via`, set by the Collector's exporter):
+/// the split, the resource and thread attributes and the workload's frames
+/// come out as when the agent exports directly (the test above).
+#[test]
+fn through_the_opentelemetry_collector() {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
+        return;
+    };
+    let Some(otelcol_bin) = symtrace_testkit::collector::binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&Backend::local(), &[]);
+    let mut otelcol = Collector::start(
+        &otelcol_bin,
+        &[Export::Grpc {
+            endpoint: server.grpc_addr.clone(),
+            tenant: "via".into(),
+        }],
+    );
+    let mut agent = start_agent(&otelcol.grpc_addr, &[]);
+    let bin = c_workload(dir.path());
+    server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
+    let service = kit::unique("collector-split-");
+    let used = run_workload(&bin, &service, 1.2, 0.6);
+    let got = wait_for_split(
+        &server,
+        Some("via"),
+        &service,
+        (used.0 + used.1) * HZ,
+        Duration::from_secs(30),
+    );
+    assert_split("through the Collector", got, used);
+    let (status, body) = kit::json_of(
+        kit::client()
+            .get(format!(
+                "{}/api/v1/profiles/samples?service={service}&limit=100",
+                server.url
+            ))
+            .header("X-Scope-OrgID", "via")
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let samples = body["samples"].as_array().unwrap();
+    assert!(!samples.is_empty(), "{body}");
+    for sample in samples {
+        assert_eq!(sample["resource"]["service.name"], service.as_str());
+        assert!(sample["resource"]["process.pid"].is_string(), "{sample}");
+        assert!(sample["labels"]["thread.name"].is_string(), "{sample}");
+    }
+    let build_id = kit::build_id_of(&bin);
+    assert!(
+        samples.iter().any(|s| s["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["mapping"]["build_id"] == build_id.as_str())),
+        "{body}"
+    );
+    assert!(agent.stop().success(), "{}", agent.stderr());
+    assert!(
+        otelcol.stop().is_some_and(|s| s.success()),
+        "{}",
+        otelcol.log_text()
+    );
 }

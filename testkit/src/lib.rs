@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent;
+pub mod collector;
 
 /// The `symtrace-server` binary of this build: `SYMTRACE_SERVER_BIN`, or the
 /// one beside the test executable's `deps/` directory (cargo builds it for

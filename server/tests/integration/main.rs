@@ -7,6 +7,7 @@ use symtrace_testkit as support;
 
 mod amplification;
 mod bad_input;
+mod collector;
 mod conformance;
 mod crash;
 mod deploy;

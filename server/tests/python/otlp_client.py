@@ -14,6 +14,11 @@ timestamps-only samples with thread attributes; trace links), and
              sent, event for event;
   loop       exports small profiles until killed, printing the ID of each
              export the server acknowledged (the durability test);
+  collector  sends profiles to an OpenTelemetry Collector (--collector-grpc,
+             --collector-http: its OTLP receiver) and the same ones straight
+             to symtrace (--grpc, tenant `direct`), then reads back each
+             tenant the Collector exports to (--tenants) until it holds
+             exactly what was sent, event for event;
   stacks     sends the stacks a JSON spec describes (--spec FILE): native
              frames of one binary as raw addresses, kernel frames by name,
              each stack with a count of timestamped samples and an optional
@@ -277,6 +282,52 @@ def roundtrip(args):
     return 1 if failures else 0
 
 
+def collector(args):
+    """Through a Collector: one request into its gRPC receiver, another
+    into its OTLP/HTTP one; both straight to symtrace too (tenant
+    `direct`). Every tenant the Collector exports to must end up holding
+    exactly what `direct` holds."""
+    now = time.time_ns()
+    sent = defaultdict(Counter)
+    via = argparse.Namespace(**vars(args))
+    via.grpc, via.http = args.collector_grpc, args.collector_http
+    for i, transport in enumerate(["grpc", "http-protobuf"]):
+        request, expected = build(seed=300 + i, now_ns=now)
+        for k, v in expected.items():
+            sent[k].update(v)
+        rejected, message = send("grpc", request, args, "direct")
+        if rejected:
+            print(f"direct: server rejected {rejected}: {message}")
+            return 1
+        rejected, message = send(transport, request, via, "ignored-by-the-collector")
+        if rejected:
+            print(f"collector {transport}: rejected {rejected}: {message}")
+            return 1
+    events = sum(sum(c.values()) for c in sent.values())
+    direct = canonical_from_server(dump(args, "direct"))
+    if direct != sent:
+        print(f"direct: MISMATCH ({len(direct)} identities, {len(sent)} sent)")
+        return 1
+    failures = 0
+    for tenant in args.tenants.split(","):
+        deadline = time.time() + args.timeout
+        while True:
+            got = canonical_from_server(dump(args, tenant))
+            if got == sent or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        if got != sent:
+            failures += 1
+            missing = [k for k in sent if got.get(k) != sent[k]]
+            extra = [k for k in got if k not in sent]
+            print(f"{tenant}: MISMATCH: {len(missing)} identities differ, {len(extra)} unexpected")
+            for k in (missing + extra)[:3]:
+                print("  sent", dict(sent.get(k, {})), "\n  got ", dict(got.get(k, {})), "\n  key ", k)
+            continue
+        print(f"{tenant}: ok: {len(sent)} sample identities, {events} events, as sent directly")
+    return 1 if failures else 0
+
+
 def loop(args):
     """Exports until killed; prints `acked <export-id> <events>` per
     acknowledged export, flushing each line."""
@@ -400,14 +451,19 @@ def stacks(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["roundtrip", "loop", "stacks"])
+    ap.add_argument("mode", choices=["roundtrip", "loop", "stacks", "collector"])
+    ap.add_argument("--collector-grpc", help="collector mode: the Collector's OTLP gRPC receiver")
+    ap.add_argument("--collector-http", help="collector mode: the Collector's OTLP/HTTP receiver (URL)")
+    ap.add_argument("--tenants", default="", help="collector mode: the tenants the Collector exports to")
+    ap.add_argument("--timeout", type=float, default=30.0, help="collector mode: seconds to wait for them")
     ap.add_argument("--spec", help="stacks mode: the JSON spec file")
     ap.add_argument("--grpc", default="127.0.0.1:4317")
     ap.add_argument("--http", default="http://127.0.0.1:8002")
     ap.add_argument("--transport", default="grpc", choices=["grpc", "http-protobuf", "http-json"])
     ap.add_argument("--tenant-prefix", default="")
     args = ap.parse_args()
-    sys.exit({"roundtrip": roundtrip, "loop": loop, "stacks": stacks}[args.mode](args))
+    modes = {"roundtrip": roundtrip, "loop": loop, "stacks": stacks, "collector": collector}
+    sys.exit(modes[args.mode](args))
 
 
 if __name__ == "__main__":

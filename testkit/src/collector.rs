@@ -1,0 +1,173 @@
+//! The OpenTelemetry Collector as tests run it: the minimal distribution
+//! `scripts/test-services.sh` builds from the Go module proxy
+//! (`testkit/peers/otelcol`: the OTLP receiver, the OTLP gRPC and HTTP
+//! exporters), with profiles on (`--feature-gates=+service.profilesSupport`),
+//! its receiver on loopback, its exporters pointed at a symtrace server.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where one exporter of the Collector sends what it receives.
+#[derive(Debug, Clone)]
+pub enum Export {
+    /// OTLP/gRPC to `HOST:PORT`, with this tenant (`X-Scope-OrgID`).
+    Grpc { endpoint: String, tenant: String },
+    /// OTLP/HTTP to `http://HOST:PORT`, with this tenant.
+    Http { endpoint: String, tenant: String },
+}
+
+/// A running Collector; killed when dropped.
+pub struct Collector {
+    child: Option<Child>,
+    /// Its OTLP receiver: gRPC `HOST:PORT`, and HTTP `http://HOST:PORT`.
+    pub grpc_addr: String,
+    pub http_url: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// The Collector binary: `$SYMTRACE_TEST_OTELCOL`, which
+/// scripts/test-services.sh exports. `None` (a skip, a failure in CI) when
+/// it is not there.
+pub fn binary() -> Option<PathBuf> {
+    let path = std::env::var_os("SYMTRACE_TEST_OTELCOL").map(PathBuf::from);
+    let found = path.filter(|p| p.exists());
+    if crate::require(
+        found.is_some(),
+        "the OpenTelemetry Collector ($SYMTRACE_TEST_OTELCOL, built by scripts/test-services.sh)",
+    ) {
+        found
+    } else {
+        None
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config(grpc: &str, http: &str, exports: &[Export]) -> String {
+    let mut exporters = String::new();
+    let mut names = Vec::new();
+    for (i, e) in exports.iter().enumerate() {
+        let (kind, endpoint, tenant, tls) = match e {
+            Export::Grpc { endpoint, tenant } => (
+                "otlp_grpc",
+                endpoint,
+                tenant,
+                "\n    tls:\n      insecure: true",
+            ),
+            Export::Http { endpoint, tenant } => ("otlp_http", endpoint, tenant, ""),
+        };
+        let name = format!("{kind}/e{i}");
+        exporters.push_str(&format!(
+            "  {name}:\n    endpoint: {endpoint}{tls}\n    headers:\n      X-Scope-OrgID: {tenant}\n"
+        ));
+        names.push(name);
+    }
+    format!(
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: {grpc}\n      http:\n        endpoint: {http}\n\
+         exporters:\n{exporters}\
+         service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [{}]\n",
+        names.join(", ")
+    )
+}
+
+impl Collector {
+    /// Starts `bin` exporting to `exports`; waits until its receiver
+    /// accepts connections.
+    pub fn start(bin: &std::path::Path, exports: &[Export]) -> Collector {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("otelcol.log");
+        let config_path = dir.path().join("config.yaml");
+        // Ports picked free, then bound by the Collector: another process
+        // may take one in between, so a start that fails is tried again.
+        for _ in 0..3 {
+            let grpc = format!("127.0.0.1:{}", free_port());
+            let http = format!("127.0.0.1:{}", free_port());
+            std::fs::write(&config_path, config(&grpc, &http, exports)).unwrap();
+            if let Some(child) = spawn(bin, &config_path, &log, &grpc, &http) {
+                return Collector {
+                    child: Some(child),
+                    grpc_addr: grpc,
+                    http_url: format!("http://{http}"),
+                    log,
+                    _dir: dir,
+                };
+            }
+        }
+        panic!(
+            "the Collector did not start:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+
+    /// What it logged.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops it (SIGTERM: it drains what it holds, as it does on a
+    /// shutdown), and waits.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: signals our own child, not waited for yet.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        Some(child.wait().unwrap())
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts the Collector on `config`; the process once its receiver is up
+/// (`None`: it exited, e.g. a port was taken).
+fn spawn(
+    bin: &std::path::Path,
+    config: &std::path::Path,
+    log: &std::path::Path,
+    grpc: &str,
+    http: &str,
+) -> Option<Child> {
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .arg("--feature-gates=+service.profilesSupport")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("spawn the Collector");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            eprintln!(
+                "the Collector exited with {status}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            return None;
+        }
+        if TcpStream::connect(grpc).is_ok() && TcpStream::connect(http).is_ok() {
+            return Some(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "the Collector's receiver did not come up:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
