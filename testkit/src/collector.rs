@@ -12,17 +12,29 @@ use std::time::{Duration, Instant};
 /// Where one exporter of the Collector sends what it receives.
 #[derive(Debug, Clone)]
 pub enum Export {
-    /// OTLP/gRPC to `HOST:PORT`, with this tenant (`X-Scope-OrgID`).
-    Grpc { endpoint: String, tenant: String },
-    /// OTLP/HTTP to `http://HOST:PORT`, with this tenant.
-    Http { endpoint: String, tenant: String },
+    /// OTLP/gRPC to `endpoint` (`HOST:PORT`), with this tenant
+    /// (`X-Scope-OrgID`).
+    Grpc {
+        /// `HOST:PORT`.
+        endpoint: String,
+        /// The `X-Scope-OrgID` the exporter sends.
+        tenant: String,
+    },
+    /// OTLP/HTTP to `endpoint` (`http://HOST:PORT`), with this tenant.
+    Http {
+        /// `http://HOST:PORT`.
+        endpoint: String,
+        /// The `X-Scope-OrgID` the exporter sends.
+        tenant: String,
+    },
 }
 
 /// A running Collector; killed when dropped.
 pub struct Collector {
     child: Option<Child>,
-    /// Its OTLP receiver: gRPC `HOST:PORT`, and HTTP `http://HOST:PORT`.
+    /// Its OTLP receiver's gRPC address, `HOST:PORT`.
     pub grpc_addr: String,
+    /// Its OTLP receiver's HTTP address, `http://HOST:PORT`.
     pub http_url: String,
     log: PathBuf,
     _dir: tempfile::TempDir,
