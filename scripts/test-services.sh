@@ -104,7 +104,8 @@ fi
 # The OpenTelemetry Collector (testkit/peers/otelcol: a minimal distribution
 # of one release, go.mod and go.sum committed) and the OpenTelemetry eBPF
 # profiler, built from the Go module proxy once per machine and kept under
-# $PEERS_DIR by what they are built from (a cold build: see docs/testing.md).
+# $PEERS_DIR by what they are built from (cold, with the module downloads:
+# about 1.5 min for the Collector and 30 s for the profiler on 2 cores).
 PEERS_DIR=${SYMTRACE_TEST_PEERS_DIR:-/opt/symtrace-peers}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OTELCOL_ID=$(cat "$REPO"/testkit/peers/otelcol/{go.mod,go.sum,main.go} | sha256sum | cut -c1-16)
