@@ -148,10 +148,13 @@ fn sites_of(kernel: &Recorded, path: &Path) -> Vec<u32> {
 fn named_files_are_attached_before_any_process_maps_them_and_follow_their_path() {
     let dir = tempfile::tempdir().unwrap();
     let lib = build_preload(dir.path());
+    // No process looked at (an empty process root): only the named files.
+    let empty = tempfile::tempdir().unwrap();
+    let no_processes = empty.path().to_owned();
     let mut procs = crate::process::tests::processes();
     // A directory named: its probe files are attached, no process needed.
     let mut probes: MemoryProbes<u32> = MemoryProbes::new(
-        Path::new("/proc"),
+        &no_processes,
         vec![dir.path().to_owned(), dir.path().join("missing.so")],
     );
     let mut kernel = Recorded::default();
@@ -191,7 +194,11 @@ fn an_idle_file_gives_its_slots_to_a_mapped_one() {
     let copy = dir.path().join("copy.so");
     std::fs::copy(&lib, &copy).unwrap();
     let mut procs = crate::process::tests::processes();
-    let mut probes: MemoryProbes<u32> = MemoryProbes::new(Path::new("/proc"), Vec::new());
+    // No process looked at (an empty process root): other processes of
+    // the machine that map probe files must not take the slots.
+    let no_processes = dir.path().join("proc");
+    std::fs::create_dir(&no_processes).unwrap();
+    let mut probes: MemoryProbes<u32> = MemoryProbes::new(&no_processes, Vec::new());
     let mut kernel = Recorded::default();
     let attach = |probes: &mut MemoryProbes<u32>, kernel: &mut Recorded, path: &Path| {
         let (binary, file) = crate::files::read_named(std::fs::File::open(path).unwrap()).unwrap();
