@@ -594,21 +594,33 @@ fn a_client_that_stops_reading_is_cut_off() {
         }
         stalled.push(stream);
     }
-    // Both slots are taken; once the timeout cuts the stalled clients off,
-    // a new client is served.
+    // Both slots are taken; once the timeout cuts both stalled clients
+    // off, two new clients are served at once (one served alone would
+    // show only one slot free: reading the other stalled client below
+    // would then let it go on, not show it was cut).
+    let healthz = || -> Option<std::net::TcpStream> {
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .ok()?;
+        s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .ok()?;
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).ok()?;
+        (&head == b"HTTP/1.1 200").then_some(s)
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let resp = client()
-            .get(format!("{}/healthz", server.url))
-            .timeout(std::time::Duration::from_secs(3))
-            .send();
-        if resp.is_ok_and(|r| r.status() == 200) {
+        // The first one is kept open (its slot held) while the second asks.
+        let first = healthz();
+        if first.is_some() && healthz().is_some() {
             break;
         }
+        drop(first);
         assert!(
             std::time::Instant::now() < deadline,
-            "no slot came free: the stalled clients hold them"
+            "no two slots came free: the stalled clients hold them"
         );
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
     // The server closed them (what they read ends).
     for mut s in stalled {
