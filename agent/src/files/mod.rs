@@ -508,11 +508,7 @@ pub fn read_named(file: std::fs::File) -> Result<(Binary, std::fs::File), Skip> 
     if !meta.is_file() {
         return Err(Skip::NotRegular);
     }
-    let cache = object::ReadCache::new(&file);
-    let budget = elf::ReadBudget::new(elf::MAX_PARSE_BYTES);
-    let mut binary =
-        Binary::parse(elf::Bounded::new(&cache, &budget)).map_err(|_| Skip::Unparsable)?;
-    drop(cache);
+    let mut binary = parse_bounded(&file)?;
     binary.size = meta.len();
     binary.uid = std::os::unix::fs::MetadataExt::uid(&meta);
     Ok((binary, file))
@@ -527,14 +523,18 @@ pub fn file_key(meta: &std::fs::Metadata) -> (u64, u64) {
     ((major << 32) | minor, meta.ino())
 }
 
+/// The facts of an opened ELF file, parsed through a read cache within
+/// [`elf::MAX_PARSE_BYTES`] (its size and owner left for the caller).
+fn parse_bounded(file: &std::fs::File) -> Result<Binary, Skip> {
+    let cache = object::ReadCache::new(file);
+    let budget = elf::ReadBudget::new(elf::MAX_PARSE_BYTES);
+    Binary::parse(elf::Bounded::new(&cache, &budget)).map_err(|_| Skip::Unparsable)
+}
+
 /// Reads the facts of a mapped file (in a job); the file comes back too.
 fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> Read {
     let opened = open::open_mapped(proc_root, pid, map)?;
-    let cache = object::ReadCache::new(&opened.file);
-    let budget = elf::ReadBudget::new(elf::MAX_PARSE_BYTES);
-    let mut binary =
-        Binary::parse(elf::Bounded::new(&cache, &budget)).map_err(|_| Skip::Unparsable)?;
-    drop(cache);
+    let mut binary = parse_bounded(&opened.file)?;
     binary.size = opened.size;
     binary.uid = opened.uid;
     if binary.build_id.is_none() {
