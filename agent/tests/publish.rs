@@ -148,35 +148,6 @@ fn a_service_never_uploaded_is_named_from_what_two_agents_published_once() {
     }
 }
 
-/// The `go` on the PATH's minor version (`go1.26.8`: 26).
-fn go_minor_version() -> u32 {
-    let out = kit::run(Command::new("go").args(["env", "GOVERSION"]));
-    let version = String::from_utf8(out.stdout).unwrap();
-    version
-        .trim()
-        .strip_prefix("go1.")
-        .and_then(|v| v.split(['.', 'r', 'b']).next()?.parse().ok())
-        .unwrap_or_else(|| panic!("go env GOVERSION: {version:?}"))
-}
-
-/// Builds the Go workload with the `go` on the PATH: `go build` with
-/// `flags`.
-fn go_build(dir: &Path, out: &Path, flags: &[&str]) {
-    kit::run(
-        Command::new("go")
-            .arg("build")
-            .args(flags)
-            .arg("-o")
-            .arg(out)
-            .arg(".")
-            .current_dir(workload("gowork"))
-            .env("GOCACHE", dir.join("gocache"))
-            .env("GOPATH", dir.join("gopath"))
-            .env("GOFLAGS", "-buildvcs=false")
-            .env("GO111MODULE", "on"),
-    );
-}
-
 #[test]
 fn a_plain_go_build_is_named_with_file_and_line() {
     let Some(_one) = bpf_test(&["go", "readelf"]) else {
@@ -186,19 +157,11 @@ fn a_plain_go_build_is_named_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("goplain");
     let small = dir.path().join("gosmall");
-    // Go 1.26 derives a GNU build-ID from Go's by default; `-B none` builds
-    // what older toolchains (and Go's own cache) make: Go's build-ID only.
-    let only_go_id = if go_minor_version() >= 26 {
-        " -B none"
-    } else {
-        ""
-    };
-    go_build(dir.path(), &plain, &[&format!("-ldflags={only_go_id}")]);
-    go_build(
-        dir.path(),
-        &small,
-        &[&format!("-ldflags=-s -w{only_go_id}")],
-    );
+    // What older toolchains (and Go's own cache) make: Go's build-ID only.
+    let plain_flags = kit::agent::go_without_gnu_build_id("");
+    kit::agent::go_build(dir.path(), &plain, &[&plain_flags]);
+    let small_flags = kit::agent::go_without_gnu_build_id("-s -w");
+    kit::agent::go_build(dir.path(), &small, &[&small_flags]);
     let notes =
         String::from_utf8(kit::run(Command::new("readelf").arg("-n").arg(&plain)).stdout).unwrap();
     assert!(

@@ -201,15 +201,7 @@ pub fn clang_with_frame_pointers(out: &Path, sources: &[PathBuf], extra: &[&str]
 
 /// The service's CPU flamegraph, folded (root first): (frames, samples).
 pub fn folded(server: &Server, service: &str) -> Vec<(String, u64)> {
-    let url = format!(
-        "{}/api/v1/flamegraph?service={service}&format=folded&from=now-1h&to=now",
-        server.url
-    );
-    let resp = crate::client().get(url).send().unwrap();
-    if resp.status() != 200 {
-        return Vec::new(); // not ingested yet
-    }
-    crate::folded(&resp.text().unwrap())
+    crate::split::folded_in(server, None, service)
 }
 
 /// The fields of the service's CPU flamegraph nodes named `name` (JSON
@@ -248,14 +240,7 @@ pub fn wait_for(
     service: &str,
     done: impl Fn(&[(String, u64)]) -> bool,
 ) -> Vec<(String, u64)> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let stacks = folded(server, service);
-        if done(&stacks) || Instant::now() > deadline {
-            return stacks;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    crate::split::wait_for_selected(server, None, service, "", Duration::from_secs(30), done)
 }
 
 /// The 40 heaviest stacks, one per line, for assertion messages.
@@ -265,4 +250,46 @@ pub fn summary(stacks: &[(String, u64)]) -> String {
     lines.reverse();
     lines.truncate(40);
     lines.join("\n")
+}
+
+/// The `go` on the PATH's minor version (`go1.26.8`: 26).
+pub fn go_minor_version() -> u32 {
+    let out = crate::run(Command::new("go").args(["env", "GOVERSION"]));
+    let version = String::from_utf8(out.stdout).unwrap();
+    version
+        .trim()
+        .strip_prefix("go1.")
+        .and_then(|v| v.split(['.', 'r', 'b']).next()?.parse().ok())
+        .unwrap_or_else(|| panic!("go env GOVERSION: {version:?}"))
+}
+
+/// `go build -ldflags=…` flags that leave out the GNU build-ID: Go 1.26
+/// derives one from Go's by default; `-B none` builds what older
+/// toolchains make (Go's build-ID only).
+pub fn go_without_gnu_build_id(ldflags: &str) -> String {
+    let none = if go_minor_version() >= 26 {
+        " -B none"
+    } else {
+        ""
+    };
+    format!("-ldflags={ldflags}{none}")
+}
+
+/// Builds the Go workload (`agent/tests/workload/gowork`) at `out` with
+/// the `go` on the PATH: `go build` with `flags`, its caches under `dir`.
+pub fn go_build(dir: &Path, out: &Path, flags: &[&str]) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/workload/gowork");
+    crate::run(
+        Command::new("go")
+            .arg("build")
+            .args(flags)
+            .arg("-o")
+            .arg(out)
+            .arg(".")
+            .current_dir(source)
+            .env("GOCACHE", dir.join("gocache"))
+            .env("GOPATH", dir.join("gopath"))
+            .env("GOFLAGS", "-buildvcs=false")
+            .env("GO111MODULE", "on"),
+    );
 }

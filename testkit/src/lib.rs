@@ -13,6 +13,8 @@ use serde_json::Value;
 
 pub mod agent;
 pub mod collector;
+pub mod ebpf_profiler;
+pub mod split;
 
 /// The `symtrace-server` binary of this build: `SYMTRACE_SERVER_BIN`, or the
 /// one beside the test executable's `deps/` directory (cargo builds it for
@@ -129,6 +131,16 @@ pub fn unique(prefix: &str) -> String {
         N.fetch_add(1, Ordering::SeqCst),
         Instant::now().elapsed().subsec_nanos() % 1000
     )
+}
+
+/// A TCP port on loopback no socket holds now (another process may take it
+/// before the caller binds it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Where a server keeps metadata and blobs.

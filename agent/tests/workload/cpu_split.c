@@ -1,6 +1,7 @@
 /* Test workload: two threads, each burning a given amount of its own CPU
  * time (CLOCK_THREAD_CPUTIME_ID, not wall time) in a function of its own,
  * alpha_work and beta_work; prints the thread CPU times it measured.
+ * An optional third argument burns that much CPU time in warm_up first.
  * Build: clang -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer
  *        -fno-optimize-sibling-calls -pthread */
 #include <pthread.h>
@@ -39,6 +40,16 @@ __attribute__((noinline)) void beta_work(double seconds, double *used)
 	*used = thread_cpu_seconds() - start;
 }
 
+/* Burns `seconds` of this thread's CPU time before the measured work: a
+ * profiler that learns of a process some time after it starts (the
+ * OpenTelemetry eBPF profiler) sees the whole of the measured part. */
+__attribute__((noinline)) void warm_up(double seconds)
+{
+	double start = thread_cpu_seconds();
+	while (thread_cpu_seconds() - start < seconds)
+		spin();
+}
+
 struct job {
 	void (*work)(double, double *);
 	double seconds, used;
@@ -53,10 +64,13 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s ALPHA_CPU_SECONDS BETA_CPU_SECONDS\n", argv[0]);
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: %s ALPHA_CPU_SECONDS BETA_CPU_SECONDS [WARM_UP_CPU_SECONDS]\n",
+			argv[0]);
 		return 2;
 	}
+	if (argc == 4)
+		warm_up(atof(argv[3]));
 	struct job jobs[2] = {{alpha_work, atof(argv[1]), 0}, {beta_work, atof(argv[2]), 0}};
 	pthread_t threads[2];
 	for (int i = 0; i < 2; i++)

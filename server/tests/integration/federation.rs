@@ -2,19 +2,10 @@
 //! own server among them), validated, stored and served; concurrent requests
 //! share one fetch; misses are remembered; loops stop at the hop limit.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Elfutils(Child);
 
