@@ -4,13 +4,12 @@
 //! works; a skip there is a failure).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use symtrace_testkit::agent::{
-    bpf_available, bpf_test, clang_with_frame_pointers, number_after, Agent,
-};
+use symtrace_testkit::agent::{bpf_available, bpf_test, number_after, Agent};
 use symtrace_testkit::collector::{Collector, Export};
+use symtrace_testkit::split::{self, assert_split, run_workload, split, wait_for_split};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 /// The agent's frequency in these tests.
@@ -29,8 +28,7 @@ fn start_agent(grpc_addr: &str, extra: &[&str]) -> Agent {
 /// leaf functions too, no sibling calls.
 fn c_workload(dir: &Path) -> PathBuf {
     let bin = dir.join("cpu_split_c");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workload/cpu_split.c");
-    clang_with_frame_pointers(&bin, &[source], &[]);
+    split::build_c_workload(&bin);
     bin
 }
 
@@ -44,108 +42,6 @@ fn rust_workload() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-/// Runs a workload; returns the thread CPU seconds it measured for
-/// alpha_work and beta_work.
-fn run_workload(bin: &Path, service: &str, alpha: f64, beta: f64) -> (f64, f64) {
-    let out = kit::run(
-        Command::new(bin)
-            .args([alpha.to_string(), beta.to_string()])
-            .env("OTEL_SERVICE_NAME", service)
-            .stdin(Stdio::null()),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let used = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in workload output: {text}"))
-    };
-    (used("alpha_work "), used("beta_work "))
-}
-
-/// Samples under alpha_work and under beta_work in the service's folded
-/// flamegraph.
-fn split(server: &Server, tenant: Option<&str>, service: &str) -> (u64, u64) {
-    let url = format!(
-        "{}/api/v1/flamegraph?service={service}&format=folded&from=now-1h&to=now",
-        server.url
-    );
-    let mut req = kit::client().get(url);
-    if let Some(t) = tenant {
-        req = req.header("X-Scope-OrgID", t);
-    }
-    let resp = req.send().unwrap();
-    if resp.status() != 200 {
-        return (0, 0); // not ingested yet: the service is unknown
-    }
-    let text = resp.text().unwrap();
-    let has = |frames: &str, f: &str| {
-        frames
-            .split(';')
-            .any(|frame| frame == f || frame.ends_with(&format!("::{f}")))
-    };
-    let (mut alpha, mut beta) = (0, 0);
-    for line in text.lines() {
-        let (frames, n) = line.rsplit_once(' ').unwrap();
-        let n: u64 = n.parse().unwrap();
-        if has(frames, "alpha_work") {
-            alpha += n;
-        } else if has(frames, "beta_work") {
-            beta += n;
-        }
-    }
-    (alpha, beta)
-}
-
-/// Waits until the flamegraph holds the samples the workload's CPU time
-/// is due (`expected`), or holds most of them and has stopped growing for
-/// three of the agent's 1 s export intervals (the workload has exited, so
-/// a count that stands still is complete), or `timeout` passes; returns
-/// the split. Returning at a fraction of `expected` would skew it: the
-/// samples arrive in time order, and the workload's last stretch runs
-/// alpha_work alone.
-fn wait_for_split(
-    server: &Server,
-    tenant: Option<&str>,
-    service: &str,
-    expected: f64,
-    timeout: Duration,
-) -> (u64, u64) {
-    let deadline = Instant::now() + timeout;
-    let mut last = (0, Instant::now());
-    loop {
-        let (a, b) = split(server, tenant, service);
-        let n = a + b;
-        if n != last.0 {
-            last = (n, Instant::now());
-        }
-        let settled = n as f64 >= 0.6 * expected && last.1.elapsed() >= Duration::from_secs(3);
-        if n as f64 >= 0.98 * expected || settled || Instant::now() > deadline {
-            return (a, b);
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// Asserts the profile's split is the measured CPU-time split ±10 points
-/// and that most samples arrived.
-fn assert_split(what: &str, (alpha, beta): (u64, u64), (a, b): (f64, f64)) {
-    let expected_samples = (a + b) * HZ;
-    let samples = (alpha + beta) as f64;
-    assert!(
-        samples >= 0.6 * expected_samples,
-        "{what}: {samples} samples for {:.2} CPU seconds at {HZ} Hz (expected about {expected_samples:.0})",
-        a + b
-    );
-    let expected = a / (a + b);
-    let share = alpha as f64 / samples;
-    assert!(
-        (share - expected).abs() <= 0.10,
-        "{what}: alpha_work has {:.1}% of the samples ({alpha} vs beta_work {beta}); its thread CPU time share is {:.1}%",
-        share * 100.0,
-        expected * 100.0
-    );
 }
 
 #[test]
@@ -162,7 +58,7 @@ fn flamegraph_shows_the_measured_cpu_split_of_c_and_rust_workloads() {
         let used = run_workload(&bin, &service, 1.2, 0.6);
         let expected = (used.0 + used.1) * HZ;
         let got = wait_for_split(&server, None, &service, expected, Duration::from_secs(30));
-        assert_split(name, got, used);
+        assert_split(name, HZ, got, used);
 
         // The raw samples carry the process's resource and thread names,
         // and their frames the workload's build-ID (not every stack has a
@@ -279,7 +175,7 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
         (used.0 + used.1) * HZ,
         Duration::from_secs(45),
     );
-    assert_split("after the outage", got, used);
+    assert_split("after the outage", HZ, got, used);
 
     // The tight agent dropped its oldest batches (the workload's) and says
     // how many samples it dropped.
@@ -292,7 +188,7 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
         std::thread::sleep(Duration::from_millis(500));
     };
     assert!(number_after(&tight_stats, "dropped") > 0, "{tight_stats}");
-    let (a, b) = split(&server, Some("tight"), &service);
+    let (a, b) = split(&split::folded_in(&server, Some("tight"), &service));
     assert!(
         a + b < got.0 + got.1,
         "tight kept {} samples, roomy {}",
@@ -377,8 +273,8 @@ fn our_writers_pass_libdd_otel_thread_ctx_layout_checks() {
 
 /// Our agent's profiles through the OpenTelemetry Collector (issue #39):
 /// the agent exports to a real Collector's OTLP receiver, the Collector to
-/// symtrace over OTLP/gRPC (tenant `via`, set by the Collector's exporter):
-/// the split, the resource and thread attributes and the workload's frames
+/// symtrace over OTLP/gRPC (tenant `via`, set by the Collector's exporter)
+/// and over OTLP/HTTP (tenant `via-http`, the same flamegraph): the split, the resource and thread attributes and the workload's frames
 /// come out as when the agent exports directly (the test above).
 #[test]
 fn through_the_opentelemetry_collector() {
@@ -392,24 +288,33 @@ fn through_the_opentelemetry_collector() {
     let server = Server::start(&Backend::local(), &[]);
     let mut otelcol = Collector::start(
         &otelcol_bin,
-        &[Export::Grpc {
-            endpoint: server.grpc_addr.clone(),
-            tenant: "via".into(),
-        }],
+        &[
+            Export::Grpc {
+                endpoint: server.grpc_addr.clone(),
+                tenant: "via".into(),
+            },
+            Export::Http {
+                endpoint: server.url.clone(),
+                tenant: "via-http".into(),
+            },
+        ],
     );
     let mut agent = start_agent(&otelcol.grpc_addr, &[]);
     let bin = c_workload(dir.path());
     server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
     let service = kit::unique("collector-split-");
     let used = run_workload(&bin, &service, 1.2, 0.6);
-    let got = wait_for_split(
-        &server,
-        Some("via"),
-        &service,
-        (used.0 + used.1) * HZ,
-        Duration::from_secs(30),
+    let expected = (used.0 + used.1) * HZ;
+    let timeout = Duration::from_secs(30);
+    let got = wait_for_split(&server, Some("via"), &service, expected, timeout);
+    assert_split("through the Collector (OTLP/gRPC out)", HZ, got, used);
+    // Its OTLP/HTTP exporter delivers the same.
+    wait_for_split(&server, Some("via-http"), &service, expected, timeout);
+    assert_eq!(
+        split::folded_in(&server, Some("via-http"), &service),
+        split::folded_in(&server, Some("via"), &service),
+        "the same flamegraph through both exporters"
     );
-    assert_split("through the Collector", got, used);
     let (status, body) = kit::json_of(
         kit::client()
             .get(format!(

@@ -151,3 +151,60 @@ fn profiles_through_the_collector_are_what_was_sent() {
     }
     assert!(otelcol.stop().is_some());
 }
+
+/// The Collector crashes while symtrace is down: what it acknowledged to
+/// its sender is delivered once both are up again — with its sending
+/// queue on disk (contrib's `file_storage`, as docs/opentelemetry.md
+/// configures it). With the default in-memory queue a Collector crash
+/// loses what it held: that is the Collector's own promise, not ours.
+#[test]
+fn what_the_collector_acknowledged_survives_its_crash() {
+    let Some(python) = python() else { return };
+    let Some(bin) = collector::binary() else {
+        return;
+    };
+    let mut server = Server::start(&Backend::local(), &[]);
+    let queue = tempfile::tempdir().unwrap();
+    let mut otelcol = Collector::start_with(
+        &bin,
+        &[Export::Grpc {
+            endpoint: server.grpc_addr.clone(),
+            tenant: "queued".into(),
+        }],
+        Some(queue.path()),
+    );
+    server.kill9();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        .to_string();
+    let (receiver, url) = (otelcol.grpc_addr.clone(), server.url.clone());
+    let client = |mode: &str| {
+        let out = Command::new(&python)
+            .arg(otlp_client_script())
+            .arg(mode)
+            .args(["--collector-grpc", &receiver])
+            .args(["--http", &url, "--tenants", "queued"])
+            .args(["--now", &now, "--requests", "4", "--timeout", "60"])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (sent, text) = client("send");
+    assert!(sent, "{text}\n--- Collector ---\n{}", otelcol.log_text());
+    otelcol.kill9();
+    otelcol.restart();
+    server.spawn();
+    let (arrived, text) = client("expect");
+    assert!(
+        arrived && text.contains("queued: ok"),
+        "{text}\n--- Collector ---\n{}",
+        otelcol.log_text()
+    );
+    assert!(otelcol.stop().is_some());
+}

@@ -19,6 +19,11 @@ timestamps-only samples with thread attributes; trace links), and
              to symtrace (--grpc, tenant `direct`), then reads back each
              tenant the Collector exports to (--tenants) until it holds
              exactly what was sent, event for event;
+  send       sends --requests seeded requests (at --now) into a Collector's
+             gRPC receiver and fails unless each was acknowledged;
+  expect     waits until every tenant of --tenants holds exactly what
+             `send` sent with the same --now and --requests (the Collector
+             crash test);
   stacks     sends the stacks a JSON spec describes (--spec FILE): native
              frames of one binary as raw addresses, kernel frames by name,
              each stack with a count of timestamped samples and an optional
@@ -308,24 +313,65 @@ def collector(args):
     if direct != sent:
         print(f"direct: MISMATCH ({len(direct)} identities, {len(sent)} sent)")
         return 1
+    return wait_for_tenants(args, sent, f"{events} events, as sent directly")
+
+
+def wait_for_tenants(args, sent, what):
+    """Waits (--timeout) until every tenant of --tenants holds exactly
+    `sent`; prints `TENANT: ok` or what differs, per tenant."""
     failures = 0
     for tenant in args.tenants.split(","):
         deadline = time.time() + args.timeout
         while True:
-            got = canonical_from_server(dump(args, tenant))
+            try:
+                got = canonical_from_server(dump(args, tenant))
+            except (urllib.error.URLError, ConnectionError):  # the server is starting
+                got = None
             if got == sent or time.time() > deadline:
                 break
             time.sleep(0.2)
         if got != sent:
             failures += 1
+            got = got or {}
             missing = [k for k in sent if got.get(k) != sent[k]]
             extra = [k for k in got if k not in sent]
-            print(f"{tenant}: MISMATCH: {len(missing)} identities differ, {len(extra)} unexpected")
+            print(f"{tenant}: MISMATCH: {len(missing)} of {len(sent)} identities differ, "
+                  f"{len(extra)} unexpected")
             for k in (missing + extra)[:3]:
                 print("  sent", dict(sent.get(k, {})), "\n  got ", dict(got.get(k, {})), "\n  key ", k)
             continue
-        print(f"{tenant}: ok: {len(sent)} sample identities, {events} events, as sent directly")
+        print(f"{tenant}: ok: {len(sent)} sample identities, {what}")
     return 1 if failures else 0
+
+
+def crash_requests(args):
+    """The requests of `send` and `expect` (seeded, at --now)."""
+    return [build(seed=500 + i, now_ns=args.now) for i in range(args.requests)]
+
+
+def send_only(args):
+    """Sends --requests requests into the Collector's gRPC receiver
+    (--collector-grpc); fails unless it acknowledged each."""
+    via = argparse.Namespace(**vars(args))
+    via.grpc = args.collector_grpc
+    for i, (request, _) in enumerate(crash_requests(args)):
+        rejected, message = send("grpc", request, via, "ignored-by-the-collector")
+        if rejected:
+            print(f"request {i}: rejected {rejected}: {message}")
+            return 1
+    print(f"acknowledged {args.requests} requests", flush=True)
+    return 0
+
+
+def expect(args):
+    """Waits until every tenant of --tenants holds exactly what `send`
+    sent with the same --now and --requests."""
+    sent = defaultdict(Counter)
+    for _, expected in crash_requests(args):
+        for k, v in expected.items():
+            sent[k].update(v)
+    events = sum(sum(c.values()) for c in sent.values())
+    return wait_for_tenants(args, sent, f"{events} events, as sent")
 
 
 def loop(args):
@@ -451,18 +497,21 @@ def stacks(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["roundtrip", "loop", "stacks", "collector"])
+    ap.add_argument("mode", choices=["roundtrip", "loop", "stacks", "collector", "send", "expect"])
+    ap.add_argument("--now", type=int, default=0, help="send/expect modes: the profiles' time (ns)")
+    ap.add_argument("--requests", type=int, default=4, help="send/expect modes: how many requests")
     ap.add_argument("--collector-grpc", help="collector mode: the Collector's OTLP gRPC receiver")
     ap.add_argument("--collector-http", help="collector mode: the Collector's OTLP/HTTP receiver (URL)")
-    ap.add_argument("--tenants", default="", help="collector mode: the tenants the Collector exports to")
-    ap.add_argument("--timeout", type=float, default=30.0, help="collector mode: seconds to wait for them")
+    ap.add_argument("--tenants", default="", help="collector/expect modes: the tenants the Collector exports to")
+    ap.add_argument("--timeout", type=float, default=30.0, help="collector/expect modes: seconds to wait for them")
     ap.add_argument("--spec", help="stacks mode: the JSON spec file")
     ap.add_argument("--grpc", default="127.0.0.1:4317")
     ap.add_argument("--http", default="http://127.0.0.1:8002")
     ap.add_argument("--transport", default="grpc", choices=["grpc", "http-protobuf", "http-json"])
     ap.add_argument("--tenant-prefix", default="")
     args = ap.parse_args()
-    modes = {"roundtrip": roundtrip, "loop": loop, "stacks": stacks, "collector": collector}
+    modes = {"roundtrip": roundtrip, "loop": loop, "stacks": stacks, "collector": collector,
+             "send": send_only, "expect": expect}
     sys.exit(modes[args.mode](args))
 
 

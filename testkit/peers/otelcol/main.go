@@ -1,12 +1,15 @@
 // A minimal OpenTelemetry Collector for symtrace's tests, of the shape
 // the Collector builder (ocb) generates: the OTLP receiver (gRPC and
-// HTTP), the OTLP exporters (gRPC and HTTP) and the debug exporter, at
+// HTTP), the OTLP exporters (gRPC and HTTP) and the debug exporter, and
+// contrib's file_storage extension (a sending queue on disk), at
 // the one release go.mod pins. Built by scripts/test-services.sh from the
 // Go module proxy; run with --feature-gates=+service.profilesSupport.
 package main
 
 import (
 	"os"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
@@ -16,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/exporter/debugexporter"
 	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
+	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
@@ -26,6 +30,10 @@ func components() (otelcol.Factories, error) {
 	var err error
 	factories := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
 	factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](otlpreceiver.NewFactory())
+	if err != nil {
+		return otelcol.Factories{}, err
+	}
+	factories.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](filestorage.NewFactory())
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
