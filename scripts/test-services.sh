@@ -129,6 +129,13 @@ if [ ! -x "$EBPF_PROFILER" ]; then
   mv "$EBPF_PROFILER.tmp" "$EBPF_PROFILER"
 fi
 
+# tracefs: the eBPF profiler attaches its process-exit tracepoint through
+# it, and these machines do not mount it.
+if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
+  log "mounting tracefs on /sys/kernel/tracing"
+  mount -t tracefs nodev /sys/kernel/tracing >&2 || log "tracefs could not be mounted"
+fi
+
 # PostgreSQL: the Debian cluster, started without systemd; root gets a superuser role.
 PG_VERSION=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
 if [ -z "$PG_VERSION" ]; then log "no PostgreSQL cluster found"; exit 1; fi

@@ -18,6 +18,9 @@ rm -f "$skips"
 # The Node.js addon (a cdylib: `cargo test` builds no library of a crate
 # that has only a cdylib) for the Node.js tests of context/node and agent/.
 cargo build --locked -p symtrace-context-node
+# keep-memlock (testkit), which the OpenTelemetry eBPF profiler's tests run
+# it under (see testkit/src/bin/keep-memlock.rs).
+cargo build --locked -p symtrace-testkit --bin keep-memlock
 set +e
 cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -77,7 +77,9 @@ impl BuildIdStatus {
                 upstream debuginfod server that has its debug info"
                 .into(),
             Self::UnknownBuildId => "no file with this ID is stored here or upstream: publish it \
-                with symtrace-upload, or let symtrace-agent publish it"
+                with symtrace-upload, or let symtrace-agent publish it (a file an agent \
+                published names only the frames of samples of its own content, from an agent \
+                that sends content hashes: not another profiler's)"
                 .into(),
             Self::UploadPending => {
                 "an agent is publishing the file; the next query names it".into()
