@@ -174,16 +174,17 @@ impl Collector {
             let wait = procs
                 .next_link_map_due()
                 .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
+            let wait = procs
+                .next_thread_ctx_due(now)
+                .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
             let wakeups = self.sampler.wait(wait);
             contained(&self.health, "handling link-map changes", || {
+                let sampler = &mut self.sampler;
                 for &pid in &wakeups.link_maps {
-                    if procs.link_map_changed(pid) {
-                        self.sampler.rearm_link_map(pid);
-                    }
+                    procs.link_map_changed(pid, || sampler.rearm_link_map(pid));
                 }
-                for pid in procs.due_link_maps() {
-                    self.sampler.rearm_link_map(pid);
-                }
+                procs.due_link_maps(|pid| sampler.rearm_link_map(pid));
+                procs.settle_thread_ctxs();
                 procs.hung_jobs();
                 hand_over(&mut self.sampler, &mut procs);
             });

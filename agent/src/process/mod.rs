@@ -45,6 +45,12 @@ const MAPS_MAX_AGE: Duration = Duration::from_secs(10);
 pub(crate) const MAPS_MISS_INTERVAL: Duration = Duration::from_millis(200);
 /// Processes kept at most (a fork bomb's are not all remembered).
 pub const MAX_PROCESSES: usize = 16_384;
+/// How often, and for how long at most, the trace-context slot of a
+/// process whose link-map change found a file still being read is looked
+/// for again ([`Processes::settle_thread_ctxs`]): a library just loaded is
+/// read in milliseconds, and its first spans are entered as soon as it is.
+const UNSURE_RECHECK: Duration = Duration::from_millis(2);
+const UNSURE_FOR: Duration = Duration::from_secs(1);
 /// An entry without samples for this long is dropped at the next flush if
 /// its process is gone (its exit event may have been lost).
 const IDLE_MAX_AGE: Duration = Duration::from_secs(120);
@@ -106,6 +112,9 @@ pub(crate) struct Context {
     /// Trace-context locations to hand to the BPF program: `Some` for a
     /// process that publishes thread contexts, `None` for one that is gone.
     pub(crate) tls_changes: Vec<(u32, Option<ThreadCtxLoc>)>,
+    /// Processes whose link-map change found a file still being read, and
+    /// since when ([`Processes::settle_thread_ctxs`]).
+    pub(crate) unsure_after_link_map: Vec<(u32, Instant)>,
     /// Dynamic loaders seen, and those whose dlopen hook is yet to be
     /// attached.
     pub(crate) loaders: Loaders,
@@ -154,6 +163,7 @@ impl Processes {
                 }),
                 vanished: 0,
                 tls_changes: Vec::new(),
+                unsure_after_link_map: Vec::new(),
                 loaders: Loaders::default(),
                 cfi: CfiCache::new(cfi_budget),
                 vdso: Vdso::read_own(),
@@ -263,25 +273,28 @@ impl Processes {
     /// allows ([`Self::due_link_maps`]) — and a library that defines the
     /// OTEP 4947 slot — an addon, an extension loaded after start-up — is
     /// handed to the BPF program, before the library's first use.
-    /// Whether it was handled now (its next change may wake the agent
-    /// again), or deferred.
-    pub fn link_map_changed(&mut self, pid: u32) -> bool {
+    /// When it is handled now, `rearm` is called first, before the read:
+    /// its next change wakes the agent again, even one (`dlopen` reports
+    /// twice: before and after mapping) that comes while this read runs.
+    /// A deferred change is read (and rearmed) by [`Self::due_link_maps`].
+    pub fn link_map_changed(&mut self, pid: u32, rearm: impl FnOnce()) {
         let now = Instant::now();
         let Some(process) = self.by_pid.get_mut(&pid) else {
             // Not sampled yet (every process start calls the hook): read on
             // its first sample, libraries and all.
-            return true;
+            rearm();
+            return;
         };
         if process.link_map_due {
-            return false; // one read serves every change until then
+            return; // one read serves every change until then
         }
         if !process.link_map.take(now) || !process.work.has(now) {
             process.link_map_due = true;
             self.ctx.contained.link_maps_deferred += 1;
-            return false;
+            return;
         }
+        rearm();
         self.ctx.link_map_read(pid, process, now);
-        true
     }
 
     /// When the next deferred link-map change may be handled (`None`: none
@@ -296,19 +309,43 @@ impl Processes {
     }
 
     /// Handles the deferred link-map changes whose processes have a token
-    /// again; their pids (their next change may wake the agent again).
-    pub fn due_link_maps(&mut self) -> Vec<u32> {
+    /// again, each `rearm`ed (its next change may wake the agent again)
+    /// before its read.
+    pub fn due_link_maps(&mut self, mut rearm: impl FnMut(u32)) {
         let now = Instant::now();
         let Processes { by_pid, ctx } = self;
-        let mut handled = Vec::new();
         for (&pid, process) in by_pid.iter_mut().filter(|(_, p)| p.link_map_due) {
             if process.link_map.has(now) && process.work.has(now) && process.link_map.take(now) {
                 process.link_map_due = false;
+                rearm(pid);
                 ctx.link_map_read(pid, process, now);
-                handled.push(pid);
             }
         }
-        handled
+    }
+
+    /// Looks again for the trace-context slot of each process whose
+    /// link-map change found a file still being read (the library just
+    /// loaded, as a rule): the slot reaches the BPF program once the file
+    /// is read, not at the process's next sample drained. Cheap: cached
+    /// files, no I/O. A process is looked at for [`UNSURE_FOR`] at most.
+    pub fn settle_thread_ctxs(&mut self) {
+        let now = Instant::now();
+        let Processes { by_pid, ctx } = self;
+        let mut pending = std::mem::take(&mut ctx.unsure_after_link_map);
+        pending.retain(|&(pid, since)| {
+            let Some(process) = by_pid.get_mut(&pid) else {
+                return false;
+            };
+            ctx.settle_thread_ctx(pid, process);
+            process.thread_ctx_unsure && now.saturating_duration_since(since) < UNSURE_FOR
+        });
+        ctx.unsure_after_link_map = pending;
+    }
+
+    /// When [`Self::settle_thread_ctxs`] is due: in [`UNSURE_RECHECK`]
+    /// while a process waits for its file, else never.
+    pub fn next_thread_ctx_due(&self, now: Instant) -> Option<Instant> {
+        (!self.ctx.unsure_after_link_map.is_empty()).then(|| now + UNSURE_RECHECK)
     }
 
     pub fn len(&self) -> usize {
@@ -613,9 +650,12 @@ impl Context {
         let Some((location, complete)) = location else {
             return;
         };
-        // A library still being read may be the one: looked at again at
-        // the next sample.
+        // A library still being read may be the one: looked at again
+        // soon, and at the next sample.
         self.set_thread_ctx(pid, process, location, complete);
+        if !complete && !self.unsure_after_link_map.iter().any(|&(p, _)| p == pid) {
+            self.unsure_after_link_map.push((pid, now));
+        }
     }
 
     /// Reads the process's mappings again (within its budget); reads its
