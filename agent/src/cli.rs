@@ -54,9 +54,10 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_RING_BUFFER_BYTES", default_value_t = 8 << 20, value_parser = parse_ring_size)]
     pub ring_buffer_bytes: u32,
 
-    /// Bytes of call-frame information (`.eh_frame` of the files samples'
-    /// leaf functions are in) kept in memory, to recover the caller of a
-    /// frameless leaf; beyond it the cache starts over.
+    /// Bytes of unwind tables (built from the `.eh_frame` of the files
+    /// samples' leaf functions are in; `symtrace-agent unwind-table FILE`
+    /// shows one) kept in memory, to recover the caller of a frameless
+    /// leaf; beyond it the cache starts over.
     #[arg(long, env = "SYMTRACE_AGENT_CFI_CACHE_BYTES", default_value_t = 32 << 20)]
     pub cfi_cache_bytes: usize,
 
@@ -239,6 +240,22 @@ pub struct Args {
     /// does not bring a server back, and drops what is buffered).
     #[arg(long, env = "SYMTRACE_AGENT_HEALTH_MAX_UNDELIVERED", default_value = "15m", value_parser = parse_optional_duration)]
     pub health_max_undelivered: OptionalDuration,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Tools that inspect without sampling (no privileges needed).
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Prints the unwind table the agent builds from each ELF file's
+    /// `.eh_frame` — address ranges, distinct rules, how much of its code
+    /// keeps a frame pointer, the table's size and build time — and exits.
+    UnwindTable {
+        /// ELF files (executables, shared libraries).
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+    },
 }
 
 /// A duration, or `off`.

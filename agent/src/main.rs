@@ -40,6 +40,9 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Some(cli::Command::UnwindTable { files }) = &args.command {
+        return cfi::inspect::print(files);
+    }
     caps::check()?;
     let started = std::time::Instant::now();
     let off_cpu = sampler::OffCpu {

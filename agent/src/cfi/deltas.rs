@@ -1,0 +1,352 @@
+//! A file's unwind table, compact: every address range of its `.eh_frame`
+//! with the rule that leaves the function there, sorted, adjacent equal
+//! rules merged, the rules themselves deduplicated into a small table —
+//! the form a BPF program can search (issue #40: "stack deltas", as the
+//! OpenTelemetry eBPF profiler calls them). Built once per file, from the
+//! section's bytes alone: pure logic, no I/O. Every FDE row gimli
+//! evaluates becomes one range; addresses no FDE covers are
+//! [`Rule::UNKNOWN`].
+
+use std::collections::HashMap;
+
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection,
+    X86_64,
+};
+
+use super::LeafRule;
+
+/// The register the canonical frame address is relative to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CfaBase {
+    Rsp,
+    Rbp,
+}
+
+/// Where the caller's `%rbp` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SavedRbp {
+    /// Still in `%rbp` (not saved, or not yet clobbered).
+    Same,
+    /// On the stack at CFA + this offset.
+    AtCfa(i32),
+}
+
+/// How to leave a function at an address: the CFA is `base` + `cfa`, the
+/// return address at CFA + `ra`, the caller's `%rbp` where `rbp` says; or
+/// the outermost frame; or unknown (no CFI, or a rule this table does not
+/// express: a DWARF expression, a register other than `%rsp`/`%rbp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    Step {
+        base: CfaBase,
+        cfa: i32,
+        ra: i32,
+        rbp: SavedRbp,
+    },
+    Outermost,
+    Unknown,
+}
+
+impl Rule {
+    pub const UNKNOWN: Rule = Rule::Unknown;
+
+    /// The rule as the leaf step reads it ([`LeafRule`]).
+    pub fn leaf(self) -> LeafRule {
+        match self {
+            Rule::Step {
+                base: CfaBase::Rbp, ..
+            } => LeafRule::Framed,
+            Rule::Step {
+                base: CfaBase::Rsp,
+                cfa,
+                ra,
+                rbp,
+            } => LeafRule::Frameless {
+                ra: i64::from(cfa) + i64::from(ra),
+                rbp: match rbp {
+                    SavedRbp::Same => None,
+                    SavedRbp::AtCfa(o) => Some(i64::from(cfa) + i64::from(o)),
+                },
+            },
+            Rule::Outermost => LeafRule::Outermost,
+            Rule::Unknown => LeafRule::Unknown,
+        }
+    }
+}
+
+/// Bounds on one file's table: a file past them gets none (its frames are
+/// walked by frame pointer only).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Address ranges kept (after merging).
+    pub ranges: usize,
+    /// Distinct rules (the table's index is 16 bits).
+    pub rules: usize,
+    /// FDE rows evaluated (the work done for one file).
+    pub rows: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            ranges: 1 << 21,
+            rules: 1 << 15,
+            rows: 1 << 23,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("the file has no .eh_frame")]
+    Empty,
+    #[error("more than {limit} {what} in .eh_frame")]
+    TooLarge { what: &'static str, limit: usize },
+    #[error("code addresses span more than 4 GiB ({low:#x}..{high:#x})")]
+    TooWide { low: u64, high: u64 },
+}
+
+/// One file's unwind table: `starts[i]` (relative to `base`) begins a
+/// range ruled by `rules[rule_of[i]]` up to the next start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub base: u64,
+    pub starts: Vec<u32>,
+    pub rule_of: Vec<u16>,
+    pub rules: Vec<Rule>,
+    /// FDEs left out as malformed (their addresses are unknown), and a
+    /// malformed entry list that ended the reading.
+    pub skipped: usize,
+}
+
+impl Table {
+    /// The rule at ELF virtual address `address`.
+    pub fn rule(&self, address: u64) -> Rule {
+        let Some(offset) = address
+            .checked_sub(self.base)
+            .and_then(|o| u32::try_from(o).ok())
+        else {
+            return Rule::UNKNOWN;
+        };
+        let at = self.starts.partition_point(|&s| s <= offset);
+        match at.checked_sub(1) {
+            Some(i) => self.rules[usize::from(self.rule_of[i])],
+            None => Rule::UNKNOWN,
+        }
+    }
+
+    /// Bytes of address space (from the first range to the end of the
+    /// last) under each kind of rule: CFA from `%rbp` (the function keeps
+    /// a frame pointer there), from `%rsp`, the outermost frame, unknown.
+    pub fn coverage(&self) -> Coverage {
+        let mut c = Coverage::default();
+        for (i, pair) in self.starts.windows(2).enumerate() {
+            let len = u64::from(pair[1] - pair[0]);
+            match self.rules[usize::from(self.rule_of[i])] {
+                Rule::Step {
+                    base: CfaBase::Rbp, ..
+                } => c.rbp += len,
+                Rule::Step { .. } => c.rsp += len,
+                Rule::Outermost => c.outermost += len,
+                Rule::Unknown => c.unknown += len,
+            }
+        }
+        c
+    }
+
+    /// Bytes held: 6 per range, 16 per rule.
+    pub fn bytes(&self) -> usize {
+        self.starts.len() * 6 + self.rules.len() * std::mem::size_of::<Rule>()
+    }
+}
+
+/// [`Table::coverage`]'s answer.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Coverage {
+    pub rbp: u64,
+    pub rsp: u64,
+    pub outermost: u64,
+    pub unknown: u64,
+}
+
+/// Builds the table of `.eh_frame` (its bytes, and its address in the
+/// ELF's address space; `text` is `.text`'s address, for FDEs that encode
+/// addresses relative to it).
+pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result<Table, Error> {
+    if eh_frame.is_empty() {
+        return Err(Error::Empty);
+    }
+    let section = EhFrame::new(eh_frame, LittleEndian);
+    let bases = BaseAddresses::default()
+        .set_eh_frame(address)
+        .set_text(text);
+    let mut ctx = Box::new(UnwindContext::<usize>::new());
+    // (start, end, rule) of every row, in section order.
+    let mut rows: Vec<(u64, u64, Rule)> = Vec::new();
+    // A malformed FDE leaves its addresses unknown, not the whole file's;
+    // a malformed entry list ends the reading there.
+    let mut skipped = 0;
+    let mut entries = section.entries(&bases);
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(entry)) => entry,
+            Ok(None) => break,
+            Err(_) => {
+                skipped += 1;
+                break;
+            }
+        };
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+            skipped += 1;
+            continue;
+        };
+        let Ok(mut table) = fde.rows(&section, &bases, &mut ctx) else {
+            skipped += 1;
+            continue;
+        };
+        let before = rows.len();
+        loop {
+            let row = match table.next_row() {
+                Ok(Some(row)) => row,
+                Ok(None) => break,
+                Err(_) => {
+                    rows.truncate(before);
+                    skipped += 1;
+                    break;
+                }
+            };
+            if row.start_address() >= row.end_address() {
+                continue;
+            }
+            if rows.len() >= limits.rows {
+                return Err(Error::TooLarge {
+                    what: "rows",
+                    limit: limits.rows,
+                });
+            }
+            rows.push((
+                row.start_address(),
+                row.end_address(),
+                rule_of(
+                    row.cfa(),
+                    row.register(X86_64::RA),
+                    row.register(X86_64::RBP),
+                ),
+            ));
+        }
+    }
+    let mut table = assemble(rows, limits)?;
+    table.skipped = skipped;
+    Ok(table)
+}
+
+/// The table of rows (start, end, rule), in any order: sorted, gaps
+/// filled with [`Rule::UNKNOWN`], adjacent equal rules merged. Where rows
+/// overlap (malformed or duplicated FDEs), the later start wins and the
+/// rest of the earlier row is unknown.
+fn assemble(mut rows: Vec<(u64, u64, Rule)>, limits: Limits) -> Result<Table, Error> {
+    let limits = Limits {
+        rules: limits.rules.min(usize::from(u16::MAX) + 1),
+        ..limits
+    };
+    // Nearly sorted as a rule (linkers lay FDEs out in address order).
+    rows.sort_unstable_by_key(|&(start, end, _)| (start, end));
+    let low = rows.first().map_or(0, |r| r.0);
+    let high = rows.iter().map(|r| r.1).max().unwrap_or(0);
+    if high - low > u64::from(u32::MAX) {
+        return Err(Error::TooWide { low, high });
+    }
+    let mut table = Table {
+        base: low,
+        starts: Vec::new(),
+        rule_of: Vec::new(),
+        rules: Vec::new(),
+        skipped: 0,
+    };
+    let mut index: HashMap<Rule, u16> = HashMap::new();
+    let mut push = |table: &mut Table, at: u64, rule: Rule| -> Result<(), Error> {
+        if table.rule_of.last().map(|&i| table.rules[usize::from(i)]) == Some(rule) {
+            return Ok(());
+        }
+        let i = match index.get(&rule) {
+            Some(&i) => i,
+            None => {
+                if table.rules.len() >= limits.rules {
+                    return Err(Error::TooLarge {
+                        what: "distinct rules",
+                        limit: limits.rules,
+                    });
+                }
+                let i = table.rules.len() as u16; // < limits.rules ≤ 65536
+                table.rules.push(rule);
+                index.insert(rule, i);
+                i
+            }
+        };
+        if table.starts.len() >= limits.ranges {
+            return Err(Error::TooLarge {
+                what: "address ranges",
+                limit: limits.ranges,
+            });
+        }
+        // `at - low` ≤ `high - low`, checked above to fit.
+        table.starts.push((at - low) as u32);
+        table.rule_of.push(i);
+        Ok(())
+    };
+    let mut covered = low;
+    for (i, &(start, end, rule)) in rows.iter().enumerate() {
+        if start > covered {
+            push(&mut table, covered, Rule::UNKNOWN)?;
+        }
+        // A later row starting inside this one cuts it short.
+        let end = rows
+            .get(i + 1)
+            .map_or(end, |next| end.min(next.0.max(start)));
+        // (Of two rows at one start, the later, longer one is kept.)
+        if end > start {
+            push(&mut table, start, rule)?;
+        }
+        covered = covered.max(end);
+    }
+    push(&mut table, covered, Rule::UNKNOWN)?;
+    Ok(table)
+}
+
+/// The rule of one row: its CFA, return-address and `%rbp` rules.
+fn rule_of(cfa: &CfaRule<usize>, ra: RegisterRule<usize>, rbp: RegisterRule<usize>) -> Rule {
+    let CfaRule::RegisterAndOffset { register, offset } = *cfa else {
+        return Rule::Unknown;
+    };
+    let base = match register {
+        X86_64::RSP => CfaBase::Rsp,
+        X86_64::RBP => CfaBase::Rbp,
+        _ => return Rule::Unknown,
+    };
+    let ra = match ra {
+        RegisterRule::Offset(o) => o,
+        RegisterRule::Undefined => return Rule::Outermost,
+        _ => return Rule::Unknown,
+    };
+    let rbp = match rbp {
+        RegisterRule::Offset(o) => match i32::try_from(o) {
+            Ok(o) => SavedRbp::AtCfa(o),
+            Err(_) => return Rule::Unknown,
+        },
+        RegisterRule::SameValue | RegisterRule::Undefined => SavedRbp::Same,
+        _ if base == CfaBase::Rbp => SavedRbp::Same,
+        _ => return Rule::Unknown,
+    };
+    match (i32::try_from(offset), i32::try_from(ra)) {
+        (Ok(cfa), Ok(ra)) => Rule::Step { base, cfa, ra, rbp },
+        _ => Rule::Unknown,
+    }
+}
+
+#[cfg(test)]
+#[path = "deltas_tests.rs"]
+mod tests;
