@@ -1,13 +1,19 @@
-//! Call-frame information (`.eh_frame`) of the files whose code samples
-//! land in: what the agent needs to step out of the leaf function when the
+//! Call-frame information (`.eh_frame`, through `.eh_frame_hdr`'s sorted
+//! table when there is one) of the files whose code samples land in, read
+//! with gimli: what the agent needs to step out of the leaf function when the
 //! frame-pointer chain cannot (a frameless leaf, or a function in its
 //! prologue or epilogue).
 //!
-//! A file's `.eh_frame` is read once, on its first leaf sample, in a job
-//! (`files::Binaries::load_cfi`: bounded per file and in total; nothing
-//! stays mapped, so a file truncated underneath cannot fault the agent),
-//! and turned into its compact unwind table ([`deltas`]): every address's
-//! rule is then a binary search.
+//! A file's two sections are read once, on its first leaf sample, into
+//! memory, in a job (`files::Binaries::load_cfi`: bounded per file and in
+//! total; nothing stays mapped, so a file truncated underneath cannot fault
+//! the agent); the rule at each leaf address is computed once and kept
+//! (bounded per file).
+//!
+//! [`deltas`] builds a file's whole unwind table at once (the form the BPF
+//! walk of issue #40 will search); `symtrace-agent unwind-table` prints
+//! it. The leaf step here evaluates lazily, per sampled address: it needs
+//! a few rules of a file, not all of them.
 
 pub mod deltas;
 pub mod inspect;
@@ -15,6 +21,11 @@ pub mod inspect;
 use std::collections::HashMap;
 
 use crate::jobs::{Ticket, Waiting};
+
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, RegisterRule,
+    UnwindContext, UnwindSection, X86_64,
+};
 
 /// Where a section is in its file and in the ELF's address space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,41 +52,135 @@ pub enum LeafRule {
     Unknown,
 }
 
-/// One file's CFI: its unwind table.
+/// Address rules kept per file before its cache starts over.
+const RULES_PER_FILE: usize = 16 * 1024;
+
+/// One file's CFI.
 pub struct FileCfi {
-    table: deltas::Table,
+    eh_frame: Vec<u8>,
+    eh_frame_hdr: Vec<u8>,
+    bases: BaseAddresses,
+    /// FDE start address → offset in `.eh_frame`, sorted; built only when
+    /// there is no `.eh_frame_hdr` table.
+    index: Vec<(u64, usize)>,
+    rules: HashMap<u64, LeafRule>,
 }
 
 impl FileCfi {
-    /// The CFI of a file from its `.eh_frame`'s bytes and address (and
-    /// `.text`'s address). `None` when there is none, or it is malformed
-    /// or past [`deltas::Limits`] (its frames are walked by frame pointer
-    /// only).
-    pub fn new(eh_frame: (Vec<u8>, u64), text_address: u64) -> Option<FileCfi> {
-        match deltas::build(
-            &eh_frame.0,
-            eh_frame.1,
-            text_address,
-            deltas::Limits::default(),
-        ) {
-            Ok(table) => Some(FileCfi { table }),
-            Err(deltas::Error::Empty) => None,
-            Err(e) => {
-                tracing::debug!("no unwind table: {e}");
-                None
-            }
+    /// The CFI of a file from its sections' bytes and addresses. `None`
+    /// when there is no `.eh_frame`.
+    pub fn new(
+        eh_frame: (Vec<u8>, u64),
+        eh_frame_hdr: Option<(Vec<u8>, u64)>,
+        text_address: u64,
+    ) -> Option<FileCfi> {
+        if eh_frame.0.is_empty() {
+            return None;
         }
+        let (hdr, hdr_address) = eh_frame_hdr.unwrap_or_default();
+        let bases = BaseAddresses::default()
+            .set_eh_frame(eh_frame.1)
+            .set_eh_frame_hdr(hdr_address)
+            .set_text(text_address);
+        let mut cfi = FileCfi {
+            eh_frame: eh_frame.0,
+            eh_frame_hdr: hdr,
+            bases,
+            index: Vec::new(),
+            rules: HashMap::new(),
+        };
+        if cfi.hdr_table_ok().is_none() {
+            cfi.eh_frame_hdr.clear();
+            cfi.index = cfi.build_index();
+        }
+        Some(cfi)
     }
 
-    /// Bytes held (the table).
+    /// Bytes held (sections, index, rules).
     pub fn bytes(&self) -> usize {
-        self.table.bytes()
+        self.eh_frame.len()
+            + self.eh_frame_hdr.len()
+            + self.index.len() * 16
+            + self.rules.len() * (8 + std::mem::size_of::<LeafRule>())
+    }
+
+    fn sections(
+        &self,
+    ) -> (
+        EhFrame<EndianSlice<'_, LittleEndian>>,
+        EhFrameHdr<EndianSlice<'_, LittleEndian>>,
+    ) {
+        (
+            EhFrame::new(&self.eh_frame, LittleEndian),
+            EhFrameHdr::new(&self.eh_frame_hdr, LittleEndian),
+        )
+    }
+
+    fn hdr_table_ok(&self) -> Option<()> {
+        let (_, hdr) = self.sections();
+        let parsed = hdr.parse(&self.bases, 8).ok()?;
+        parsed.table().map(|_| ())
+    }
+
+    fn build_index(&self) -> Vec<(u64, usize)> {
+        let (eh_frame, _) = self.sections();
+        let mut index = Vec::new();
+        let mut entries = eh_frame.entries(&self.bases);
+        while let Ok(Some(entry)) = entries.next() {
+            if let gimli::CieOrFde::Fde(partial) = entry {
+                if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
+                    index.push((fde.initial_address(), fde.offset()));
+                }
+            }
+        }
+        index.sort_unstable();
+        index
     }
 
     /// The rule at ELF virtual address `address` (a leaf's exact `%rip`).
-    pub fn rule(&self, address: u64) -> LeafRule {
-        self.table.rule(address).leaf()
+    pub fn rule(&mut self, address: u64, ctx: &mut UnwindContext<usize>) -> LeafRule {
+        if let Some(&rule) = self.rules.get(&address) {
+            return rule;
+        }
+        let rule = self.evaluate(address, ctx).unwrap_or(LeafRule::Unknown);
+        if self.rules.len() >= RULES_PER_FILE {
+            self.rules.clear();
+        }
+        self.rules.insert(address, rule);
+        rule
     }
+
+    fn evaluate(&self, address: u64, ctx: &mut UnwindContext<usize>) -> Option<LeafRule> {
+        let (eh_frame, hdr) = self.sections();
+        let fde = if self.eh_frame_hdr.is_empty() {
+            let at = self.index.partition_point(|&(start, _)| start <= address);
+            let &(_, offset) = self.index.get(at.checked_sub(1)?)?;
+            let fde = eh_frame
+                .fde_from_offset(&self.bases, offset.into(), EhFrame::cie_from_offset)
+                .ok()?;
+            fde.contains(address).then_some(fde)?
+        } else {
+            let parsed = hdr.parse(&self.bases, 8).ok()?;
+            parsed
+                .table()?
+                .fde_for_address(&eh_frame, &self.bases, address, EhFrame::cie_from_offset)
+                .ok()?
+        };
+        let row = fde
+            .unwind_info_for_address(&eh_frame, &self.bases, ctx, address)
+            .ok()?;
+        Some(classify(
+            row.cfa(),
+            row.register(X86_64::RA),
+            row.register(X86_64::RBP),
+        ))
+    }
+}
+
+/// A row's rule as the leaf step reads it: the unwind table's rule
+/// ([`deltas::rule_of`]), one reading of CFI for both.
+fn classify(cfa: &CfaRule<usize>, ra: RegisterRule<usize>, rbp: RegisterRule<usize>) -> LeafRule {
+    deltas::rule_of(cfa, ra, rbp).leaf()
 }
 
 /// What the cache holds, for `--stats`.
@@ -99,6 +204,7 @@ enum Loaded {
 /// `None` so it is not read again.
 pub struct CfiCache {
     by_file: HashMap<(u64, u64), Loaded>,
+    ctx: Box<UnwindContext<usize>>,
     budget: usize,
     bytes: usize,
     resets: u64,
@@ -108,6 +214,7 @@ impl CfiCache {
     pub fn new(budget: usize) -> Self {
         Self {
             by_file: HashMap::new(),
+            ctx: Box::new(UnwindContext::new()),
             budget,
             bytes: 0,
             resets: 0,
@@ -149,16 +256,31 @@ impl CfiCache {
             self.bytes += size;
             self.by_file.insert(key, Loaded::Ready(cfi.map(Box::new)));
         }
-        self.cached_rule(key, address)
+        let Some(Loaded::Ready(Some(cfi))) = self.by_file.get_mut(&key) else {
+            return None;
+        };
+        let before = cfi.rules.len();
+        let rule = cfi.rule(address, &mut self.ctx);
+        let after = cfi.rules.len();
+        let rule_size = 8 + std::mem::size_of::<LeafRule>();
+        self.bytes = (self.bytes + after * rule_size).saturating_sub(before * rule_size);
+        Some(rule)
     }
 
     /// The rule at `address` of file `key` if its CFI is in memory already
     /// (nothing is read).
-    pub fn cached_rule(&self, key: (u64, u64), address: u64) -> Option<LeafRule> {
-        let Some(Loaded::Ready(Some(cfi))) = self.by_file.get(&key) else {
+    pub fn cached_rule(&mut self, key: (u64, u64), address: u64) -> Option<LeafRule> {
+        let Some(Loaded::Ready(Some(cfi))) = self.by_file.get_mut(&key) else {
             return None;
         };
-        Some(cfi.rule(address))
+        if let Some(&rule) = cfi.rules.get(&address) {
+            return Some(rule);
+        }
+        let before = cfi.rules.len();
+        let rule = cfi.rule(address, &mut self.ctx);
+        let rule_size = 8 + std::mem::size_of::<LeafRule>();
+        self.bytes = (self.bytes + cfi.rules.len() * rule_size).saturating_sub(before * rule_size);
+        Some(rule)
     }
 
     pub fn forget_all(&mut self) {
@@ -179,14 +301,17 @@ impl CfiCache {
     }
 }
 
-/// Reads `.eh_frame` of an ELF image in memory (the
+/// Reads `.eh_frame` and `.eh_frame_hdr` of an ELF image in memory (the
 /// vDSO; tests).
 pub fn from_image(image: &[u8]) -> Option<FileCfi> {
     use object::{Object, ObjectSection};
     let file = object::File::parse(image).ok()?;
-    let s = file.section_by_name(".eh_frame")?;
+    let section = |name: &str| {
+        let s = file.section_by_name(name)?;
+        Some((s.data().ok()?.to_vec(), s.address()))
+    };
     let text = file.section_by_name(".text").map_or(0, |s| s.address());
-    FileCfi::new((s.data().ok()?.to_vec(), s.address()), text)
+    FileCfi::new(section(".eh_frame")?, section(".eh_frame_hdr"), text)
 }
 
 #[cfg(test)]
@@ -200,7 +325,8 @@ mod tests {
         // builds with them), so inside a function body the CFA is
         // %rbp-based, and at its first instruction %rsp-based.
         let exe = std::fs::read("/proc/self/exe").unwrap();
-        let cfi = from_image(&exe).expect("rustc emits .eh_frame");
+        let mut cfi = from_image(&exe).expect("rustc emits .eh_frame");
+        let mut ctx = UnwindContext::new();
         let file = object::File::parse(&*exe).unwrap();
         use object::{Object, ObjectSymbol};
         let sym = file
@@ -208,13 +334,68 @@ mod tests {
             .find(|s| s.name().is_ok_and(|n| n.contains("rules_of_our_own_code")) && s.size() > 32)
             .expect("this test's symbol");
         assert_eq!(
-            cfi.rule(sym.address()),
+            cfi.rule(sym.address(), &mut ctx),
             LeafRule::Frameless { ra: 0, rbp: None },
             "at the first instruction the return address is at %rsp"
         );
-        assert_eq!(cfi.rule(sym.address() + sym.size() / 2), LeafRule::Framed);
-        assert_eq!(cfi.rule(1), LeafRule::Unknown, "no FDE there");
+        assert_eq!(
+            cfi.rule(sym.address() + sym.size() / 2, &mut ctx),
+            LeafRule::Framed
+        );
+        assert_eq!(cfi.rule(1, &mut ctx), LeafRule::Unknown, "no FDE there");
         assert!(cfi.bytes() > 0);
+
+        // Without .eh_frame_hdr the same answers come from the built index.
+        let mut indexed = {
+            use object::ObjectSection;
+            let s = file.section_by_name(".eh_frame").unwrap();
+            let text = file.section_by_name(".text").unwrap().address();
+            FileCfi::new((s.data().unwrap().to_vec(), s.address()), None, text).unwrap()
+        };
+        assert!(!indexed.index.is_empty());
+        assert_eq!(
+            indexed.rule(sym.address(), &mut ctx),
+            LeafRule::Frameless { ra: 0, rbp: None }
+        );
+        assert_eq!(
+            indexed.rule(sym.address() + sym.size() / 2, &mut ctx),
+            LeafRule::Framed
+        );
+    }
+
+    #[test]
+    fn classifies_cfa_rules() {
+        let sp = |offset| CfaRule::RegisterAndOffset {
+            register: X86_64::RSP,
+            offset,
+        };
+        let at = RegisterRule::Offset;
+        // After `push %rbp`: CFA = rsp+16, RA at CFA-8, rbp at CFA-16.
+        assert_eq!(
+            classify(&sp(16), at(-8), at(-16)),
+            LeafRule::Frameless {
+                ra: 8,
+                rbp: Some(0)
+            }
+        );
+        assert_eq!(
+            classify(&sp(8), at(-8), RegisterRule::SameValue),
+            LeafRule::Frameless { ra: 0, rbp: None }
+        );
+        let bp = CfaRule::RegisterAndOffset {
+            register: X86_64::RBP,
+            offset: 16,
+        };
+        assert_eq!(classify(&bp, at(-8), at(-16)), LeafRule::Framed);
+        assert_eq!(
+            classify(&sp(8), RegisterRule::Undefined, RegisterRule::SameValue),
+            LeafRule::Outermost
+        );
+        let expr = CfaRule::Expression(gimli::UnwindExpression {
+            offset: 0,
+            length: 0,
+        });
+        assert_eq!(classify(&expr, at(-8), at(-16)), LeafRule::Unknown);
     }
 
     #[test]

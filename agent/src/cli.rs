@@ -255,7 +255,16 @@ pub enum Command {
         /// ELF files (executables, shared libraries).
         #[arg(required = true)]
         files: Vec<std::path::PathBuf>,
+        /// Also prints the rule at these ELF virtual addresses (hex, as
+        /// `0x3f9c0` or `3f9c0`) of each file.
+        #[arg(long = "at", value_parser = parse_hex)]
+        at: Vec<u64>,
     },
+}
+
+fn parse_hex(s: &str) -> Result<u64, String> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16)
+        .map_err(|_| format!("{s:?} is not a hex address"))
 }
 
 /// A duration, or `off`.

@@ -40,8 +40,8 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    if let Some(cli::Command::UnwindTable { files }) = &args.command {
-        return cfi::inspect::print(files);
+    if let Some(cli::Command::UnwindTable { files, at }) = &args.command {
+        return cfi::inspect::print(files, at);
     }
     caps::check()?;
     let started = std::time::Instant::now();

@@ -318,7 +318,11 @@ fn assemble(mut rows: Vec<(u64, u64, Rule)>, limits: Limits) -> Result<Table, Er
 }
 
 /// The rule of one row: its CFA, return-address and `%rbp` rules.
-fn rule_of(cfa: &CfaRule<usize>, ra: RegisterRule<usize>, rbp: RegisterRule<usize>) -> Rule {
+pub(super) fn rule_of(
+    cfa: &CfaRule<usize>,
+    ra: RegisterRule<usize>,
+    rbp: RegisterRule<usize>,
+) -> Rule {
     let CfaRule::RegisterAndOffset { register, offset } = *cfa else {
         return Rule::Unknown;
     };

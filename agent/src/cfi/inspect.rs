@@ -9,14 +9,15 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use object::{Object, ObjectSection};
 
-use super::deltas::{self, Coverage, Table};
+use super::deltas::{self, CfaBase, Coverage, Rule, SavedRbp, Table};
 
-/// Prints one summary line per file; fails if any file had no table.
-pub fn print(files: &[PathBuf]) -> anyhow::Result<()> {
+/// Prints one summary line per file, and the rule at each of `at`;
+/// fails if any file had no table.
+pub fn print(files: &[PathBuf], at: &[u64]) -> anyhow::Result<()> {
     let mut failed = 0;
     for path in files {
-        match describe(path) {
-            Ok(line) => println!("{line}"),
+        match describe(path, at) {
+            Ok(lines) => println!("{lines}"),
             Err(e) => {
                 eprintln!("{}: {e:#}", path.display());
                 failed += 1;
@@ -29,7 +30,7 @@ pub fn print(files: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn describe(path: &Path) -> anyhow::Result<String> {
+fn describe(path: &Path, at: &[u64]) -> anyhow::Result<String> {
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data).context("not an ELF file")?;
     let section = file
@@ -39,7 +40,33 @@ fn describe(path: &Path) -> anyhow::Result<String> {
     let text = file.section_by_name(".text").map_or(0, |s| s.address());
     let started = Instant::now();
     let table = deltas::build(bytes, section.address(), text, deltas::Limits::default())?;
-    Ok(summary(path, bytes.len(), &table, started.elapsed()))
+    let mut lines = summary(path, bytes.len(), &table, started.elapsed());
+    for &address in at {
+        lines.push_str(&format!(
+            "\n  {address:#x}: {}",
+            explain(table.rule(address))
+        ));
+    }
+    Ok(lines)
+}
+
+/// A rule in words.
+fn explain(rule: Rule) -> String {
+    match rule {
+        Rule::Step { base, cfa, ra, rbp } => {
+            let base = match base {
+                CfaBase::Rsp => "%rsp",
+                CfaBase::Rbp => "%rbp (a frame pointer)",
+            };
+            let rbp = match rbp {
+                SavedRbp::Same => "%rbp unchanged".to_owned(),
+                SavedRbp::AtCfa(o) => format!("the caller's %rbp at CFA{o:+}"),
+            };
+            format!("CFA = {base}{cfa:+}, return address at CFA{ra:+}, {rbp}")
+        }
+        Rule::Outermost => "the outermost frame (no return address)".to_owned(),
+        Rule::Unknown => "no rule (no CFI here, or a DWARF expression)".to_owned(),
+    }
 }
 
 /// The line printed for a file.
@@ -81,16 +108,36 @@ mod tests {
 
     #[test]
     fn summarizes_a_real_file_and_refuses_others() {
-        let line = describe(Path::new("/proc/self/exe")).unwrap();
+        // This test's own function: framed in its body (the workspace
+        // keeps frame pointers); nothing at address 1.
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        use object::ObjectSymbol;
+        let sym = file
+            .symbols()
+            .find(|s| s.name().is_ok_and(|n| n.contains("summarizes_a_real_file")) && s.size() > 32)
+            .unwrap();
+        let middle = sym.address() + sym.size() / 2;
+        let lines = describe(Path::new("/proc/self/exe"), &[middle, 1]).unwrap();
         assert!(
-            line.contains(" ranges, ") && line.contains("frame pointer "),
-            "{line}"
+            lines.contains(" ranges, ") && lines.contains("frame pointer "),
+            "{lines}"
         );
-        let not_elf = describe(Path::new("/proc/self/status")).unwrap_err();
+        let framed = format!(
+            "{middle:#x}: CFA = %rbp (a frame pointer)+16, return address at CFA-8, \
+             the caller's %rbp at CFA-16"
+        );
+        assert!(lines.contains(&framed), "{lines}");
+        assert!(lines.contains("0x1: no rule"), "{lines}");
+        let not_elf = describe(Path::new("/proc/self/status"), &[]).unwrap_err();
         assert!(
             format!("{not_elf:#}").contains("not an ELF file"),
             "{not_elf:#}"
         );
-        assert!(print(&[PathBuf::from("/nonexistent")]).is_err());
+        assert!(print(&[PathBuf::from("/nonexistent")], &[]).is_err());
+        assert_eq!(
+            explain(Rule::Outermost),
+            "the outermost frame (no return address)"
+        );
     }
 }

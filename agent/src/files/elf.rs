@@ -46,6 +46,7 @@ pub struct Binary {
     pub dl_debug_state: Option<u64>,
     /// Where its call-frame information is (read when a leaf needs it).
     pub eh_frame: Option<SectionRef>,
+    pub eh_frame_hdr: Option<SectionRef>,
     /// `.text`'s address (a base of CFI pointer encodings).
     pub text_address: u64,
     /// Its `otel_memory` USDT probe sites (memory profiling), if any.
@@ -102,6 +103,7 @@ impl Binary {
             size: 0,
             loads,
             eh_frame: section(".eh_frame"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
             text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
             thread_ctx_offset: crate::threadctx::executable_offset(&file, data),
             thread_ctx_library: crate::threadctx::library_slot(&file),
@@ -394,6 +396,7 @@ mod tests {
             thread_ctx_library: None,
             dl_debug_state: None,
             eh_frame: None,
+            eh_frame_hdr: None,
             text_address: 0,
             memory_probes: Vec::new(),
             content_sha256: None,

@@ -546,28 +546,31 @@ fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> Read {
     Ok((binary, opened))
 }
 
-/// Bytes of `.eh_frame` read from one file at most.
+/// Bytes of `.eh_frame` (+ `.eh_frame_hdr`) read from one file at most.
 const MAX_CFI_FILE_BYTES: u64 = 64 << 20;
 
-/// Reads a file's `.eh_frame` through the process's view of it (in a job),
-/// and builds its unwind table.
+/// Reads a file's CFI sections through the process's view of it (in a
+/// job), and indexes them.
 fn read_cfi(root: &Path, pid: u32, map: &MapEntry, binary: &Binary) -> Option<FileCfi> {
     use std::os::unix::fs::FileExt;
     let eh_frame = binary.eh_frame?;
-    // A size from a section header nothing else reads: a hostile file's
-    // can say anything.
-    if eh_frame.size > MAX_CFI_FILE_BYTES || eh_frame.size > binary.size {
-        tracing::debug!(pid, path = %map.path, size = eh_frame.size, "CFI too large: not read");
+    let hdr = binary.eh_frame_hdr;
+    // Sizes from section headers nothing else reads: a hostile file's can
+    // say anything (their sum may even wrap).
+    let total = eh_frame.size.checked_add(hdr.map_or(0, |h| h.size))?;
+    if total > MAX_CFI_FILE_BYTES || total > binary.size {
+        tracing::debug!(pid, path = %map.path, total, "CFI too large: not read");
         return None;
     }
     let opened = open::open_mapped(root, pid, map).ok()?;
-    let mut bytes = vec![0; usize::try_from(eh_frame.size).ok()?];
-    opened
-        .file
-        .read_exact_at(&mut bytes, eh_frame.offset)
-        .ok()?;
+    let read = |s: crate::cfi::SectionRef| {
+        let mut bytes = vec![0; usize::try_from(s.size).ok()?];
+        opened.file.read_exact_at(&mut bytes, s.offset).ok()?;
+        Some((bytes, s.address))
+    };
+    let (eh_frame, hdr) = (read(eh_frame)?, hdr.and_then(read));
     if !opened.unchanged() {
         return None;
     }
-    FileCfi::new((bytes, eh_frame.address), binary.text_address)
+    FileCfi::new(eh_frame, hdr, binary.text_address)
 }

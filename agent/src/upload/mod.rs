@@ -424,6 +424,7 @@ mod tests {
             thread_ctx_library: None,
             dl_debug_state: None,
             eh_frame: None,
+            eh_frame_hdr: None,
             text_address: 0,
             memory_probes: Vec::new(),
             content_sha256: Some("00".repeat(32)),
