@@ -354,7 +354,14 @@ fn a_perf_map_growing_by_100k_entries_with_garbage_stays_bounded() {
     let total = agent.last_line("total:").expect("the agent's totals");
     let jit = total.split("jit: ").nth(1).unwrap();
     assert!(number_after(jit, "(") <= 1024, "symbols held, KiB: {jit}");
-    assert!(number_after(jit, "evicted ") >= 90_000, "{jit}");
+    // Most of the 100,000 entries passed through the 1 MiB (≈ 6,000
+    // entries) the process may hold: evicted many times over. Not all:
+    // the agent reads a process's map within that process's work budget
+    // (a share of CPU), and a debug-built agent on a busy 2-CPU machine
+    // reads 60–95% of a map growing by 12,500 lines a second before the
+    // process exits (60,407 in a CI run beside a build, 75,410–95,414
+    // alone) — its "over budget" count says how often it waited.
+    assert!(number_after(jit, "evicted ") >= 30_000, "{jit}");
     assert!(
         number_after(jit, "bad lines ") >= garbage,
         "{garbage} malformed lines written\n{jit}"
