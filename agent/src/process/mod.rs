@@ -326,8 +326,10 @@ impl Processes {
     /// Looks again for the trace-context slot of each process whose
     /// link-map change found a file still being read (the library just
     /// loaded, as a rule): the slot reaches the BPF program once the file
-    /// is read, not at the process's next sample drained. Cheap: cached
-    /// files, no I/O. A process is looked at for [`UNSURE_FOR`] at most.
+    /// is read, not at the process's next sample drained. Cached files,
+    /// no I/O; charged to the process's work budget (a process with tens
+    /// of thousands of mappings pays for its own looks), and looked at for
+    /// [`UNSURE_FOR`] at most.
     pub fn settle_thread_ctxs(&mut self) {
         let now = Instant::now();
         let Processes { by_pid, ctx } = self;
@@ -336,8 +338,16 @@ impl Processes {
             let Some(process) = by_pid.get_mut(&pid) else {
                 return false;
             };
+            if now.saturating_duration_since(since) >= UNSURE_FOR {
+                return false;
+            }
+            if !process.work.has(now) {
+                return true; // over its budget: not looked at now
+            }
+            let started = crate::jobs::thread_cpu();
             ctx.settle_thread_ctx(pid, process);
-            process.thread_ctx_unsure && now.saturating_duration_since(since) < UNSURE_FOR
+            process.work.charge_cpu_since(started);
+            process.thread_ctx_unsure
         });
         ctx.unsure_after_link_map = pending;
     }
