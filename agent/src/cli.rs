@@ -54,10 +54,9 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_RING_BUFFER_BYTES", default_value_t = 8 << 20, value_parser = parse_ring_size)]
     pub ring_buffer_bytes: u32,
 
-    /// Bytes of unwind tables (built from the `.eh_frame` of the files
-    /// samples' leaf functions are in; `symtrace-agent unwind-table FILE`
-    /// shows one) kept in memory, to recover the caller of a frameless
-    /// leaf; beyond it the cache starts over.
+    /// Bytes of call-frame information (`.eh_frame` of the files samples'
+    /// leaf functions are in) kept in memory, to recover the caller of a
+    /// frameless leaf; beyond it the cache starts over.
     #[arg(long, env = "SYMTRACE_AGENT_CFI_CACHE_BYTES", default_value_t = 32 << 20)]
     pub cfi_cache_bytes: usize,
 
@@ -248,9 +247,10 @@ pub struct Args {
 /// Tools that inspect without sampling (no privileges needed).
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
-    /// Prints the unwind table the agent builds from each ELF file's
-    /// `.eh_frame` — address ranges, distinct rules, how much of its code
-    /// keeps a frame pointer, the table's size and build time — and exits.
+    /// Prints each ELF file's whole unwind table, built from its
+    /// `.eh_frame` with the agent's reading of CFI rules — address ranges,
+    /// distinct rules, how much of its code keeps a frame pointer, the
+    /// table's size and build time — and exits.
     UnwindTable {
         /// ELF files (executables, shared libraries).
         #[arg(required = true)]
@@ -263,8 +263,11 @@ pub enum Command {
 }
 
 fn parse_hex(s: &str) -> Result<u64, String> {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16)
-        .map_err(|_| format!("{s:?} is not a hex address"))
+    let digits = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    u64::from_str_radix(digits, 16).map_err(|_| format!("{s:?} is not a hex address"))
 }
 
 /// A duration, or `off`.
@@ -359,6 +362,11 @@ mod tests {
         assert!(parse_probability("-0.1").is_err());
         assert!(parse_probability("NaN").is_err());
         assert!(parse_probability("often").is_err());
+        assert_eq!(parse_hex("0x3f9c0"), Ok(0x3f9c0));
+        assert_eq!(parse_hex("3F9C0"), Ok(0x3f9c0));
+        assert_eq!(parse_hex("0X10"), Ok(0x10));
+        assert!(parse_hex("0x0x10").is_err());
+        assert!(parse_hex("main").is_err());
     }
 
     #[test]

@@ -155,7 +155,7 @@ impl Table {
         c
     }
 
-    /// Bytes held: 6 per range, 16 per rule.
+    /// Bytes held: 6 per range, and the rules.
     pub fn bytes(&self) -> usize {
         self.starts.len() * 6 + self.rules.len() * std::mem::size_of::<Rule>()
     }

@@ -326,10 +326,10 @@ impl Processes {
     /// Looks again for the trace-context slot of each process whose
     /// link-map change found a file still being read (the library just
     /// loaded, as a rule): the slot reaches the BPF program once the file
-    /// is read, not at the process's next sample drained. Cached files,
-    /// no I/O; charged to the process's work budget (a process with tens
-    /// of thousands of mappings pays for its own looks), and looked at for
-    /// [`UNSURE_FOR`] at most.
+    /// is read, not at the process's next sample drained. Charged to the
+    /// process's work budget (a process with tens of thousands of
+    /// mappings pays for its own looks), and looked at for [`UNSURE_FOR`]
+    /// after its last link-map change at most.
     pub fn settle_thread_ctxs(&mut self) {
         let now = Instant::now();
         let Processes { by_pid, ctx } = self;
@@ -353,9 +353,16 @@ impl Processes {
     }
 
     /// When [`Self::settle_thread_ctxs`] is due: in [`UNSURE_RECHECK`]
-    /// while a process waits for its file, else never.
+    /// while a process waits for its file, later when every waiting
+    /// process is over its work budget (when the first has some again),
+    /// never when none waits.
     pub fn next_thread_ctx_due(&self, now: Instant) -> Option<Instant> {
-        (!self.ctx.unsure_after_link_map.is_empty()).then(|| now + UNSURE_RECHECK)
+        self.ctx
+            .unsure_after_link_map
+            .iter()
+            .filter_map(|(pid, _)| self.by_pid.get(pid))
+            .map(|p| p.work.next_positive().max(now + UNSURE_RECHECK))
+            .min()
     }
 
     pub fn len(&self) -> usize {
@@ -663,8 +670,16 @@ impl Context {
         // A library still being read may be the one: looked at again
         // soon, and at the next sample.
         self.set_thread_ctx(pid, process, location, complete);
-        if !complete && !self.unsure_after_link_map.iter().any(|&(p, _)| p == pid) {
-            self.unsure_after_link_map.push((pid, now));
+        if !complete {
+            // Looked at for UNSURE_FOR after its latest change.
+            match self
+                .unsure_after_link_map
+                .iter_mut()
+                .find(|(p, _)| *p == pid)
+            {
+                Some(entry) => entry.1 = now,
+                None => self.unsure_after_link_map.push((pid, now)),
+            }
         }
     }
 
