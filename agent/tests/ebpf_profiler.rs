@@ -234,17 +234,10 @@ fn a_file_only_our_agent_published_does_not_name_the_profilers_frames() {
     let server = Server::start(&Backend::local(), &[]);
     let bin = dir.path().join(short_name("epagent"));
     build_c_workload(&bin);
-    let mut agent = Agent::start(
+    let mut agent = Agent::start_publishing(
         Path::new(env!("CARGO_BIN_EXE_symtrace-agent")),
-        &server.grpc_addr,
-        &[
-            "--upload-url",
-            &server.url,
-            "--upload-bytes-per-second",
-            "268435456",
-            "--upload-max-file-bytes",
-            "10000000",
-        ],
+        &server,
+        10_000_000,
     );
     let mut profiler = Profiler::start(&profiler_bin, &server.grpc_addr, HZ, &[]);
     let ours = kit::unique("ours-");

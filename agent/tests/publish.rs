@@ -19,20 +19,12 @@ fn workload(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// An agent that publishes to `server`, fast, files up to `max_bytes` (the
-/// test's own binaries are sampled too; the bound keeps the big ones out).
+/// An agent that publishes to `server`, files up to `max_bytes`.
 fn publishing_agent(server: &Server, max_bytes: u64) -> Agent {
-    Agent::start(
+    Agent::start_publishing(
         Path::new(env!("CARGO_BIN_EXE_symtrace-agent")),
-        &server.grpc_addr,
-        &[
-            "--upload-url",
-            &server.url,
-            "--upload-bytes-per-second",
-            "268435456",
-            "--upload-max-file-bytes",
-            &max_bytes.to_string(),
-        ],
+        server,
+        max_bytes,
     )
 }
 

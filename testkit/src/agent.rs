@@ -49,6 +49,24 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// [`Self::start`] publishing the binaries `server` lacks to it, fast
+    /// (256 MiB/s), files up to `max_bytes` (the test's own binaries are
+    /// sampled too; the bound keeps the big ones out).
+    pub fn start_publishing(bin: &Path, server: &Server, max_bytes: u64) -> Agent {
+        Agent::start(
+            bin,
+            &server.grpc_addr,
+            &[
+                "--upload-url",
+                &server.url,
+                "--upload-bytes-per-second",
+                "268435456",
+                "--upload-max-file-bytes",
+                &max_bytes.to_string(),
+            ],
+        )
+    }
+
     /// Starts `bin` against `grpc_addr` at 97 Hz, exporting every second
     /// with `--stats`, and waits until it samples and has read the running
     /// processes. It publishes no binaries unless `extra` says where
