@@ -12,7 +12,7 @@ use std::process::Command;
 fn main() {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("bpf");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("profile.bpf.o");
-    for f in ["profile.bpf.c", "sample.h", "vmlinux.h"] {
+    for f in ["profile.bpf.c", "unwind.bpf.h", "sample.h", "vmlinux.h"] {
         println!("cargo:rerun-if-changed={}", dir.join(f).display());
     }
     println!("cargo:rerun-if-env-changed=SYMTRACE_BPF_CLANG");

@@ -165,6 +165,13 @@ static __always_inline void count(__u32 which)
 		*c += 1; /* per-CPU: no other writer */
 }
 
+static __always_inline void count_n(__u32 which, __u64 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+	if (c && n)
+		*c += n;
+}
+
 /* Whether process `tgid` is over its off-CPU record rate (then counted). */
 static __always_inline int over_record_rate(__u32 tgid)
 {
@@ -343,15 +350,15 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, __u64 *ip,
 	return saved_user_regs(ip, sp, bp);
 }
 
-/* The user stack by frame pointers, as the kernel's perf_callchain_user
- * walks it, but checked: each frame pointer must be 8-aligned and above the
- * previous one, so a garbage %rbp (code built without frame pointers) ends
- * the walk instead of adding frames. Also copies USER_STACK_WINDOW bytes
- * from %rsp, for userspace's .eh_frame step out of the leaf. `have` is what
- * the register lookup answered (1, 0: no user registers, -1: fall back to
- * bpf_get_stack on `ctx`). */
+#include "unwind.bpf.h"
+
+/* The user stack (`have` is what the register lookup answered: 1, 0: no
+ * user registers, -1: fall back to bpf_get_stack on `ctx`), walked by
+ * walk_user_stack; also copies USER_STACK_WINDOW bytes from %rsp, for
+ * userspace's .eh_frame step out of a leaf whose file's table is not
+ * loaded (yet). `kind` is the walk's per-CPU slot (WALK_*). */
 static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, __u64 fp,
-				       struct cpu_sample *s)
+				       struct cpu_sample *s, __u32 kind)
 {
 	if (have < 0) {
 		long n = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
@@ -369,34 +376,7 @@ static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, 
 		s->window_bytes = USER_STACK_WINDOW;
 	else if (!bpf_probe_read_user(s->window, 64, (void *)sp))
 		s->window_bytes = 64; /* near the top of the stack mapping */
-	s->user[0] = ip;
-	__u32 n = 1;
-	__u32 end = USER_END_DEPTH;
-	for (int i = 1; i < USER_STACK_DEPTH; i++) {
-		__u64 frame[2]; /* the saved %rbp, the return address */
-		if (!fp) {
-			end = USER_END_ROOT;
-			break;
-		}
-		if ((fp & 7) || fp >= USER_ADDRESS_LIMIT ||
-		    bpf_probe_read_user(frame, sizeof(frame), (void *)fp)) {
-			end = USER_END_UNREADABLE;
-			break;
-		}
-		if (!frame[1]) {
-			end = USER_END_ROOT;
-			break;
-		}
-		s->user[i] = frame[1];
-		n = i + 1;
-		if (frame[0] && frame[0] <= fp) {
-			end = USER_END_NOT_INCREASING;
-			break;
-		}
-		fp = frame[0];
-	}
-	s->user_frames = n;
-	s->user_end = end;
+	walk_user_stack(kind, s->pid, ip, sp, fp, s);
 }
 
 /* The common part of a sample record: who, when, the thread context. */
@@ -438,7 +418,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	sample_header(s, RECORD_SAMPLE, id, task, bpf_ktime_get_boot_ns());
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = user_regs(ctx, &ip, &sp, &bp);
-	user_stack(ctx, have, ip, sp, bp, s);
+	user_stack(ctx, have, ip, sp, bp, s, WALK_SAMPLE);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	/* Userspace drains on a timer: no wakeup per sample. */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
@@ -612,7 +592,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	sample_header(s, RECORD_OFF_CPU_START, ((__u64)tgid << 32) | tid, prev, now);
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = saved_user_regs(&ip, &sp, &bp);
-	user_stack(ctx, have, ip, sp, bp, s);
+	user_stack(ctx, have, ip, sp, bp, s, WALK_OFF_CPU);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	count(COUNTER_OFF_CPU);
@@ -745,7 +725,8 @@ int on_usdt(struct pt_regs *ctx)
 	sample_header(&a->sample, RECORD_ALLOC, id, task, bpf_ktime_get_boot_ns());
 	/* The checked walk, as for CPU samples (bpf_get_stack's was slower
 	 * here: 2.3 µs a run against 1.8 on the example service). */
-	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample);
+	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample,
+		   WALK_USDT);
 	a->sample.kernel_bytes = 0;
 	__u64 weight = a->weight;
 	/* After the reserve: the free's record comes after this one. */

@@ -29,6 +29,67 @@ enum user_stack_end {
 	USER_END_NOT_INCREASING = 3, /* the next frame pointer was not above this one */
 	USER_END_NO_USER = 4,        /* no user registers (a kernel thread) */
 	USER_END_HELPER = 5,         /* walked by bpf_get_stack (kernel < 5.15, in a syscall) */
+	USER_END_OUTERMOST = 6,      /* CFI marked the return address undefined (_start, a thread's entry) */
+};
+/* Or'ed into user_end: the walk stepped out of the leaf by its CFI (the
+ * file's table was loaded), so userspace must not step out of it again. */
+#define USER_END_LEAF_CFI 256
+#define USER_END_MASK 255
+
+/* Unwinding by CFI (issue #40). Userspace builds one table per file from
+ * its .eh_frame: sorted rows {start, rule}, the rules deduplicated across
+ * all files into unwind_rules. A file's rows sit at [first, first + count)
+ * of the shared unwind_rows pool; a process's executable mappings whose
+ * file has a table are its unwind_proc ranges, sorted by start. */
+#define UNWIND_PROC_RANGES 128     /* mappings with a table, per process */
+#define UNWIND_FILES 4096          /* files with a table at once */
+#define UNWIND_RULES 16384         /* distinct rules, all files together */
+#define UNWIND_SEARCH_STEPS 24     /* binary-search steps: rows per file < 2^24 */
+#define UNWIND_PROCS 2048          /* processes with ranges at once */
+
+enum unwind_rule_kind {
+	RULE_UNKNOWN = 0,   /* no CFI here, or one the walk does not evaluate: step by frame pointer */
+	RULE_RSP = 1,       /* CFA = %rsp + cfa */
+	RULE_RBP = 2,       /* CFA = %rbp + cfa */
+	RULE_OUTERMOST = 3, /* the return address is undefined: the stack ends here */
+};
+
+struct unwind_rule {
+	__s32 cfa;           /* CFA offset from its register */
+	__s32 ra;            /* the return address is at CFA + ra */
+	__s32 rbp;           /* the caller's %rbp is at CFA + rbp (when rbp_saved) */
+	__u8 kind;           /* enum unwind_rule_kind */
+	__u8 rbp_saved;
+	__u16 pad;
+};
+
+struct unwind_row {
+	__u32 start;         /* offset from the file table's base */
+	__u32 rule;          /* index in unwind_rules */
+};
+
+/* A file's table; count 0: no table in this slot. */
+#define UNWIND_FILE_FRAMED 1 /* the file keeps frame pointers: its non-leaf frames step by them */
+struct unwind_file {
+	__u32 first;
+	__u32 count;
+	__u32 flags;
+	__u32 pad;
+};
+
+/* An executable mapping of a file with a table: the table's offset of
+ * address A is A - adjust. */
+struct unwind_range {
+	__u64 start;
+	__u64 adjust;
+	__u32 len;
+	__u32 file;          /* slot in unwind_files */
+};
+
+struct unwind_proc {
+	__u32 count;
+	__u32 pad;
+	struct unwind_range ranges[UNWIND_PROC_RANGES];
 };
 
 enum record_kind {
@@ -233,6 +294,14 @@ struct live_key {
 #define LAYOUT_ALLOC_FREE_PID 4
 #define LAYOUT_ALLOC_FREE_PTR 8
 #define LAYOUT_LIVE_KEY_SIZE 16
+#define LAYOUT_UNWIND_RULE_SIZE 16
+#define LAYOUT_UNWIND_RULE_KIND 12
+#define LAYOUT_UNWIND_ROW_SIZE 8
+#define LAYOUT_UNWIND_FILE_SIZE 16
+#define LAYOUT_UNWIND_RANGE_SIZE 24
+#define LAYOUT_UNWIND_RANGE_FILE 20
+#define LAYOUT_UNWIND_PROC_SIZE 3080
+#define LAYOUT_UNWIND_PROC_RANGES 8
 #define LAYOUT_THREAD_CTX_LOC_SIZE 32
 #define LAYOUT_THREAD_CTX_LOC_GOT 8
 #define LAYOUT_THREAD_CTX_LOC_TLS_OFFSET 16
@@ -295,6 +364,14 @@ LAYOUT_CHECK("alloc_free.kind", __builtin_offsetof(struct alloc_free, kind), LAY
 LAYOUT_CHECK("alloc_free.pid", __builtin_offsetof(struct alloc_free, pid), LAYOUT_ALLOC_FREE_PID);
 LAYOUT_CHECK("alloc_free.ptr", __builtin_offsetof(struct alloc_free, ptr), LAYOUT_ALLOC_FREE_PTR);
 LAYOUT_CHECK("sizeof(struct live_key)", sizeof(struct live_key), LAYOUT_LIVE_KEY_SIZE);
+LAYOUT_CHECK("sizeof(struct unwind_rule)", sizeof(struct unwind_rule), LAYOUT_UNWIND_RULE_SIZE);
+LAYOUT_CHECK("unwind_rule.kind", __builtin_offsetof(struct unwind_rule, kind), LAYOUT_UNWIND_RULE_KIND);
+LAYOUT_CHECK("sizeof(struct unwind_row)", sizeof(struct unwind_row), LAYOUT_UNWIND_ROW_SIZE);
+LAYOUT_CHECK("sizeof(struct unwind_file)", sizeof(struct unwind_file), LAYOUT_UNWIND_FILE_SIZE);
+LAYOUT_CHECK("sizeof(struct unwind_range)", sizeof(struct unwind_range), LAYOUT_UNWIND_RANGE_SIZE);
+LAYOUT_CHECK("unwind_range.file", __builtin_offsetof(struct unwind_range, file), LAYOUT_UNWIND_RANGE_FILE);
+LAYOUT_CHECK("sizeof(struct unwind_proc)", sizeof(struct unwind_proc), LAYOUT_UNWIND_PROC_SIZE);
+LAYOUT_CHECK("unwind_proc.ranges", __builtin_offsetof(struct unwind_proc, ranges), LAYOUT_UNWIND_PROC_RANGES);
 
 /* Indices of the per-CPU `counters` array. */
 enum counter {
@@ -318,7 +395,9 @@ enum counter {
 	COUNTER_LIVE_PROCESS_FULL = 17, /* sampled allocations not tracked: their process holds its share of the live map */
 	COUNTER_OFF_CPU_THROTTLED = 18, /* blocked switch-outs not recorded: their process is over its record rate */
 	COUNTER_TICKS = 19,        /* runs of the CPU sampler, the idle CPUs' included */
-	COUNTER_COUNT = 20,
+	COUNTER_STEPS_FP = 20,     /* user frames stepped out of by frame pointer */
+	COUNTER_STEPS_CFI = 21,    /* ... by a CFI rule */
+	COUNTER_COUNT = 22,
 };
 
 #endif

@@ -17,6 +17,7 @@
 
 pub mod deltas;
 pub mod inspect;
+pub mod tables;
 
 use std::collections::HashMap;
 
@@ -28,7 +29,7 @@ use gimli::{
 };
 
 /// Where a section is in its file and in the ELF's address space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SectionRef {
     pub offset: u64,
     pub size: u64,

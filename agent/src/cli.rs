@@ -60,6 +60,15 @@ pub struct Args {
     #[arg(long, env = "SYMTRACE_AGENT_CFI_CACHE_BYTES", default_value_t = 32 << 20)]
     pub cfi_cache_bytes: usize,
 
+    /// Bytes of BPF memory for the unwind tables of code without frame
+    /// pointers (each file's `.eh_frame` as sorted rows the BPF walk
+    /// searches, 8 bytes a row, shared by every process mapping the file),
+    /// the per-process mapping tables (6.3 MiB at most) included. Files no
+    /// process maps any more are evicted when room is needed; a file that
+    /// does not fit is walked by frame pointer.
+    #[arg(long, env = "SYMTRACE_AGENT_UNWIND_TABLE_BYTES", default_value_t = 32 << 20)]
+    pub unwind_table_bytes: u64,
+
     /// Bytes of JIT symbols (from perf maps and jitdump files) kept per
     /// process; beyond it the oldest entries are dropped (counted in the
     /// stats as `jit: … evicted`). About 235 bytes an entry.

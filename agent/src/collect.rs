@@ -108,6 +108,9 @@ impl Collector {
             self.pool.clone(),
         );
         procs.offer_binaries_to(self.uploads.as_ref().map(|(offers, _)| offers.clone()));
+        if let Some(maps) = self.sampler.take_unwind_maps() {
+            procs.unwind_into(Box::new(maps), self.sampler.unwind_rows());
+        }
         tracing::debug!(functions = procs.vdso_functions(), "vDSO symbols read");
         // The named probe files first: a process started once the agent
         // says it read the running ones is covered from its first
@@ -439,6 +442,7 @@ impl Collector {
             hashes: procs.hash_stats(),
             unwind: procs.unwind_stats(),
             cfi: procs.cfi_stats(),
+            tables: procs.table_stats(),
             contained: procs.contained(),
             jobs: self.pool.stats(),
             waits_cut: procs.waits_cut(),

@@ -21,6 +21,7 @@ mod sampler;
 mod stats;
 mod threadctx;
 mod unwind;
+mod unwind_maps;
 mod upload;
 mod usdt;
 mod vdso;
@@ -60,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         memory_max_rate: args.memory_max_rate,
         memory_max_live_per_process: args.memory_max_live_per_process,
         off_cpu_max_process_rate: args.off_cpu_max_process_rate,
+        unwind_table_bytes: args.unwind_table_bytes,
     })?;
     tracing::info!(
         "sampling {} CPUs at {} Hz (BPF loaded and attached in {:?}); exporting every {:?} to {}",

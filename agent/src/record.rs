@@ -175,6 +175,63 @@ layout_check!(offset_of!(AllocFree, kind), LAYOUT_ALLOC_FREE_KIND);
 layout_check!(offset_of!(AllocFree, pid), LAYOUT_ALLOC_FREE_PID);
 layout_check!(offset_of!(AllocFree, ptr), LAYOUT_ALLOC_FREE_PTR);
 layout_check!(size_of::<LiveKey>(), LAYOUT_LIVE_KEY_SIZE);
+layout_check!(size_of::<UnwindRule>(), LAYOUT_UNWIND_RULE_SIZE);
+layout_check!(offset_of!(UnwindRule, kind), LAYOUT_UNWIND_RULE_KIND);
+layout_check!(size_of::<UnwindRow>(), LAYOUT_UNWIND_ROW_SIZE);
+layout_check!(size_of::<UnwindFile>(), LAYOUT_UNWIND_FILE_SIZE);
+layout_check!(size_of::<UnwindRange>(), LAYOUT_UNWIND_RANGE_SIZE);
+layout_check!(offset_of!(UnwindRange, file), LAYOUT_UNWIND_RANGE_FILE);
+layout_check!(size_of::<UnwindProc>(), LAYOUT_UNWIND_PROC_SIZE);
+layout_check!(offset_of!(UnwindProc, ranges), LAYOUT_UNWIND_PROC_RANGES);
+
+/// `struct unwind_rule`: how to leave a function (issue #40).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UnwindRule {
+    pub cfa: i32,
+    pub ra: i32,
+    pub rbp: i32,
+    pub kind: u8,
+    pub rbp_saved: u8,
+    pub pad: u16,
+}
+
+/// `struct unwind_row`: a range of a file's table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindRow {
+    pub start: u32,
+    pub rule: u32,
+}
+
+/// `struct unwind_file`: where a file's rows are in the pool.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindFile {
+    pub first: u32,
+    pub count: u32,
+    pub flags: u32,
+    pub pad: u32,
+}
+
+/// `struct unwind_range`: a process's mapping of a file with a table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindRange {
+    pub start: u64,
+    pub adjust: u64,
+    pub len: u32,
+    pub file: u32,
+}
+
+/// `struct unwind_proc`: a process's mappings with tables, sorted.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UnwindProc {
+    pub count: u32,
+    pub pad: u32,
+    pub ranges: [UnwindRange; UNWIND_PROC_RANGES],
+}
 
 /// `struct process_event_record`: an exec or exit.
 #[repr(C)]

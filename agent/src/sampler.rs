@@ -66,6 +66,9 @@ pub struct Counters {
     /// Blocked switch-outs not recorded: their process was over its
     /// record rate (`--off-cpu-max-process-rate`).
     pub off_cpu_throttled: u64,
+    /// User frames stepped out of by frame pointer, and by a CFI rule.
+    pub steps_fp: u64,
+    pub steps_cfi: u64,
 }
 
 pub struct Sampler {
@@ -83,6 +86,9 @@ pub struct Sampler {
     pub malformed: u64,
     /// Memory profiling's maps, when it is on.
     memory: Option<MemoryMaps>,
+    /// The unwind tables' maps, until the collector takes them.
+    unwind: Option<crate::unwind_maps::UnwindMaps>,
+    unwind_rows: u32,
 }
 
 // SAFETY: plain old data (integers only, no padding: every field is
@@ -189,6 +195,8 @@ pub struct Options {
     /// Off-CPU records one process may write per second (0: unbounded),
     /// and at once: twice that.
     pub off_cpu_max_process_rate: u32,
+    /// Bytes of BPF memory for unwind tables (`--unwind-table-bytes`).
+    pub unwind_table_bytes: u64,
 }
 
 /// Off-CPU sampling: the probability that a blocked thread's switch-out is
@@ -228,6 +236,20 @@ fn alloc_window_max(per_second: u32) -> u32 {
     (u64::from(per_second) / windows).max(1) as u32
 }
 
+/// The BPF memory the unwind tables take besides their rows: the rules,
+/// the files, and the per-process ranges at most.
+pub const UNWIND_FIXED_BYTES: u64 = (record::UNWIND_RULES * std::mem::size_of::<record::UnwindRule>()
+    + record::UNWIND_FILES * std::mem::size_of::<record::UnwindFile>()
+    + record::UNWIND_PROCS * std::mem::size_of::<record::UnwindProc>())
+    as u64;
+
+/// Rows of unwind tables that fit `bytes` of BPF memory with the rest
+/// (at least one page of them).
+pub fn unwind_rows(bytes: u64) -> u32 {
+    let rows = bytes.saturating_sub(UNWIND_FIXED_BYTES) / std::mem::size_of::<record::UnwindRow>() as u64;
+    rows.clamp(512, u64::from(u32::MAX / 2)) as u32
+}
+
 /// One record per this many nanoseconds (0: unbounded).
 fn record_interval_ns(per_second: u32) -> u64 {
     if per_second == 0 {
@@ -259,6 +281,7 @@ impl Sampler {
             .allow_unsupported_maps()
             .map_max_entries("records", options.ring_buffer_bytes)
             .map_max_entries("live_allocs", options.memory_max_live.unwrap_or(1).max(1))
+            .map_max_entries("unwind_rows", unwind_rows(options.unwind_table_bytes))
             .override_global("record_kernel_threads", &kernel_threads, true)
             .override_global("off_cpu_threshold", &plain, true)
             .override_global("off_cpu_span_threshold", &span, true)
@@ -357,6 +380,11 @@ impl Sampler {
             }
             None => None,
         };
+        let rows = unwind_rows(options.unwind_table_bytes);
+        let unwind = Some(
+            crate::unwind_maps::UnwindMaps::take(&mut bpf, rows)
+                .context("the unwind tables' BPF maps")?,
+        );
         let stats = if options.run_time_stats {
             aya::sys::enable_stats(aya::sys::Stats::RunTime)
                 .map_err(|e| tracing::warn!("BPF run-time statistics unavailable: {e}"))
@@ -375,6 +403,8 @@ impl Sampler {
             run_time_stats: stats,
             malformed: 0,
             memory,
+            unwind,
+            unwind_rows: rows,
         };
         sampler.sync_cpus()?;
         Ok(sampler)
@@ -565,7 +595,19 @@ impl Sampler {
             allocs_throttled: sum(record::COUNTER_ALLOCS_THROTTLED),
             live_process_full: sum(record::COUNTER_LIVE_PROCESS_FULL),
             off_cpu_throttled: sum(record::COUNTER_OFF_CPU_THROTTLED),
+            steps_fp: sum(record::COUNTER_STEPS_FP),
+            steps_cfi: sum(record::COUNTER_STEPS_CFI),
         }
+    }
+
+    /// Rows of the unwind tables' pool.
+    pub fn unwind_rows(&self) -> u32 {
+        self.unwind_rows
+    }
+
+    /// The unwind tables' maps (once: the collector owns them).
+    pub fn take_unwind_maps(&mut self) -> Option<crate::unwind_maps::UnwindMaps> {
+        self.unwind.take()
     }
 
     /// Whether memory allocation profiling is on.

@@ -45,6 +45,8 @@ pub struct Gauges {
     pub malformed: u64,
     pub unwind: UnwindStats,
     pub cfi: CacheStats,
+    /// The BPF walk's unwind tables.
+    pub tables: crate::cfi::tables::TableStats,
     pub delivery: Delivery,
     /// Off-CPU waits open (recorded switch-out, no switch-in yet), dropped
     /// unfinished, and ends without their start.
@@ -84,6 +86,8 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          content hashes {hashed} ({hashed_mib:.1} MiB, {hashed_ms:.1} ms CPU) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
+         unwind tables: frames stepped by frame pointer {steps_fp}, by CFI {steps_cfi}, leaves stepped in BPF {leaf_bpf}, files {t_files}, rows {t_rows}, rules {t_rules}, \
+         {t_kib} of {t_cap_kib} KiB, processes {t_procs}, builds {t_builds} (failed {t_failed}), evictions {t_evicted}, refused for room {t_full}, mappings left out {t_dropped} | \
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files} ({probe_idle} mapped by none), probe sites {probe_sites}, detaching {detaching}, sites refused {refused} | \
@@ -137,6 +141,20 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         cfi_files = g.cfi.files,
         cfi_kb = g.cfi.bytes / 1024,
         cfi_resets = g.cfi.resets,
+        steps_fp = now.counters.steps_fp,
+        steps_cfi = now.counters.steps_cfi,
+        leaf_bpf = g.unwind.leaf_in_bpf,
+        t_files = g.tables.files,
+        t_rows = g.tables.rows,
+        t_rules = g.tables.rules,
+        t_kib = g.tables.bytes / 1024,
+        t_cap_kib = g.tables.capacity_bytes / 1024,
+        t_procs = g.tables.processes,
+        t_builds = g.tables.builds,
+        t_failed = g.tables.build_failures,
+        t_evicted = g.tables.evictions,
+        t_full = g.tables.refused_full,
+        t_dropped = g.tables.ranges_dropped,
         allocs = now.counters.allocs,
         allocs_lost = now.counters.allocs_lost,
         throttled = now.counters.allocs_throttled,
@@ -328,6 +346,32 @@ pub fn metrics(now: &Reading, g: &Gauges) -> String {
         "bytes of call-frame information held",
         &[("", g.cfi.bytes as u64)],
     );
+    let t = &g.tables;
+    metric(
+        "unwind_tables",
+        "gauge",
+        "the BPF walk's unwind tables: files, rows, bytes (of the capacity), processes with ranges",
+        &[
+            ("unit=\"files\"", t.files),
+            ("unit=\"rows\"", t.rows),
+            ("unit=\"rules\"", t.rules),
+            ("unit=\"bytes\"", t.bytes),
+            ("unit=\"capacity_bytes\"", t.capacity_bytes),
+            ("unit=\"processes\"", t.processes),
+        ],
+    );
+    metric(
+        "unwind_table_events_total",
+        "counter",
+        "unwind tables built, failed to build, evicted, refused for room; mappings left out",
+        &[
+            ("event=\"built\"", t.builds),
+            ("event=\"failed\"", t.build_failures),
+            ("event=\"evicted\"", t.evictions),
+            ("event=\"refused\"", t.refused_full),
+            ("event=\"mapping_left_out\"", t.ranges_dropped),
+        ],
+    );
     let d = &g.delivery;
     metric(
         "delivered_samples_total",
@@ -412,6 +456,11 @@ mod tests {
                 bytes: 4096,
                 resets: 0,
             },
+            tables: crate::cfi::tables::TableStats {
+                files: 3,
+                rows: 1000,
+                ..Default::default()
+            },
             delivery: Delivery::default(),
             waiting: 4,
             waits_dropped: 0,
@@ -469,6 +518,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
+        assert!(
+            text.contains("unwind tables: frames stepped by frame pointer 0, by CFI 0, leaves stepped in BPF 0, files 3, rows 1000,"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "jit: symbols 3000 (3072 KiB), evicted 5, rescued 4, bad lines 2, files 1 |"

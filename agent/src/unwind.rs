@@ -173,6 +173,9 @@ pub struct UnwindStats {
     pub out_of_window: u64,
     /// Frameless callers of the leaf stepped through (libc wrappers).
     pub frameless_callers: u64,
+    /// Samples whose leaf the BPF walk stepped out of by its file's
+    /// unwind table (nothing left to do here).
+    pub leaf_in_bpf: u64,
     /// Samples cut, by `Cut::index`.
     pub cut: [u64; 5],
 }

@@ -85,6 +85,10 @@ pub struct Limits {
     pub rules: usize,
     /// FDE rows evaluated (the work done for one file).
     pub rows: usize,
+    /// Bytes of CFI instructions evaluated, per byte of `.eh_frame`: each
+    /// FDE replays its CIE's initial instructions, so a hostile file with
+    /// one huge CIE shared by many FDEs would cost its square.
+    pub work_per_byte: usize,
 }
 
 impl Default for Limits {
@@ -93,6 +97,7 @@ impl Default for Limits {
             ranges: 1 << 21,
             rules: 1 << 15,
             rows: 1 << 23,
+            work_per_byte: 16,
         }
     }
 }
@@ -155,11 +160,44 @@ impl Table {
         c
     }
 
+    /// Whether the file keeps frame pointers: no run of `%rsp`-based
+    /// rules longer than [`FRAMED_RUN`] bytes (a prologue before `mov
+    /// %rsp,%rbp`, or the `ret` after `pop %rbp`; a frameless function's
+    /// body is longer). Its functions' callers are then found by frame
+    /// pointer at every call site, and only the leaf needs the table.
+    pub fn framed(&self) -> bool {
+        let mut run = 0u64;
+        let mut any_rbp = false;
+        for (i, pair) in self.starts.windows(2).enumerate() {
+            let len = u64::from(pair[1] - pair[0]);
+            match self.rules[usize::from(self.rule_of[i])] {
+                Rule::Step {
+                    base: CfaBase::Rsp, ..
+                } => {
+                    run += len;
+                    if run > FRAMED_RUN {
+                        return false;
+                    }
+                }
+                Rule::Step { .. } => {
+                    any_rbp = true;
+                    run = 0;
+                }
+                _ => run = 0,
+            }
+        }
+        any_rbp
+    }
+
     /// Bytes held: 6 per range, and the rules.
     pub fn bytes(&self) -> usize {
         self.starts.len() * 6 + self.rules.len() * std::mem::size_of::<Rule>()
     }
 }
+
+/// The longest run of `%rsp`-based rules a file keeping frame pointers
+/// has: `endbr64; push %rbp; mov %rsp,%rbp` (8 bytes).
+pub const FRAMED_RUN: u64 = 8;
 
 /// [`Table::coverage`]'s answer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +226,11 @@ pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result
     // a malformed entry list ends the reading there.
     let mut skipped = 0;
     let mut entries = section.entries(&bases);
+    let work_limit = limits
+        .work_per_byte
+        .saturating_mul(eh_frame.len())
+        .saturating_add(1 << 16);
+    let mut work = 0usize;
     loop {
         let entry = match entries.next() {
             Ok(Some(entry)) => entry,
@@ -204,6 +247,15 @@ pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result
             skipped += 1;
             continue;
         };
+        work = work
+            .saturating_add(fde.entry_len())
+            .saturating_add(fde.cie().entry_len());
+        if work > work_limit {
+            return Err(Error::TooLarge {
+                what: "bytes of CFI instructions replayed",
+                limit: work_limit,
+            });
+        }
         let Ok(mut table) = fde.rows(&section, &bases, &mut ctx) else {
             skipped += 1;
             continue;
@@ -248,7 +300,7 @@ pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result
 /// filled with [`Rule::UNKNOWN`], adjacent equal rules merged. Where rows
 /// overlap (malformed or duplicated FDEs), the later start wins and the
 /// rest of the earlier row is unknown.
-fn assemble(mut rows: Vec<(u64, u64, Rule)>, limits: Limits) -> Result<Table, Error> {
+pub(crate) fn assemble(mut rows: Vec<(u64, u64, Rule)>, limits: Limits) -> Result<Table, Error> {
     let limits = Limits {
         rules: limits.rules.min(usize::from(u16::MAX) + 1),
         ..limits

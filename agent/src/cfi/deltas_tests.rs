@@ -88,6 +88,7 @@ fn bounds_are_errors_not_panics() {
         ranges,
         rules,
         rows: usize::MAX,
+        ..Limits::default()
     };
     assert_eq!(
         assemble(many.clone(), limits(50, 1000)),
@@ -303,6 +304,7 @@ fn damaged_sections_are_errors_not_panics() {
         ranges: 1 << 16,
         rules: 1 << 10,
         rows: 1 << 18,
+        ..Limits::default()
     };
     for cut in [1, 7, 100, bytes.len() / 3, bytes.len() - 1] {
         if let Ok(t) = build(&bytes[..cut], address, text, limits) {
@@ -360,4 +362,45 @@ fn damaged_sections_are_errors_not_panics() {
             limit: 10
         })
     );
+}
+
+/// An `.eh_frame` of one CIE whose initial instructions end in `nops`
+/// padding bytes, and `fdes` FDEs of 16 bytes of code each that use it.
+fn shared_cie(nops: usize, fdes: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    // CIE: id 0, version 1, no augmentation, code align 1, data align -8,
+    // return address in r16; CFA = %rsp + 8, r16 at CFA - 8; nops.
+    let mut cie = vec![0, 0, 0, 0, 1, 0, 1, 0x78, 0x10, 0x0c, 0x07, 0x08, 0x90, 0x01];
+    cie.resize(cie.len() + nops, 0);
+    out.extend_from_slice(&(cie.len() as u32).to_le_bytes());
+    out.extend_from_slice(&cie);
+    for i in 0..fdes {
+        let at = out.len() as u32;
+        let mut fde = Vec::new();
+        // The CIE pointer: from this field back to the CIE (at 0).
+        fde.extend_from_slice(&(at + 4).to_le_bytes());
+        fde.extend_from_slice(&(0x1000 + i * 16).to_le_bytes());
+        fde.extend_from_slice(&16u64.to_le_bytes());
+        out.extend_from_slice(&(fde.len() as u32).to_le_bytes());
+        out.extend_from_slice(&fde);
+    }
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_cie_replayed_by_every_fde_is_bounded_by_the_section_size() {
+    // Honest: a small CIE, many FDEs: a table.
+    let honest = build(&shared_cie(2, 4000), 0, 0, Limits::default()).unwrap();
+    assert_eq!(honest.rule(0x1000 + 5), STEP_RSP(8, 0));
+    // Hostile: a 60 KB CIE replayed by 4,000 FDEs would be 240 MB of
+    // instructions for a 180 KB section.
+    let hostile = shared_cie(60_000, 4000);
+    match build(&hostile, 0, 0, Limits::default()) {
+        Err(Error::TooLarge { what, limit }) => {
+            assert_eq!(what, "bytes of CFI instructions replayed");
+            assert_eq!(limit, 16 * hostile.len() + (1 << 16));
+        }
+        other => panic!("{other:?}"),
+    }
 }

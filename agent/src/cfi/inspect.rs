@@ -83,7 +83,7 @@ fn summary(path: &Path, eh_frame: usize, table: &Table, took: Duration) -> Strin
     format!(
         "{}: .eh_frame {:.1} KiB -> {} ranges, {} rules{}, table {:.1} KiB; built in {:.2} ms \
          ({:.1} ms per MiB of .eh_frame); code by rule: frame pointer {:.1}%, stack pointer \
-         {:.1}%, outermost {:.1}%, unknown {:.1}%",
+         {:.1}%, outermost {:.1}%, unknown {:.1}%; {}",
         path.display(),
         eh_frame as f64 / 1024.0,
         table.starts.len(),
@@ -99,6 +99,11 @@ fn summary(path: &Path, eh_frame: usize, table: &Table, took: Duration) -> Strin
         share(rsp),
         share(outermost),
         share(unknown),
+        if table.framed() {
+            "keeps frame pointers (non-leaf frames step by them)"
+        } else {
+            "frameless code (every frame steps by the table)"
+        },
     )
 }
 

@@ -474,6 +474,45 @@ impl Binaries {
     }
 }
 
+impl Binaries {
+    /// Builds the unwind table of `map`'s file (a job: the file's
+    /// `.eh_frame` read within the same bounds as the leaf step's).
+    pub fn build_unwind_table(
+        &self,
+        pid: u32,
+        map: &MapEntry,
+        binary: &Arc<Binary>,
+    ) -> Ticket<Option<crate::cfi::tables::Built>> {
+        let (root, map, binary) = (self.proc_root.clone(), map.clone(), binary.clone());
+        self.pool.submit(About { pid, dev: map.dev }, move || {
+            let eh_frame = read_eh_frame(&root, pid, &map, &binary)?;
+            let table = crate::cfi::deltas::build(
+                &eh_frame.0,
+                eh_frame.1,
+                binary.text_address,
+                crate::cfi::deltas::Limits::default(),
+            )
+            .map_err(|e| tracing::debug!(pid, path = %map.path, "no unwind table: {e}"))
+            .ok()?;
+            let framed = table.framed();
+            Some(crate::cfi::tables::Built { table, framed })
+        })
+    }
+}
+
+/// A file's `.eh_frame` bytes and address, within `MAX_CFI_FILE_BYTES`.
+fn read_eh_frame(root: &Path, pid: u32, map: &MapEntry, binary: &Binary) -> Option<(Vec<u8>, u64)> {
+    use std::os::unix::fs::FileExt;
+    let eh_frame = binary.eh_frame?;
+    if eh_frame.size > MAX_CFI_FILE_BYTES || eh_frame.size > binary.size {
+        return None;
+    }
+    let opened = open::open_mapped(root, pid, map).ok()?;
+    let mut bytes = vec![0; usize::try_from(eh_frame.size).ok()?];
+    opened.file.read_exact_at(&mut bytes, eh_frame.offset).ok()?;
+    opened.unchanged().then_some((bytes, eh_frame.address))
+}
+
 /// The facts of a read file, with its content hash once computed.
 fn with_hash(entry: &mut Entry) -> Option<&Arc<Binary>> {
     let done = match &entry.hashing {

@@ -16,6 +16,7 @@ pub mod identity;
 mod loader;
 pub mod maps;
 mod resolve;
+mod unwinding;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -92,6 +93,8 @@ pub(crate) struct Process {
     /// Its link-map changes handled now, or later.
     link_map: Bucket,
     link_map_due: bool,
+    /// Its ranges for the BPF walk's unwind tables.
+    unwind: unwinding::ProcUnwind,
 }
 
 /// Everything but the processes themselves: what resolving a process's
@@ -134,6 +137,8 @@ pub(crate) struct Context {
     pub(crate) identity_waiting: Waiting,
     /// Each process's work budget: a share of a CPU and a burst.
     pub(crate) work_budget: (f64, Duration),
+    /// The unwind tables of the BPF walk (`None`: no BPF maps, in tests).
+    pub(crate) unwinding: Option<unwinding::Unwinding>,
 }
 
 pub struct Processes {
@@ -176,6 +181,7 @@ impl Processes {
                 identified: Vec::new(),
                 identity_waiting: Waiting::new(IDENTITY_WAIT, WAIT_SHARE / 2.0, WAIT_BURST / 2),
                 work_budget: (budget::WORK_RATE, budget::WORK_BURST),
+                unwinding: None,
             },
         }
     }
@@ -184,6 +190,23 @@ impl Processes {
     /// the binaries no CI uploaded).
     pub fn offer_binaries_to(&mut self, offers: Option<crate::upload::Offers>) {
         self.ctx.binaries.offers = offers;
+    }
+
+    /// Writes unwind tables into `maps` (a pool of `rows` rows) for the
+    /// BPF walk to step through code without frame pointers.
+    pub fn unwind_into(&mut self, maps: Box<dyn crate::cfi::tables::Sink + Send>, rows: u32) {
+        self.ctx.unwinding = Some(unwinding::Unwinding {
+            tables: crate::cfi::tables::Tables::new(rows),
+            maps,
+        });
+    }
+
+    /// What the unwind tables hold and did.
+    pub fn table_stats(&self) -> crate::cfi::tables::TableStats {
+        self.ctx
+            .unwinding
+            .as_ref()
+            .map_or_else(Default::default, |u| u.tables.stats())
     }
 
     /// What the JIT symbols hold and lost.
@@ -441,6 +464,7 @@ impl Processes {
             if p.thread_ctx.is_some() {
                 self.ctx.tls_changes.push((pid, None));
             }
+            self.ctx.forget_unwind(pid);
         }
     }
 
@@ -481,14 +505,21 @@ impl Processes {
         let now = Instant::now();
         let changes = &mut self.ctx.tls_changes;
         let root = &self.ctx.proc_root;
+        let mut gone = Vec::new();
         self.by_pid.retain(|&pid, p| {
             let keep = now.duration_since(p.last_sample) < IDLE_MAX_AGE
                 || root.join(pid.to_string()).exists();
             if !keep && p.thread_ctx.is_some() {
                 changes.push((pid, None));
             }
+            if !keep {
+                gone.push(pid);
+            }
             keep
         });
+        for pid in gone {
+            self.ctx.forget_unwind(pid);
+        }
         // Each process's JIT symbols within its share of the total.
         for jit in self.by_pid.values_mut().filter_map(|p| p.jit.as_mut()) {
             jit.trim();
@@ -532,7 +563,7 @@ impl Context {
     ) -> &'a mut Process {
         if !by_pid.contains_key(&pid) {
             if by_pid.len() >= MAX_PROCESSES {
-                evict_one(by_pid, &mut self.tls_changes);
+                evict_one(by_pid, self);
                 self.contained.processes_evicted += 1;
             }
             let process = self.read_process(pid, comm);
@@ -592,6 +623,7 @@ impl Context {
             work: Bucket::of_time(self.work_budget.0, self.work_budget.1, now),
             link_map: Bucket::new(budget::LINK_MAP_RATE, budget::LINK_MAP_BURST, now),
             link_map_due: false,
+            unwind: Default::default(),
         };
         let (location, complete) = self.thread_ctx_location(pid, &process);
         self.loaders.watch.push(pid);
@@ -701,6 +733,7 @@ impl Context {
         if read.executable != process.maps {
             process.mappings = vec![None; read.executable.len()];
             process.maps = read.executable;
+            process.unwind_unsettled();
         }
         if !process.process_context_read && process.identity.is_none() {
             if let Some(at) = read.process_context {
@@ -717,14 +750,15 @@ impl Context {
 }
 
 /// Forgets the least recently sampled process.
-fn evict_one(by_pid: &mut HashMap<u32, Process>, changes: &mut Vec<(u32, Option<ThreadCtxLoc>)>) {
+fn evict_one(by_pid: &mut HashMap<u32, Process>, ctx: &mut Context) {
     let Some((&pid, _)) = by_pid.iter().min_by_key(|(_, p)| p.last_sample) else {
         return;
     };
     if let Some(p) = by_pid.remove(&pid) {
         if p.thread_ctx.is_some() {
-            changes.push((pid, None));
+            ctx.tls_changes.push((pid, None));
         }
+        ctx.forget_unwind(pid);
     }
 }
 

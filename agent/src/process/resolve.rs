@@ -12,7 +12,10 @@ use super::maps::{self, MapEntry};
 use super::{Context, Process, ProcessInfo, Processes, MAPS_MAX_AGE, MAPS_MISS_INTERVAL};
 use crate::cfi::LeafRule;
 use crate::jobs::{About, Ticket};
-use crate::record::{self, call_site, USER_END_NOT_INCREASING, USER_END_ROOT, USER_END_UNREADABLE};
+use crate::record::{
+    self, call_site, USER_END_LEAF_CFI, USER_END_MASK, USER_END_NOT_INCREASING, USER_END_OUTERMOST,
+    USER_END_ROOT, USER_END_UNREADABLE,
+};
 use crate::unwind::{self, Cut, LeafStep};
 
 /// Cached answers of "is this return address just after a call" at most;
@@ -124,6 +127,7 @@ impl Context {
         if now.duration_since(process.maps_read) > MAPS_MAX_AGE {
             self.reread(pid, process, now);
         }
+        self.settle_unwind(pid, process, now);
         let info = process.info.clone();
         let Some((&ip, chain)) = stack.chain.split_first() else {
             return (info, None);
@@ -138,8 +142,14 @@ impl Context {
             out.push(r.unknown_frame(ip));
             return (info, None);
         };
-        // Step out of the leaf with its CFI.
-        let rule = r.leaf_rule(&leaf);
+        let end = stack.end & USER_END_MASK as u32;
+        // Step out of the leaf with its CFI, unless the BPF walk did.
+        let rule = if stack.end & USER_END_LEAF_CFI as u32 != 0 {
+            r.ctx.unwind.leaf_in_bpf += 1;
+            Some(LeafRule::Framed)
+        } else {
+            r.leaf_rule(&leaf)
+        };
         out.push(leaf.frame);
         let mut cut = None;
         match rule.map(|rule| unwind::leaf_step(rule, stack.bp, stack.window)) {
@@ -196,14 +206,15 @@ impl Context {
             for (i, &ret) in chain.iter().enumerate() {
                 // The root frame of a chain that ended normally may be a
                 // runtime's entry point that nothing called (Go's goexit).
-                let root_frame = i == last && stack.end == USER_END_ROOT;
+                let root_frame =
+                    i == last && (end == USER_END_ROOT || end == USER_END_OUTERMOST);
                 if !r.check_and_push(ret, root_frame, out, &mut cut) {
                     break;
                 }
             }
         }
         if cut.is_none() {
-            cut = match stack.end {
+            cut = match end {
                 USER_END_NOT_INCREASING => Some(Cut::NotIncreasing),
                 USER_END_UNREADABLE => Some(Cut::Unreadable),
                 _ => None,

@@ -1,0 +1,257 @@
+/* The user-stack walk (included by profile.bpf.c): at each frame, the CFI
+ * rule of the address when its file's unwind table is loaded (built by
+ * userspace from .eh_frame, see sample.h), else a checked frame-pointer
+ * step — the register state (%rip, %rsp, %rbp) carried from frame to
+ * frame, so the walk goes from frameless code (a distribution's libc, a
+ * vendor library) to framed or JIT code and back. One frame per bpf_loop
+ * iteration: the verifier checks the step once, whatever the depth. */
+#ifndef SYMTRACE_UNWIND_BPF_H
+#define SYMTRACE_UNWIND_BPF_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1 << 20); /* resized by the loader (--unwind-table-bytes) */
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, UNWIND_RULES);
+	__type(key, __u32);
+	__type(value, struct unwind_rule);
+} unwind_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, UNWIND_FILES);
+	__type(key, __u32);
+	__type(value, struct unwind_file);
+} unwind_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, UNWIND_PROCS);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
+
+/* The walk's state, per CPU and per kind of program (a CPU-clock sample
+ * may interrupt a uprobe's walk on the same CPU). */
+#define WALK_SAMPLE 0
+#define WALK_OFF_CPU 1
+#define WALK_USDT 2
+
+struct walk {
+	__u64 ip, sp, bp;
+	__u32 n;             /* frames[] written */
+	__u32 end;           /* enum user_stack_end, and USER_END_LEAF_CFI */
+	__u32 fp_steps, cfi_steps;
+	__u64 frames[USER_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, struct walk);
+} walks SEC(".maps");
+
+struct walk_ctx {
+	struct walk *w;
+	struct unwind_proc *proc; /* NULL: no table for this process */
+};
+
+/* 1 when a <= b, without a branch: the searches below must not fork the
+ * verifier's paths at every step (two ways per step over 24 steps is 2^24
+ * paths); the empty asm hides the value from the compiler, which would
+ * turn the arithmetic back into a branch. */
+static __always_inline __u64 at_most(__u64 a, __u64 b)
+{
+	__u64 le = ((b - a) >> 63) ^ 1; /* a, b < 2^63 */
+	asm volatile("" : "+r"(le));
+	return le;
+}
+
+/* The rule for `pc` in the process's tables, or NULL (no mapping with a
+ * table covers it; the file keeps frame pointers and this is not the leaf;
+ * the table says nothing there). Both searches find the last entry whose
+ * start is at most the key: halve the candidates, move the base up by the
+ * lower half when its last entry qualifies. */
+static __always_inline const struct unwind_rule *rule_at(struct unwind_proc *proc, __u64 pc,
+							 int leaf)
+{
+	__u32 n = proc->count;
+	if (n == 0 || n > UNWIND_PROC_RANGES)
+		return 0;
+	__u32 base = 0;
+	for (int k = 0; k < 8; k++) { /* log2(UNWIND_PROC_RANGES) + 1 */
+		if (n <= 1)
+			break;
+		__u32 half = n / 2;
+		__u32 mid = (base + half) & (UNWIND_PROC_RANGES - 1);
+		base += half * at_most(proc->ranges[mid].start, pc);
+		n -= half;
+	}
+	struct unwind_range *r = &proc->ranges[base & (UNWIND_PROC_RANGES - 1)];
+	if (pc < r->start || pc - r->start >= r->len)
+		return 0;
+	__u32 slot = r->file;
+	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &slot);
+	if (!f || !f->count)
+		return 0;
+	if (!leaf && (f->flags & UNWIND_FILE_FRAMED))
+		return 0;
+	__u64 off = pc - r->adjust;
+	if (off >> 32)
+		return 0;
+	__u32 first = f->first;
+	n = f->count;
+	base = 0;
+	for (int k = 0; k < UNWIND_SEARCH_STEPS + 1; k++) {
+		if (n <= 1)
+			break;
+		__u32 half = n / 2;
+		__u32 key = first + base + half;
+		struct unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
+		if (!row)
+			return 0;
+		base += half * at_most(row->start, off);
+		n -= half;
+	}
+	__u32 key = first + base;
+	struct unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!row || row->start > off)
+		return 0;
+	__u32 rule = row->rule;
+	return bpf_map_lookup_elem(&unwind_rules, &rule);
+}
+
+static long walk_step(__u64 index, void *data)
+{
+	struct walk_ctx *c = data;
+	struct walk *w = c->w;
+	__u32 i = w->n;
+	if (i >= USER_STACK_DEPTH) {
+		w->end = (w->end & USER_END_LEAF_CFI) | USER_END_DEPTH;
+		return 1;
+	}
+	__u64 ip = w->ip, sp = w->sp, bp = w->bp;
+	w->frames[i] = ip;
+	w->n = i + 1;
+	/* A caller's return address is the instruction after its call: the
+	 * rule that holds at the call is the one before it. */
+	__u64 pc = i ? ip - 1 : ip;
+	const struct unwind_rule *rule = 0;
+	struct unwind_proc *proc = c->proc;
+	if (proc)
+		rule = rule_at(proc, pc, i == 0);
+	if (rule && rule->kind == RULE_OUTERMOST) {
+		w->end = (i == 0 ? USER_END_LEAF_CFI : (w->end & USER_END_LEAF_CFI)) |
+			 USER_END_OUTERMOST;
+		return 1;
+	}
+	if (rule && (rule->kind == RULE_RSP || rule->kind == RULE_RBP)) {
+		__u64 cfa = (rule->kind == RULE_RSP ? sp : bp) + (__s64)rule->cfa;
+		__u64 ra = 0;
+		if (i == 0)
+			w->end = USER_END_LEAF_CFI;
+		/* The caller's frame is above this one: a rule from %rbp that
+		 * points below %rsp is a clobbered %rbp, not a frame. */
+		if (cfa <= sp || cfa >= USER_ADDRESS_LIMIT) {
+			w->end |= USER_END_NOT_INCREASING;
+			return 1;
+		}
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + (__s64)rule->ra))) {
+			w->end |= USER_END_UNREADABLE;
+			return 1;
+		}
+		if (rule->rbp_saved &&
+		    bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)rule->rbp))) {
+			w->end |= USER_END_UNREADABLE;
+			return 1;
+		}
+		w->cfi_steps++;
+		if (!ra || ra >= USER_ADDRESS_LIMIT) {
+			w->end |= USER_END_ROOT;
+			return 1;
+		}
+		w->ip = ra;
+		w->sp = cfa;
+		w->bp = bp;
+		return 0;
+	}
+	/* By frame pointer, checked: the frame must be 8-aligned, readable and
+	 * not below %rsp (each one above the last), so a garbage %rbp ends the
+	 * walk instead of adding frames. */
+	__u64 frame[2]; /* the saved %rbp, the return address */
+	__u32 leaf = w->end & USER_END_LEAF_CFI;
+	if (!bp) {
+		w->end = leaf | USER_END_ROOT;
+		return 1;
+	}
+	if ((bp & 7) || bp >= USER_ADDRESS_LIMIT ||
+	    bpf_probe_read_user(frame, sizeof(frame), (void *)bp)) {
+		w->end = leaf | USER_END_UNREADABLE;
+		return 1;
+	}
+	if (bp < sp) {
+		w->end = leaf | USER_END_NOT_INCREASING;
+		return 1;
+	}
+	w->fp_steps++;
+	if (!frame[1]) {
+		w->end = leaf | USER_END_ROOT;
+		return 1;
+	}
+	w->ip = frame[1];
+	w->sp = bp + 16;
+	w->bp = frame[0];
+	return 0;
+}
+
+/* Walks the user stack from (ip, sp, bp) into s->user. */
+static __always_inline void walk_user_stack(__u32 kind, __u32 tgid, __u64 ip, __u64 sp,
+					    __u64 bp, struct cpu_sample *s)
+{
+	struct walk *w = bpf_map_lookup_elem(&walks, &kind);
+	if (!w) {
+		s->user[0] = ip;
+		s->user_frames = 1;
+		s->user_end = USER_END_DEPTH;
+		return;
+	}
+	w->ip = ip;
+	w->sp = sp;
+	w->bp = bp;
+	w->n = 0;
+	w->end = 0;
+	w->fp_steps = 0;
+	w->cfi_steps = 0;
+	struct walk_ctx c = {
+		.w = w,
+		.proc = bpf_map_lookup_elem(&unwind_procs, &tgid),
+	};
+	long loops = bpf_loop(USER_STACK_DEPTH + 1, walk_step, &c, 0);
+	if (loops <= 0) {
+		s->user[0] = ip;
+		s->user_frames = 1;
+		s->user_end = USER_END_DEPTH;
+		return;
+	}
+	__u32 n = w->n;
+	if (n > USER_STACK_DEPTH)
+		n = USER_STACK_DEPTH;
+	if (n)
+		bpf_probe_read_kernel(s->user, n * sizeof(__u64), w->frames);
+	s->user_frames = n;
+	s->user_end = w->end;
+	count_n(COUNTER_STEPS_FP, w->fp_steps);
+	count_n(COUNTER_STEPS_CFI, w->cfi_steps);
+}
+
+#endif

@@ -1,0 +1,433 @@
+//! The unwind tables the BPF walk searches (issue #40): one per file, by
+//! file identity (shared by every process that maps the file), in a pool
+//! of rows of a fixed size (`--unwind-table-bytes`), the rules of all
+//! files deduplicated into one small array; and per process, its
+//! executable mappings of files with a table, sorted, each with the
+//! translation from its addresses to the table's.
+//!
+//! A file's rows are written before its slot says they are there, and a
+//! freed range of rows is reused only after [`REUSE_AFTER`], so a walk
+//! that read a slot a moment before it was freed finishes on the rows it
+//! read. Files no process maps any more stay until their room is needed
+//! (a command run again finds its tables), then the least recently used
+//! go first. Pure bookkeeping over a [`Sink`]: the BPF maps, or memory in
+//! tests.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::deltas::{CfaBase, Rule, SavedRbp, Table};
+use crate::jobs::Ticket;
+use crate::record::{
+    UnwindFile, UnwindProc, UnwindRange, UnwindRow, UnwindRule, RULE_OUTERMOST, RULE_RBP,
+    RULE_RSP, RULE_UNKNOWN, UNWIND_FILES, UNWIND_FILE_FRAMED, UNWIND_PROC_RANGES, UNWIND_RULES,
+};
+
+/// A file's identity: (device, inode, a fingerprint of its facts: an
+/// inode reused by another file is another key).
+pub type FileKey = (u64, u64, u64);
+
+/// How long freed rows wait before they are reused (a BPF walk takes
+/// microseconds).
+pub const REUSE_AFTER: Duration = Duration::from_secs(1);
+
+/// Where the tables live: the BPF maps (rows, rules and files are
+/// memory-mapped arrays; processes a hash map).
+pub trait Sink {
+    fn rows(&mut self) -> &mut [UnwindRow];
+    fn rules(&mut self) -> &mut [UnwindRule];
+    fn files(&mut self) -> &mut [UnwindFile];
+    /// Sets (or with `None` deletes) a process's ranges.
+    fn set_proc(&mut self, pid: u32, proc: Option<&UnwindProc>) -> Result<(), SinkError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("updating the unwind map of process {pid}: {reason}")]
+pub struct SinkError {
+    pub pid: u32,
+    pub reason: String,
+}
+
+/// A file's table as built in a job.
+pub struct Built {
+    pub table: Table,
+    pub framed: bool,
+}
+
+/// What [`Tables::lookup`] knows of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Loaded in `slot`; the table's offsets are from ELF address `base`.
+    Loaded { slot: u32, base: u64 },
+    /// Being built.
+    Pending,
+    /// No table: no usable CFI, or no room.
+    Absent,
+}
+
+enum Entry {
+    Building(Ticket<Option<Built>>),
+    Loaded(Loaded),
+    Absent,
+}
+
+struct Loaded {
+    slot: u32,
+    first: u32,
+    count: u32,
+    base: u64,
+    /// Processes whose ranges name this slot.
+    users: u32,
+    last_used: Instant,
+}
+
+/// What the tables hold and did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TableStats {
+    pub files: u64,
+    pub rows: u64,
+    pub rules: u64,
+    pub bytes: u64,
+    pub capacity_bytes: u64,
+    pub processes: u64,
+    pub builds: u64,
+    pub build_failures: u64,
+    pub evictions: u64,
+    /// Files that got no table: no room even after evicting the unused.
+    pub refused_full: u64,
+    /// Mappings left out of a process's ranges (over UNWIND_PROC_RANGES).
+    pub ranges_dropped: u64,
+    pub sink_errors: u64,
+}
+
+pub struct Tables {
+    files: HashMap<FileKey, Entry>,
+    free_slots: Vec<u32>,
+    /// Free rows: first → count, adjacent ranges merged.
+    free_rows: BTreeMap<u32, u32>,
+    retired: VecDeque<(Instant, u32, u32)>,
+    capacity: u32,
+    rules: HashMap<UnwindRule, u32>,
+    /// The file slots each process's ranges name.
+    procs: HashMap<u32, Vec<FileKey>>,
+    stats: TableStats,
+}
+
+impl Tables {
+    /// Tables in a pool of `capacity` rows.
+    pub fn new(capacity: u32) -> Self {
+        let mut free_rows = BTreeMap::new();
+        if capacity > 0 {
+            free_rows.insert(0, capacity);
+        }
+        Tables {
+            files: HashMap::new(),
+            free_slots: (0..UNWIND_FILES as u32).rev().collect(),
+            free_rows,
+            retired: VecDeque::new(),
+            capacity,
+            rules: HashMap::new(),
+            procs: HashMap::new(),
+            stats: TableStats {
+                capacity_bytes: u64::from(capacity) * std::mem::size_of::<UnwindRow>() as u64,
+                ..TableStats::default()
+            },
+        }
+    }
+
+    pub fn stats(&self) -> TableStats {
+        TableStats {
+            processes: self.procs.len() as u64,
+            rules: self.rules.len() as u64,
+            ..self.stats
+        }
+    }
+
+    /// The table of file `key`, building it with `build` (a job) the
+    /// first time; a finished build is loaded into `sink` here.
+    pub fn lookup(
+        &mut self,
+        key: FileKey,
+        now: Instant,
+        sink: &mut dyn Sink,
+        build: impl FnOnce() -> Option<Ticket<Option<Built>>>,
+    ) -> Lookup {
+        let built = match self.files.get_mut(&key) {
+            None => {
+                let Some(ticket) = build() else {
+                    return Lookup::Pending;
+                };
+                self.stats.builds += 1;
+                match ticket.try_take() {
+                    None => {
+                        self.files.insert(key, Entry::Building(ticket));
+                        return Lookup::Pending;
+                    }
+                    Some(answer) => answer.ok().flatten(),
+                }
+            }
+            Some(Entry::Building(ticket)) => match ticket.try_take() {
+                None => return Lookup::Pending,
+                Some(answer) => answer.ok().flatten(),
+            },
+            Some(Entry::Loaded(l)) => {
+                l.last_used = now;
+                return Lookup::Loaded {
+                    slot: l.slot,
+                    base: l.base,
+                };
+            }
+            Some(Entry::Absent) => return Lookup::Absent,
+        };
+        let entry = match built {
+            None => {
+                self.stats.build_failures += 1;
+                Entry::Absent
+            }
+            Some(built) => match self.load(&built, now, sink) {
+                Some(loaded) => Entry::Loaded(loaded),
+                None => {
+                    self.stats.refused_full += 1;
+                    Entry::Absent
+                }
+            },
+        };
+        let answer = match &entry {
+            Entry::Loaded(l) => Lookup::Loaded {
+                slot: l.slot,
+                base: l.base,
+            },
+            _ => Lookup::Absent,
+        };
+        self.files.insert(key, entry);
+        answer
+    }
+
+    /// Writes a built table into the pool: rows first, then its slot.
+    fn load(&mut self, built: &Built, now: Instant, sink: &mut dyn Sink) -> Option<Loaded> {
+        let table = &built.table;
+        let count = u32::try_from(table.starts.len()).ok()?;
+        if count == 0 || count > self.capacity {
+            return None;
+        }
+        // Rule indices first (a full rule array refuses the file).
+        let mut index = Vec::with_capacity(table.rules.len());
+        for &rule in &table.rules {
+            index.push(self.rule_index(bpf_rule(rule), sink)?);
+        }
+        self.reclaim(now);
+        let first = loop {
+            if let Some(first) = self.take_rows(count) {
+                break first;
+            }
+            if !self.evict_one(sink) {
+                return None;
+            }
+            // Rows of evicted files wait out REUSE_AFTER; take them now
+            // only if nothing else is free — a walk in flight on them
+            // lasts microseconds, not the build that preceded this.
+            self.reclaim(now + REUSE_AFTER);
+        };
+        let Some(slot) = self.free_slots.pop().or_else(|| {
+            self.evict_one(sink)
+                .then(|| self.free_slots.pop())
+                .flatten()
+        }) else {
+            self.give_back(first, count);
+            return None;
+        };
+        let rows = sink.rows();
+        for (i, (&start, &rule)) in table.starts.iter().zip(&table.rule_of).enumerate() {
+            rows[first as usize + i] = UnwindRow {
+                start,
+                rule: index[usize::from(rule)],
+            };
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        sink.files()[slot as usize] = UnwindFile {
+            first,
+            count,
+            flags: if built.framed {
+                UNWIND_FILE_FRAMED as u32
+            } else {
+                0
+            },
+            pad: 0,
+        };
+        self.stats.files += 1;
+        self.stats.rows += u64::from(count);
+        self.stats.bytes = self.stats.rows * std::mem::size_of::<UnwindRow>() as u64;
+        Some(Loaded {
+            slot,
+            first,
+            count,
+            base: table.base,
+            users: 0,
+            last_used: now,
+        })
+    }
+
+    fn rule_index(&mut self, rule: UnwindRule, sink: &mut dyn Sink) -> Option<u32> {
+        if let Some(&i) = self.rules.get(&rule) {
+            return Some(i);
+        }
+        let i = u32::try_from(self.rules.len()).ok()?;
+        if i as usize >= UNWIND_RULES {
+            return None;
+        }
+        sink.rules()[i as usize] = rule;
+        self.rules.insert(rule, i);
+        Some(i)
+    }
+
+    fn take_rows(&mut self, count: u32) -> Option<u32> {
+        let (&first, &n) = self.free_rows.iter().find(|(_, &n)| n >= count)?;
+        self.free_rows.remove(&first);
+        if n > count {
+            self.free_rows.insert(first + count, n - count);
+        }
+        Some(first)
+    }
+
+    fn give_back(&mut self, first: u32, count: u32) {
+        let mut first = first;
+        let mut count = count;
+        if let Some((&before, &n)) = self.free_rows.range(..first).next_back() {
+            if before + n == first {
+                self.free_rows.remove(&before);
+                first = before;
+                count += n;
+            }
+        }
+        if let Some(&n) = self.free_rows.get(&(first + count)) {
+            self.free_rows.remove(&(first + count));
+            count += n;
+        }
+        self.free_rows.insert(first, count);
+    }
+
+    /// Retired rows older than REUSE_AFTER become free.
+    fn reclaim(&mut self, now: Instant) {
+        while let Some(&(at, first, count)) = self.retired.front() {
+            if now.duration_since(at) < REUSE_AFTER {
+                break;
+            }
+            self.retired.pop_front();
+            self.give_back(first, count);
+        }
+    }
+
+    /// Evicts the least recently used file no process maps; false when
+    /// there is none.
+    fn evict_one(&mut self, sink: &mut dyn Sink) -> bool {
+        let victim = self
+            .files
+            .iter()
+            .filter_map(|(k, e)| match e {
+                Entry::Loaded(l) if l.users == 0 => Some((l.last_used, *k)),
+                _ => None,
+            })
+            .min();
+        let Some((_, key)) = victim else {
+            return false;
+        };
+        let Some(Entry::Loaded(l)) = self.files.remove(&key) else {
+            return false;
+        };
+        sink.files()[l.slot as usize] = UnwindFile::default();
+        self.free_slots.push(l.slot);
+        self.retired.push_back((Instant::now(), l.first, l.count));
+        self.stats.evictions += 1;
+        self.stats.files -= 1;
+        self.stats.rows -= u64::from(l.count);
+        self.stats.bytes = self.stats.rows * std::mem::size_of::<UnwindRow>() as u64;
+        true
+    }
+
+    /// Sets process `pid`'s ranges: (file, start, length, adjust) of each
+    /// executable mapping of a loaded file, in any order.
+    pub fn set_process(
+        &mut self,
+        pid: u32,
+        mut ranges: Vec<(FileKey, UnwindRange)>,
+        sink: &mut dyn Sink,
+    ) {
+        ranges.sort_unstable_by_key(|(_, r)| r.start);
+        if ranges.len() > UNWIND_PROC_RANGES {
+            self.stats.ranges_dropped += (ranges.len() - UNWIND_PROC_RANGES) as u64;
+            ranges.truncate(UNWIND_PROC_RANGES);
+        }
+        let keys: Vec<FileKey> = ranges.iter().map(|(k, _)| *k).collect();
+        let old = self.procs.get(&pid).cloned().unwrap_or_default();
+        if ranges.is_empty() {
+            self.forget_process(pid, sink);
+            return;
+        }
+        let mut proc = UnwindProc {
+            count: ranges.len() as u32,
+            pad: 0,
+            ranges: [UnwindRange::default(); UNWIND_PROC_RANGES],
+        };
+        for (i, (_, r)) in ranges.iter().enumerate() {
+            proc.ranges[i] = *r;
+        }
+        if let Err(e) = sink.set_proc(pid, Some(&proc)) {
+            self.stats.sink_errors += 1;
+            tracing::debug!("{e}");
+            return;
+        }
+        self.add_users(&keys, 1);
+        self.add_users(&old, -1);
+        self.procs.insert(pid, keys);
+    }
+
+    pub fn forget_process(&mut self, pid: u32, sink: &mut dyn Sink) {
+        if let Some(old) = self.procs.remove(&pid) {
+            if let Err(e) = sink.set_proc(pid, None) {
+                self.stats.sink_errors += 1;
+                tracing::debug!("{e}");
+            }
+            self.add_users(&old, -1);
+        }
+    }
+
+    fn add_users(&mut self, keys: &[FileKey], delta: i32) {
+        for key in keys {
+            if let Some(Entry::Loaded(l)) = self.files.get_mut(key) {
+                l.users = l.users.saturating_add_signed(delta);
+            }
+        }
+    }
+}
+
+/// A rule as the BPF walk reads it.
+pub fn bpf_rule(rule: Rule) -> UnwindRule {
+    match rule {
+        Rule::Step { base, cfa, ra, rbp } => UnwindRule {
+            cfa,
+            ra,
+            rbp: match rbp {
+                SavedRbp::AtCfa(o) => o,
+                SavedRbp::Same => 0,
+            },
+            kind: match base {
+                CfaBase::Rsp => RULE_RSP,
+                CfaBase::Rbp => RULE_RBP,
+            } as u8,
+            rbp_saved: u8::from(matches!(rbp, SavedRbp::AtCfa(_))),
+            pad: 0,
+        },
+        Rule::Outermost => UnwindRule {
+            kind: RULE_OUTERMOST as u8,
+            ..UnwindRule::default()
+        },
+        Rule::Unknown => UnwindRule {
+            kind: RULE_UNKNOWN as u8,
+            ..UnwindRule::default()
+        },
+    }
+}
+
+#[cfg(test)]
+#[path = "tables_tests.rs"]
+mod tests;

@@ -1,0 +1,122 @@
+//! Each sampled process's mappings, as the BPF walk looks them up to find
+//! the unwind table of the code at an address (issue #40): set at the
+//! process's first sample and again whenever its mappings change; while a
+//! mapped file's table is being built, looked at again every [`RETRY`].
+//! The tables themselves are per file ([`crate::cfi::tables`]).
+
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use super::{Context, Process};
+use crate::cfi::tables::{FileKey, Lookup, Sink, Tables};
+use crate::files::Binary;
+use crate::process::maps::MapEntry;
+use crate::record::UnwindRange;
+
+/// How often a process whose files' tables are being built looks again.
+const RETRY: Duration = Duration::from_millis(50);
+
+/// The tables and the BPF maps they are written to.
+pub(crate) struct Unwinding {
+    pub(crate) tables: Tables,
+    pub(crate) maps: Box<dyn Sink + Send>,
+}
+
+/// Where a process stands.
+#[derive(Debug, Default)]
+pub(crate) struct ProcUnwind {
+    /// Its ranges are set for its current mappings, with every table
+    /// that was going to be built.
+    settled: bool,
+    retry_at: Option<Instant>,
+}
+
+impl Context {
+    /// Sets the BPF walk's ranges of `process` unless they are settled.
+    pub(crate) fn settle_unwind(&mut self, pid: u32, process: &mut Process, now: Instant) {
+        let Context {
+            unwinding,
+            binaries,
+            waiting,
+            ..
+        } = self;
+        let Some(u) = unwinding.as_mut() else {
+            return;
+        };
+        let state = &mut process.unwind;
+        if state.settled || state.retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        let started = crate::jobs::thread_cpu();
+        let allowed = process.work.has(now);
+        let mut ranges = Vec::new();
+        let mut pending = false;
+        for map in process.maps.iter().filter(|m| m.is_file()) {
+            let Some(binary) = binaries.get(pid, map, waiting, allowed) else {
+                pending |= !binaries.settled(map);
+                continue;
+            };
+            if binary.eh_frame.is_none() {
+                continue;
+            }
+            let key = file_key(map, &binary);
+            let lookup = u.tables.lookup(key, now, &mut *u.maps, || {
+                allowed.then(|| binaries.build_unwind_table(pid, map, &binary))
+            });
+            match lookup {
+                Lookup::Loaded { slot, base } => {
+                    ranges.push((key, range(map, &binary, slot, base)));
+                }
+                Lookup::Pending => pending = true,
+                Lookup::Absent => {}
+            }
+        }
+        u.tables.set_process(pid, ranges, &mut *u.maps);
+        let state = &mut process.unwind;
+        state.settled = !pending;
+        state.retry_at = pending.then_some(now + RETRY);
+        process.work.charge_cpu_since(started);
+    }
+
+    /// The process is gone (or forgotten): its ranges go.
+    pub(crate) fn forget_unwind(&mut self, pid: u32) {
+        if let Some(u) = self.unwinding.as_mut() {
+            u.tables.forget_process(pid, &mut *u.maps);
+        }
+    }
+}
+
+impl Process {
+    /// Its mappings changed: its ranges are set again at its next sample.
+    pub(crate) fn unwind_unsettled(&mut self) {
+        self.unwind = ProcUnwind::default();
+    }
+}
+
+/// A file's key: its (device, inode) and a fingerprint of its facts.
+fn file_key(map: &MapEntry, binary: &Binary) -> FileKey {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        binary.size,
+        &binary.build_id,
+        binary.eh_frame,
+        binary.text_address,
+        &binary.loads,
+    )
+        .hash(&mut h);
+    (map.dev, map.inode, h.finish())
+}
+
+/// The range of `map` in its file's table (loaded in `slot`, its offsets
+/// from ELF address `base`).
+fn range(map: &MapEntry, binary: &Binary, slot: u32, base: u64) -> UnwindRange {
+    // Runtime address A is ELF address A - map.start + vaddr, table
+    // offset A - (map.start - vaddr + base).
+    let vaddr = binary.vaddr_of_mapping(map.offset);
+    UnwindRange {
+        start: map.start,
+        adjust: map.start.wrapping_sub(vaddr).wrapping_add(base),
+        len: u32::try_from(map.end - map.start).unwrap_or(u32::MAX),
+        file: slot,
+    }
+}
