@@ -108,6 +108,15 @@ impl<T> Ticket<T> {
             .take()
     }
 
+    /// Whether the answer is there (it stays for whoever takes it).
+    pub fn is_done(&self) -> bool {
+        self.slot
+            .value
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     /// The answer if it is there now.
     pub fn try_take(&self) -> Option<Result<T, JobError>> {
         self.wait(Duration::ZERO)

@@ -238,15 +238,16 @@ fn alloc_window_max(per_second: u32) -> u32 {
 
 /// The BPF memory the unwind tables take besides their rows: the rules,
 /// the files, and the per-process ranges at most.
-pub const UNWIND_FIXED_BYTES: u64 = (record::UNWIND_RULES * std::mem::size_of::<record::UnwindRule>()
-    + record::UNWIND_FILES * std::mem::size_of::<record::UnwindFile>()
-    + record::UNWIND_PROCS * std::mem::size_of::<record::UnwindProc>())
-    as u64;
+pub const UNWIND_FIXED_BYTES: u64 =
+    (record::UNWIND_RULES * std::mem::size_of::<record::UnwindRule>()
+        + record::UNWIND_FILES * std::mem::size_of::<record::UnwindFile>()
+        + record::UNWIND_PROCS * std::mem::size_of::<record::UnwindProc>()) as u64;
 
 /// Rows of unwind tables that fit `bytes` of BPF memory with the rest
 /// (at least one page of them).
 pub fn unwind_rows(bytes: u64) -> u32 {
-    let rows = bytes.saturating_sub(UNWIND_FIXED_BYTES) / std::mem::size_of::<record::UnwindRow>() as u64;
+    let rows =
+        bytes.saturating_sub(UNWIND_FIXED_BYTES) / std::mem::size_of::<record::UnwindRow>() as u64;
     rows.clamp(512, u64::from(u32::MAX / 2)) as u32
 }
 

@@ -15,6 +15,7 @@ pub mod agent;
 pub mod collector;
 pub mod ebpf_profiler;
 pub mod split;
+pub mod stacks;
 
 /// The `symtrace-server` binary of this build: `SYMTRACE_SERVER_BIN`, or the
 /// one beside the test executable's `deps/` directory (cargo builds it for

@@ -370,7 +370,9 @@ fn shared_cie(nops: usize, fdes: u64) -> Vec<u8> {
     let mut out = Vec::new();
     // CIE: id 0, version 1, no augmentation, code align 1, data align -8,
     // return address in r16; CFA = %rsp + 8, r16 at CFA - 8; nops.
-    let mut cie = vec![0, 0, 0, 0, 1, 0, 1, 0x78, 0x10, 0x0c, 0x07, 0x08, 0x90, 0x01];
+    let mut cie = vec![
+        0, 0, 0, 0, 1, 0, 1, 0x78, 0x10, 0x0c, 0x07, 0x08, 0x90, 0x01,
+    ];
     cie.resize(cie.len() + nops, 0);
     out.extend_from_slice(&(cie.len() as u32).to_le_bytes());
     out.extend_from_slice(&cie);

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use super::deltas::{CfaBase, Rule, SavedRbp, Table};
 use crate::jobs::Ticket;
 use crate::record::{
-    UnwindFile, UnwindProc, UnwindRange, UnwindRow, UnwindRule, RULE_OUTERMOST, RULE_RBP,
-    RULE_RSP, RULE_UNKNOWN, UNWIND_FILES, UNWIND_FILE_FRAMED, UNWIND_PROC_RANGES, UNWIND_RULES,
+    UnwindFile, UnwindProc, UnwindRange, UnwindRow, UnwindRule, RULE_OUTERMOST, RULE_RBP, RULE_RSP,
+    RULE_UNKNOWN, UNWIND_FILES, UNWIND_FILE_FRAMED, UNWIND_PROC_RANGES, UNWIND_RULES,
 };
 
 /// A file's identity: (device, inode, a fingerprint of its facts: an
@@ -158,6 +158,7 @@ impl Tables {
                     return Lookup::Pending;
                 };
                 self.stats.builds += 1;
+                tracing::debug!(?key, "building an unwind table");
                 match ticket.try_take() {
                     None => {
                         self.files.insert(key, Entry::Building(ticket));
@@ -201,6 +202,20 @@ impl Tables {
         };
         self.files.insert(key, entry);
         answer
+    }
+
+    /// Loads the builds that finished (for processes that exited before
+    /// they did: their answers do not wait for a lookup that never comes).
+    pub fn poll(&mut self, now: Instant, sink: &mut dyn Sink) {
+        let done: Vec<FileKey> = self
+            .files
+            .iter()
+            .filter(|(_, e)| matches!(e, Entry::Building(t) if t.is_done()))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in done {
+            self.lookup(key, now, sink, || None);
+        }
     }
 
     /// Writes a built table into the pool: rows first, then its slot.

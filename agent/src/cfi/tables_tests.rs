@@ -35,7 +35,9 @@ impl Memory {
         }
         let off = u32::try_from(pc.wrapping_sub(r.adjust)).ok()?;
         let rows = &self.rows[f.first as usize..(f.first + f.count) as usize];
-        let j = rows.partition_point(|row| row.start <= off).checked_sub(1)?;
+        let j = rows
+            .partition_point(|row| row.start <= off)
+            .checked_sub(1)?;
         Some(self.rules[rows[j].rule as usize])
     }
 }

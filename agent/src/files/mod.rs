@@ -509,7 +509,10 @@ fn read_eh_frame(root: &Path, pid: u32, map: &MapEntry, binary: &Binary) -> Opti
     }
     let opened = open::open_mapped(root, pid, map).ok()?;
     let mut bytes = vec![0; usize::try_from(eh_frame.size).ok()?];
-    opened.file.read_exact_at(&mut bytes, eh_frame.offset).ok()?;
+    opened
+        .file
+        .read_exact_at(&mut bytes, eh_frame.offset)
+        .ok()?;
     opened.unchanged().then_some((bytes, eh_frame.address))
 }
 

@@ -520,6 +520,7 @@ impl Processes {
         for pid in gone {
             self.ctx.forget_unwind(pid);
         }
+        self.ctx.poll_unwind();
         // Each process's JIT symbols within its share of the total.
         for jit in self.by_pid.values_mut().filter_map(|p| p.jit.as_mut()) {
             jit.trim();

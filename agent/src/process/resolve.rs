@@ -206,8 +206,7 @@ impl Context {
             for (i, &ret) in chain.iter().enumerate() {
                 // The root frame of a chain that ended normally may be a
                 // runtime's entry point that nothing called (Go's goexit).
-                let root_frame =
-                    i == last && (end == USER_END_ROOT || end == USER_END_OUTERMOST);
+                let root_frame = i == last && (end == USER_END_ROOT || end == USER_END_OUTERMOST);
                 if !r.check_and_push(ret, root_frame, out, &mut cut) {
                     break;
                 }

@@ -78,6 +78,13 @@ impl Context {
         process.work.charge_cpu_since(started);
     }
 
+    /// Loads the tables whose builds finished.
+    pub(crate) fn poll_unwind(&mut self) {
+        if let Some(u) = self.unwinding.as_mut() {
+            u.tables.poll(Instant::now(), &mut *u.maps);
+        }
+    }
+
     /// The process is gone (or forgotten): its ranges go.
     pub(crate) fn forget_unwind(&mut self, pid: u32) {
         if let Some(u) = self.unwinding.as_mut() {

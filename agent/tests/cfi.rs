@@ -1,0 +1,317 @@
+//! Whole stacks through code built without frame pointers (issue #40): the
+//! agent for real (BPF as root) walks Debian's own libc and zlib, a vendor
+//! unit built with `-O2 -fomit-frame-pointer`, and programs built with
+//! plain `-O2`, by the unwind tables it builds from their `.eh_frame`;
+//! checked through a real server's folded flamegraphs. A stack that
+//! reaches `_start` has no `[truncated …]` marker; a stack whose frames
+//! were overwritten still has one.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use symtrace_testkit::agent::{bpf_test, number_after, Agent};
+use symtrace_testkit::stacks::{folded_stacks, has_path, run, samples_where};
+use symtrace_testkit::{self as kit, Backend, Server};
+
+const HZ: f64 = 97.0;
+const MARKER: &str = "[truncated: unverifiable frame-pointer chain]";
+/// The share of samples that must show their whole chain.
+const WHOLE: f64 = 0.95;
+const LIBZ: &str = "/lib/x86_64-linux-gnu/libz.so.1";
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+
+fn workload(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workload")
+        .join(name)
+}
+
+/// cfi_cases.c with its frameless vendor unit and Debian's zlib: built
+/// with frame pointers (clang, the mission's flags) or with plain gcc -O2.
+fn build_cases(dir: &Path, framed: bool) -> PathBuf {
+    let vendor = dir.join("cfi_vendor.o");
+    if !vendor.exists() {
+        kit::run(
+            Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-c"])
+                .arg(workload("cfi_vendor.c"))
+                .arg("-o")
+                .arg(&vendor),
+        );
+    }
+    let (compiler, flags, name): (&str, &[&str], &str) = if framed {
+        (
+            "clang-19",
+            &[
+                "-O2",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer",
+            ],
+            "cfi_cases-framed",
+        )
+    } else {
+        ("gcc", &["-O2", "-g"], "cfi_cases-plain")
+    };
+    let bin = dir.join(name);
+    kit::run(
+        Command::new(compiler)
+            .args(flags)
+            .arg(workload("cfi_cases.c"))
+            .arg(&vendor)
+            .arg(LIBZ)
+            .arg("-o")
+            .arg(&bin),
+    );
+    bin
+}
+
+/// The position of the first frame named `name`.
+fn at(stack: &[String], name: &str) -> Option<usize> {
+    stack.iter().position(|f| f == name)
+}
+
+/// Whether a stack is whole: from `_start`, no marker, through `path`.
+fn whole(stack: &[String], path: &str) -> bool {
+    stack.first().is_some_and(|f| f == "_start") && has_path(stack, path)
+}
+
+struct Case<'a> {
+    what: &'a str,
+    bin: &'a Path,
+    args: &'a [&'a str],
+}
+
+/// Runs `case` as a new service; its stacks.
+fn profile(server: &Server, case: &Case<'_>) -> Vec<(Vec<String>, u64)> {
+    let service = kit::unique(&format!("cfi-{}-", case.what));
+    let used = run(case.bin, &service, case.args);
+    let seconds: f64 = used.values().sum();
+    folded_stacks(server, &service, seconds * HZ)
+}
+
+/// Asserts that of the samples for which `of` holds (at least 20), at
+/// least WHOLE are whole through `path`; returns the share.
+fn check_whole(
+    what: &str,
+    stacks: &[(Vec<String>, u64)],
+    of: impl Fn(&[String]) -> bool,
+    path: &str,
+) -> f64 {
+    let n = samples_where(stacks, &of);
+    let ok = samples_where(stacks, |s| of(s) && whole(s, path));
+    let share = ok as f64 / n.max(1) as f64;
+    let cut = samples_where(stacks, |s| of(s) && s.first().is_some_and(|f| f == MARKER));
+    assert!(n >= 20, "{what}: only {n} samples: {stacks:?}");
+    assert!(
+        share >= WHOLE,
+        "{what}: {ok} of {n} samples ({:.1}%) whole through {path} ({cut} with the marker): {stacks:?}",
+        share * 100.0
+    );
+    eprintln!(
+        "{what}: {ok} of {n} samples ({:.1}%) whole through {path}; {cut} with the marker",
+        share * 100.0
+    );
+    share
+}
+
+/// Waits until every table the agent started building is loaded (or
+/// failed, or refused): the workloads measured next find their files'
+/// tables from their first sample. Returns the stats line.
+fn tables_settled(agent: &Agent, at_least: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(line) = agent.last_line("stats:") {
+            let tables = &line[line.find("unwind tables:").expect("unwind tables")..];
+            let loaded = number_after(tables, ", files");
+            let builds = number_after(tables, "builds");
+            let failed = number_after(tables, "(failed");
+            let refused = number_after(tables, "refused for room");
+            if loaded >= at_least && loaded + failed + refused >= builds {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tables still building: {line}\n{}",
+                agent.stderr()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
+    let Some(_one) = bpf_test(&["clang-19", "gcc", "g++"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&Backend::local(), &[]);
+    let framed = build_cases(dir.path(), true);
+    let plain = build_cases(dir.path(), false);
+    let sort = dir.path().join("cfi_sort");
+    kit::run(
+        Command::new("g++")
+            .args(["-O2", "-g"])
+            .arg(workload("cfi_sort.cpp"))
+            .arg("-o")
+            .arg(&sort),
+    );
+    for bin in [&framed, &plain, &sort] {
+        server.upload(&kit::build_id_of(bin), "debuginfo", bin);
+    }
+    // Debian's libc as published (its dynamic symbols name qsort).
+    let libc = std::fs::canonicalize(LIBC).unwrap();
+    server.upload(&kit::build_id_of(&libc), "executable", &libc);
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_symtrace-agent"));
+    let mut agent = Agent::start(agent_bin, &server.grpc_addr, &[]);
+
+    // Every binary once, briefly: the agent builds the tables of the files
+    // they map (tables are per file, so the runs measured below find them).
+    for bin in [&framed, &plain] {
+        run(bin, &kit::unique("cfi-warm-"), &["zlib", "0.3"]);
+    }
+    run(&sort, &kit::unique("cfi-warm-"), &["0.3"]);
+    let before = tables_settled(&agent, 4);
+    eprintln!("tables: {before}");
+
+    // 1. glibc's qsort calling back the framed comparator.
+    for (what, bin) in [("qsort", &framed), ("qsort-plain-O2", &plain)] {
+        let stacks = profile(
+            &server,
+            &Case {
+                what,
+                bin,
+                args: &["qsort", "2.0"],
+            },
+        );
+        // main → run → libc's qsort (named as the published libc names
+        // it) → … → cmp_ints.
+        let through_qsort = |s: &[String]| {
+            let (Some(r), Some(c)) = (at(s, "run"), at(s, "cmp_ints")) else {
+                return false;
+            };
+            r < c && s[r + 1..c].iter().any(|f| f.contains("qsort"))
+        };
+        check_whole(
+            what,
+            &stacks,
+            |s| s.last().is_some_and(|f| f == "cmp_ints"),
+            "main;run",
+        );
+        let in_cmp = samples_where(&stacks, |s| s.last().is_some_and(|f| f == "cmp_ints"));
+        let named = samples_where(&stacks, |s| {
+            s.last().is_some_and(|f| f == "cmp_ints") && through_qsort(s)
+        });
+        assert!(
+            named as f64 >= WHOLE * in_cmp as f64,
+            "{what}: {named} of {in_cmp} comparator samples go through qsort: {stacks:?}"
+        );
+    }
+
+    // 2. A framed caller → two frameless vendor levels (the inner one
+    // uses %rbp for data) → a framed callback.
+    for (what, bin) in [("vendor", &framed), ("vendor-plain-O2", &plain)] {
+        let stacks = profile(
+            &server,
+            &Case {
+                what,
+                bin,
+                args: &["vendor", "2.0"],
+            },
+        );
+        check_whole(
+            what,
+            &stacks,
+            |s| s.last().is_some_and(|f| f == "framed_cb"),
+            "main;run;vendor_outer;vendor_inner;framed_cb",
+        );
+        check_whole(
+            what,
+            &stacks,
+            |s| s.iter().any(|f| f == "vendor_inner"),
+            "main;run;vendor_outer;vendor_inner",
+        );
+    }
+
+    // 3. Time in Debian's zlib (built without frame pointers).
+    let stacks = profile(
+        &server,
+        &Case {
+            what: "zlib",
+            bin: &framed,
+            args: &["zlib", "2.0"],
+        },
+    );
+    check_whole(
+        "zlib",
+        &stacks,
+        |s| {
+            s.last()
+                .is_some_and(|f| f.starts_with("libz.so") || f.contains("crc32"))
+        },
+        "main;run;zwork",
+    );
+
+    // 4. std::sort with a comparator, all of it plain g++ -O2.
+    let stacks = profile(
+        &server,
+        &Case {
+            what: "std-sort",
+            bin: &sort,
+            args: &["2.0"],
+        },
+    );
+    // (C++ names come with their parameters.)
+    check_whole(
+        "std::sort",
+        &stacks,
+        |s| s.last().is_some_and(|f| f.starts_with("by_key(")),
+        "main;sort_work(double)",
+    );
+    let through_sort = samples_where(&stacks, |s| {
+        s.last().is_some_and(|f| f.starts_with("by_key("))
+            && s.iter().any(|f| f.starts_with("void std::sort<"))
+    });
+    let in_key = samples_where(&stacks, |s| {
+        s.last().is_some_and(|f| f.starts_with("by_key("))
+    });
+    assert!(
+        through_sort as f64 >= WHOLE * in_key as f64,
+        "{through_sort} of {in_key} comparator samples go through std::sort: {stacks:?}"
+    );
+
+    // 5. A stack that cannot be walked (its frame overwritten) is cut,
+    // and says so.
+    let stacks = profile(
+        &server,
+        &Case {
+            what: "corrupt",
+            bin: &framed,
+            args: &["corrupt", "1.5"],
+        },
+    );
+    let spinning = samples_where(&stacks, |s| s.iter().any(|f| f == "corrupt_spin"));
+    let marked = samples_where(&stacks, |s| {
+        s.iter().any(|f| f == "corrupt_spin") && s.first().is_some_and(|f| f == MARKER)
+    });
+    let false_roots = samples_where(&stacks, |s| {
+        s.iter().any(|f| f == "corrupt_spin") && s.iter().any(|f| f == "main" || f == "_start")
+    });
+    assert!(
+        spinning >= 20,
+        "{spinning} samples in corrupt_spin: {stacks:?}"
+    );
+    assert!(
+        marked as f64 >= WHOLE * spinning as f64 && false_roots == 0,
+        "{marked} of {spinning} corrupted stacks carry the marker, {false_roots} claim a root: {stacks:?}"
+    );
+
+    let stats = agent.last_line("stats:").expect("a stats line");
+    assert!(number_after(&stats, "by CFI") > 0, "{stats}");
+    assert!(number_after(&stats, "leaves stepped in BPF") > 0, "{stats}");
+    assert_eq!(number_after(&stats, "malformed records"), 0, "{stats}");
+    assert!(agent.stop().success(), "{}", agent.stderr());
+    eprintln!("{stats}");
+}
