@@ -15,7 +15,8 @@
 //! it. The leaf step here evaluates lazily, per sampled address: it needs
 //! a few rules of a file, not all of them.
 
-pub mod deltas;
+/// Whole-file unwind tables (the `symtrace-unwind` crate).
+pub use symtrace_unwind as deltas;
 pub mod inspect;
 pub mod tables;
 
@@ -51,6 +52,30 @@ pub enum LeafRule {
     /// No CFI for this address, or a rule the agent does not evaluate (a
     /// DWARF expression, as in the PLT).
     Unknown,
+}
+
+/// A table rule as the leaf step reads it.
+pub fn leaf_of(rule: deltas::Rule) -> LeafRule {
+    use deltas::{CfaBase, Rule, SavedRbp};
+    match rule {
+        Rule::Step {
+            base: CfaBase::Rbp, ..
+        } => LeafRule::Framed,
+        Rule::Step {
+            base: CfaBase::Rsp,
+            cfa,
+            ra,
+            rbp,
+        } => LeafRule::Frameless {
+            ra: i64::from(cfa) + i64::from(ra),
+            rbp: match rbp {
+                SavedRbp::Same => None,
+                SavedRbp::AtCfa(o) => Some(i64::from(cfa) + i64::from(o)),
+            },
+        },
+        Rule::Outermost => LeafRule::Outermost,
+        Rule::Unknown => LeafRule::Unknown,
+    }
 }
 
 /// Address rules kept per file before its cache starts over.
@@ -181,7 +206,7 @@ impl FileCfi {
 /// A row's rule as the leaf step reads it: the unwind table's rule
 /// ([`deltas::rule_of`]), one reading of CFI for both.
 fn classify(cfa: &CfaRule<usize>, ra: RegisterRule<usize>, rbp: RegisterRule<usize>) -> LeafRule {
-    deltas::rule_of(cfa, ra, rbp).leaf()
+    leaf_of(deltas::rule_of(cfa, ra, rbp))
 }
 
 /// What the cache holds, for `--stats`.
@@ -319,6 +344,33 @@ pub fn from_image(image: &[u8]) -> Option<FileCfi> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn table_rules_read_as_leaf_rules() {
+        use deltas::{CfaBase, Rule, SavedRbp};
+        let pushed = Rule::Step {
+            base: CfaBase::Rsp,
+            cfa: 16,
+            ra: -8,
+            rbp: SavedRbp::AtCfa(-16),
+        };
+        assert_eq!(
+            leaf_of(pushed),
+            LeafRule::Frameless {
+                ra: 8,
+                rbp: Some(0)
+            }
+        );
+        let framed = Rule::Step {
+            base: CfaBase::Rbp,
+            cfa: 16,
+            ra: -8,
+            rbp: SavedRbp::AtCfa(-16),
+        };
+        assert_eq!(leaf_of(framed), LeafRule::Framed);
+        assert_eq!(leaf_of(Rule::Outermost), LeafRule::Outermost);
+        assert_eq!(leaf_of(Rule::Unknown), LeafRule::Unknown);
+    }
 
     #[test]
     fn rules_of_our_own_code() {

@@ -11,10 +11,14 @@ use super::{Context, Process};
 use crate::cfi::tables::{FileKey, Lookup, Sink, Tables};
 use crate::files::Binary;
 use crate::process::maps::MapEntry;
-use crate::record::UnwindRange;
+use crate::record::{UnwindRange, UNWIND_PROC_RANGES};
 
 /// How often a process whose files' tables are being built looks again.
 const RETRY: Duration = Duration::from_millis(50);
+
+/// Files looked up per settling of a process at most (its mappings beyond
+/// are walked by frame pointer).
+const MAX_LOOKS: usize = 4 * UNWIND_PROC_RANGES;
 
 /// The tables and the BPF maps they are written to.
 pub(crate) struct Unwinding {
@@ -47,28 +51,34 @@ impl Context {
         if state.settled || state.retry_at.is_some_and(|at| now < at) {
             return;
         }
+        // Within the process's own work budget: a process with thousands of
+        // mappings (and a dlopen loop re-reading them) pays for its looks.
+        if !process.work.has(now) {
+            state.retry_at = Some(now + RETRY);
+            return;
+        }
         let started = crate::jobs::thread_cpu();
-        let allowed = process.work.has(now);
         let mut ranges = Vec::new();
         let mut pending = false;
+        // Mappings of one file come together (its segments): one look each.
+        let mut last: Option<((u64, u64), Option<Found>)> = None;
+        let mut looks = 0;
         for map in process.maps.iter().filter(|m| m.is_file()) {
-            let Some(binary) = binaries.get(pid, map, waiting, allowed) else {
-                pending |= !binaries.settled(map);
-                continue;
-            };
-            if binary.eh_frame.is_none() {
-                continue;
+            if ranges.len() > UNWIND_PROC_RANGES || looks >= MAX_LOOKS {
+                break; // (more ranges than fit are counted by set_process)
             }
-            let key = file_key(map, &binary);
-            let lookup = u.tables.lookup(key, now, &mut *u.maps, || {
-                allowed.then(|| binaries.build_unwind_table(pid, map, &binary))
-            });
-            match lookup {
-                Lookup::Loaded { slot, base } => {
-                    ranges.push((key, range(map, &binary, slot, base)));
+            let file = (map.dev, map.inode);
+            let found = match last {
+                Some((f, ref found)) if f == file => found.clone(),
+                _ => {
+                    looks += 1;
+                    let found = look_up(u, binaries, waiting, pid, map, now, &mut pending);
+                    last = Some((file, found.clone()));
+                    found
                 }
-                Lookup::Pending => pending = true,
-                Lookup::Absent => {}
+            };
+            if let Some((key, slot, base, binary)) = found {
+                ranges.push((key, range(map, &binary, slot, base)));
             }
         }
         u.tables.set_process(pid, ranges, &mut *u.maps);
@@ -97,6 +107,39 @@ impl Process {
     /// Its mappings changed: its ranges are set again at its next sample.
     pub(crate) fn unwind_unsettled(&mut self) {
         self.unwind = ProcUnwind::default();
+    }
+}
+
+/// A file's table, loaded: its key, slot, base, and the file's facts.
+type Found = (FileKey, u32, u64, std::sync::Arc<Binary>);
+
+/// The table of `map`'s file when loaded; `pending` set while its facts
+/// are read or its table built.
+fn look_up(
+    u: &mut Unwinding,
+    binaries: &mut crate::files::Binaries,
+    waiting: &mut crate::jobs::Waiting,
+    pid: u32,
+    map: &MapEntry,
+    now: Instant,
+    pending: &mut bool,
+) -> Option<Found> {
+    let Some(binary) = binaries.get(pid, map, waiting, true) else {
+        *pending |= !binaries.settled(map);
+        return None;
+    };
+    binary.eh_frame?;
+    let key = file_key(map, &binary);
+    let lookup = u.tables.lookup(key, now, &mut *u.maps, || {
+        Some(binaries.build_unwind_table(pid, map, &binary))
+    });
+    match lookup {
+        Lookup::Loaded { slot, base } => Some((key, slot, base, binary)),
+        Lookup::Pending => {
+            *pending = true;
+            None
+        }
+        Lookup::Absent => None,
     }
 }
 

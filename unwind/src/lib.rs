@@ -1,11 +1,13 @@
 //! A file's unwind table, compact: every address range of its `.eh_frame`
 //! with the rule that leaves the function there, sorted, adjacent equal
 //! rules merged, the rules themselves deduplicated into a small table —
-//! the form a BPF program can search (issue #40: "stack deltas", as the
+//! the form symtrace-agent's BPF walk searches ("stack deltas", as the
 //! OpenTelemetry eBPF profiler calls them). Built once per file, from the
 //! section's bytes alone: pure logic, no I/O. Every FDE row gimli
 //! evaluates becomes one range; addresses no FDE covers are
-//! [`Rule::UNKNOWN`].
+//! [`Rule::UNKNOWN`]. A crate of its own so that it is optimized even in
+//! debug builds (the agent's tests build the tables of hundred-MB debug
+//! binaries).
 
 use std::collections::HashMap;
 
@@ -14,12 +16,12 @@ use gimli::{
     X86_64,
 };
 
-use super::LeafRule;
-
 /// The register the canonical frame address is relative to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CfaBase {
+    /// The stack pointer (a frameless function, a prologue or epilogue).
     Rsp,
+    /// The frame pointer (the function has set up its frame).
     Rbp,
 }
 
@@ -38,41 +40,26 @@ pub enum SavedRbp {
 /// express: a DWARF expression, a register other than `%rsp`/`%rbp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
+    /// A step to the caller.
     Step {
+        /// The CFA's register.
         base: CfaBase,
+        /// The CFA's offset from it.
         cfa: i32,
+        /// The return address's offset from the CFA (-8 on x86-64).
         ra: i32,
+        /// Where the caller's `%rbp` is.
         rbp: SavedRbp,
     },
+    /// The return address is undefined: the outermost frame (`_start`).
     Outermost,
+    /// Nothing known here.
     Unknown,
 }
 
 impl Rule {
+    /// No rule known.
     pub const UNKNOWN: Rule = Rule::Unknown;
-
-    /// The rule as the leaf step reads it ([`LeafRule`]).
-    pub fn leaf(self) -> LeafRule {
-        match self {
-            Rule::Step {
-                base: CfaBase::Rbp, ..
-            } => LeafRule::Framed,
-            Rule::Step {
-                base: CfaBase::Rsp,
-                cfa,
-                ra,
-                rbp,
-            } => LeafRule::Frameless {
-                ra: i64::from(cfa) + i64::from(ra),
-                rbp: match rbp {
-                    SavedRbp::Same => None,
-                    SavedRbp::AtCfa(o) => Some(i64::from(cfa) + i64::from(o)),
-                },
-            },
-            Rule::Outermost => LeafRule::Outermost,
-            Rule::Unknown => LeafRule::Unknown,
-        }
-    }
 }
 
 /// Bounds on one file's table: a file past them gets none (its frames are
@@ -102,23 +89,41 @@ impl Default for Limits {
     }
 }
 
+/// Why a file gets no table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
+    /// An empty section.
     #[error("the file has no .eh_frame")]
     Empty,
+    /// A bound of [`Limits`] crossed.
     #[error("more than {limit} {what} in .eh_frame")]
-    TooLarge { what: &'static str, limit: usize },
+    TooLarge {
+        /// What was counted.
+        what: &'static str,
+        /// Its bound.
+        limit: usize,
+    },
+    /// Code addresses that do not fit 32-bit offsets.
     #[error("code addresses span more than 4 GiB ({low:#x}..{high:#x})")]
-    TooWide { low: u64, high: u64 },
+    TooWide {
+        /// The lowest address.
+        low: u64,
+        /// The highest.
+        high: u64,
+    },
 }
 
 /// One file's unwind table: `starts[i]` (relative to `base`) begins a
 /// range ruled by `rules[rule_of[i]]` up to the next start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
+    /// The ELF address the starts are relative to.
     pub base: u64,
+    /// Each range's start, sorted.
     pub starts: Vec<u32>,
+    /// Each range's rule, an index in `rules`.
     pub rule_of: Vec<u16>,
+    /// The distinct rules.
     pub rules: Vec<Rule>,
     /// FDEs left out as malformed (their addresses are unknown), and a
     /// malformed entry list that ended the reading.
@@ -202,9 +207,13 @@ pub const FRAMED_RUN: u64 = 8;
 /// [`Table::coverage`]'s answer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Coverage {
+    /// Bytes whose CFA is `%rbp`-based.
     pub rbp: u64,
+    /// ... `%rsp`-based.
     pub rsp: u64,
+    /// ... of outermost frames.
     pub outermost: u64,
+    /// ... without a rule.
     pub unknown: u64,
 }
 
@@ -300,7 +309,7 @@ pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result
 /// filled with [`Rule::UNKNOWN`], adjacent equal rules merged. Where rows
 /// overlap (malformed or duplicated FDEs), the later start wins and the
 /// rest of the earlier row is unknown.
-pub(crate) fn assemble(mut rows: Vec<(u64, u64, Rule)>, limits: Limits) -> Result<Table, Error> {
+pub fn assemble(mut rows: Vec<(u64, u64, Rule)>, limits: Limits) -> Result<Table, Error> {
     let limits = Limits {
         rules: limits.rules.min(usize::from(u16::MAX) + 1),
         ..limits
@@ -370,11 +379,7 @@ pub(crate) fn assemble(mut rows: Vec<(u64, u64, Rule)>, limits: Limits) -> Resul
 }
 
 /// The rule of one row: its CFA, return-address and `%rbp` rules.
-pub(super) fn rule_of(
-    cfa: &CfaRule<usize>,
-    ra: RegisterRule<usize>,
-    rbp: RegisterRule<usize>,
-) -> Rule {
+pub fn rule_of(cfa: &CfaRule<usize>, ra: RegisterRule<usize>, rbp: RegisterRule<usize>) -> Rule {
     let CfaRule::RegisterAndOffset { register, offset } = *cfa else {
         return Rule::Unknown;
     };
@@ -404,5 +409,4 @@ pub(super) fn rule_of(
 }
 
 #[cfg(test)]
-#[path = "deltas_tests.rs"]
 mod tests;

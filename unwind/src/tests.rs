@@ -130,16 +130,17 @@ fn register_rules_become_table_rules() {
     // After `push %rbp`: CFA = rsp+16, RA at CFA-8, rbp at CFA-16.
     let pushed = rule_of(&sp(16), at(-8), at(-16));
     assert_eq!(pushed, STEP_RSP(16, -16));
+    let entry = rule_of(&sp(8), at(-8), RegisterRule::SameValue);
+    assert_eq!(entry, STEP_RSP(8, 0));
     assert_eq!(
-        pushed.leaf(),
-        LeafRule::Frameless {
-            ra: 8,
-            rbp: Some(0)
+        rule_of(&bp, at(-8), at(-16)),
+        Rule::Step {
+            base: CfaBase::Rbp,
+            cfa: 16,
+            ra: -8,
+            rbp: SavedRbp::AtCfa(-16)
         }
     );
-    let entry = rule_of(&sp(8), at(-8), RegisterRule::SameValue);
-    assert_eq!(entry.leaf(), LeafRule::Frameless { ra: 0, rbp: None });
-    assert_eq!(rule_of(&bp, at(-8), at(-16)).leaf(), LeafRule::Framed);
     assert_eq!(
         rule_of(&sp(8), RegisterRule::Undefined, RegisterRule::SameValue),
         Rule::Outermost
@@ -161,7 +162,6 @@ fn register_rules_become_table_rules() {
         Rule::Unknown
     );
     assert_eq!(rule_of(&sp(1 << 40), at(-8), at(-16)), Rule::Unknown);
-    assert_eq!(Rule::Unknown.leaf(), LeafRule::Unknown);
 }
 
 /// A file's `.eh_frame` (bytes, address) and `.text` address.
