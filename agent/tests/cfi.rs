@@ -6,8 +6,9 @@
 //! reaches `_start` has no `[truncated …]` marker; a stack whose frames
 //! were overwritten still has one.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use symtrace_testkit::agent::{bpf_test, number_after, Agent};
@@ -312,6 +313,112 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
     assert!(number_after(&stats, "by CFI") > 0, "{stats}");
     assert!(number_after(&stats, "leaves stepped in BPF") > 0, "{stats}");
     assert_eq!(number_after(&stats, "malformed records"), 0, "{stats}");
+    assert!(agent.stop().success(), "{}", agent.stderr());
+    eprintln!("{stats}");
+}
+
+/// A child killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn node_stacks_run_from_js_through_node_and_libuv_to_main() {
+    let Some(_one) = bpf_test(&["node"]) else {
+        return;
+    };
+    let server = Server::start(&Backend::local(), &[]);
+    let node = PathBuf::from(
+        String::from_utf8(kit::run(Command::new("sh").args(["-c", "command -v node"])).stdout)
+            .unwrap()
+            .trim(),
+    );
+    let node = std::fs::canonicalize(node).unwrap();
+    server.upload(&kit::build_id_of(&node), "debuginfo", &node);
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_symtrace-agent"));
+    let mut agent = Agent::start(agent_bin, &server.grpc_addr, &[]);
+    // node's tables first (its .eh_frame is 2.7 MB here).
+    kit::run(
+        Command::new(&node)
+            .args([
+                "-e",
+                "let s = 0; const t = Date.now(); while (Date.now() - t < 300) s++;",
+            ])
+            .env("OTEL_SERVICE_NAME", kit::unique("node-warm-")),
+    );
+    tables_settled(&agent, 3);
+
+    let service = kit::unique("node-cfi-");
+    let mut child = Killed(
+        Command::new(&node)
+            .args(["--perf-basic-prof"])
+            .arg(workload("jit_service.js"))
+            .env("OTEL_SERVICE_NAME", &service)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let mut first = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let port: u16 = first
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Requests for 5 seconds, one after another: JS under libuv's loop.
+    let started = Instant::now();
+    let client = kit::client();
+    while started.elapsed() < Duration::from_secs(5) {
+        let resp = client
+            .get(format!("http://127.0.0.1:{port}/work"))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let cpu = kit::process_cpu_seconds(pid);
+    let stacks = folded_stacks(&server, &service, cpu * HZ);
+    drop(child);
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let js = |s: &[String]| s.iter().any(|f| f == "innerLoop" || f == "lighterLoop");
+    // JS frames, node's C++ frames and libuv, down to _start. (node's
+    // main tail-calls node::Start: main's frame is node::Start's.)
+    let chain = |s: &[String]| {
+        let (Some(m), Some(uv), Some(task)) = (
+            at(s, "node::Start(int, char**)"),
+            at(s, "uv_run"),
+            at(s, "executeHeavyTask"),
+        ) else {
+            return false;
+        };
+        s.first().is_some_and(|f| f == "_start") && m < uv && uv < task
+    };
+    let in_js = samples_where(&stacks, js);
+    let whole = samples_where(&stacks, |s| js(s) && chain(s));
+    let marked = samples_where(&stacks, |s| s.first().is_some_and(|f| f == MARKER));
+    let all = samples_where(&stacks, |_| true);
+    assert!(in_js >= 100, "{in_js} JS samples of {all}: {stacks:?}");
+    assert!(
+        whole as f64 >= 0.9 * in_js as f64,
+        "{whole} of {in_js} JS samples go from _start through node::Start and uv_run: {stacks:?}"
+    );
+    assert!(
+        (marked as f64) <= 0.1 * all as f64,
+        "{marked} of {all} samples carry the marker: {stacks:?}"
+    );
+    eprintln!(
+        "node: {whole} of {in_js} JS samples ({:.1}%) whole from _start; {marked} of {all} marked",
+        100.0 * whole as f64 / in_js.max(1) as f64
+    );
+    let stats = agent.last_line("stats:").expect("a stats line");
     assert!(agent.stop().success(), "{}", agent.stderr());
     eprintln!("{stats}");
 }

@@ -460,17 +460,7 @@ fn a_hundred_mb_of_maps_and_a_dlopen_loop_stall_nothing() {
 
 /// The agent's CPU time so far (seconds).
 fn agent_cpu(agent: &Agent) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", agent.pid())).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    // utime and stime: fields 14 and 15, counted from the pid.
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    kit::process_cpu_seconds(agent.pid())
 }
 
 #[test]

@@ -134,14 +134,7 @@ fn total(stacks: &[(String, u64)]) -> u64 {
 /// of these (or 30 s), and require half — enough for the ratios they check.
 /// CPU seconds (user + system) process `pid` has used so far.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command (which may hold spaces): utime is the 14th
-    // field, stime the 15th, in clock ticks.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no memory preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    kit::process_cpu_seconds(pid)
 }
 
 fn samples_of(ms: f64) -> f64 {
