@@ -32,6 +32,11 @@
 # the program attached but recording next to nothing: its fixed cost per
 # switch).
 #
+# SYMTRACE_BENCH_WORKLOAD=frameless runs code without frame pointers on
+# every CPU instead (issue #40: plain gcc -O2 with a -fomit-frame-pointer
+# vendor unit, Debian's libc qsort and zlib): the CFI walk's cost, and the
+# unwind tables' memory.
+#
 #   bench/agent-overhead.sh [seconds per run] [busy|switches]   (default 60 busy; as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,9 +115,23 @@ if [ "$MODE" = switches ]; then
   exit 0
 fi
 
-clang-19 -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
-  -fno-optimize-sibling-calls -pthread agent/tests/workload/cpu_split.c -o "$W/busy"
-for _ in $(seq $(( (NCPU + 1) / 2 ))); do "$W/busy" 1000000 1000000 >/dev/null & done
+if [ "${SYMTRACE_BENCH_WORKLOAD:-}" = frameless ]; then
+  # Code without frame pointers everywhere (issue #40): plain gcc -O2, a
+  # vendor unit built -fomit-frame-pointer, Debian's libc qsort and zlib;
+  # one process per CPU, in turn qsort, vendor, zlib.
+  gcc -O2 -g -fomit-frame-pointer -c agent/tests/workload/cfi_vendor.c -o "$W/vendor.o"
+  gcc -O2 -g agent/tests/workload/cfi_cases.c "$W/vendor.o" /lib/x86_64-linux-gnu/libz.so.1 \
+    -o "$W/frameless"
+  modes=(qsort vendor zlib)
+  for i in $(seq "$NCPU"); do
+    "$W/frameless" "${modes[$(( (i - 1) % 3 ))]}" 1000000 >/dev/null &
+  done
+  echo "workload: frameless (plain gcc -O2, vendor -fomit-frame-pointer, libc qsort, zlib)"
+else
+  clang-19 -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer \
+    -fno-optimize-sibling-calls -pthread agent/tests/workload/cpu_split.c -o "$W/busy"
+  for _ in $(seq $(( (NCPU + 1) / 2 ))); do "$W/busy" 1000000 1000000 >/dev/null & done
+fi
 
 echo "machine: $NCPU CPUs, all busy; $SECS s per run"
 # One run of agent binary $1 at $2 Hz, labelled $3: prints the averages of
@@ -137,9 +156,11 @@ run_agent() {
       # Since start (agents before #37 have none): each file is hashed
       # once, so a run that meets a large binary pays its hash in one
       # interval.
-      h = "-"; if (match($0, /content hashes [0-9]+ \([0-9.]+ MiB, [0-9.]+ ms CPU\)/)) h = substr($0, RSTART + 15, RLENGTH - 15) }
-    END { printf "%-5s %3d Hz: %5.1f samples/s | agent CPU %.4f%% + BPF %.4f%% = %.4f%% of the machine | RSS %s MB | CFI %s (%d intervals) | content hashes %s\n",
-                 label, hz, s / n, a / n, b / n, (a + b) / n, rss, cfi, n, h
+      h = "-"; if (match($0, /content hashes [0-9]+ \([0-9.]+ MiB, [0-9.]+ ms CPU\)/)) h = substr($0, RSTART + 15, RLENGTH - 15)
+      t = "-"; if (match($0, /frames stepped by frame pointer [0-9]+, by CFI [0-9]+/)) t = substr($0, RSTART + 15, RLENGTH - 15)
+      u = "-"; if (match($0, /files [0-9]+, rows [0-9]+, rules [0-9]+, [0-9]+ of [0-9]+ KiB/)) u = substr($0, RSTART, RLENGTH) }
+    END { printf "%-5s %3d Hz: %5.1f samples/s | agent CPU %.4f%% + BPF %.4f%% = %.4f%% of the machine | RSS %s MB | CFI %s (%d intervals) | content hashes %s | frames %s | tables %s\n",
+                 label, hz, s / n, a / n, b / n, (a + b) / n, rss, cfi, n, h, t, u
           printf "%s %d %.6f\n", label, hz, (a + b) / n >> res }'
   grep '^total:' "$out" | sed 's/^/    /' | cut -c1-400
 }

@@ -443,6 +443,11 @@ SEC("raw_tracepoint/sched_process_exec")
 int on_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	process_event(RECORD_EXEC);
+	/* Its mappings are new: the unwind ranges of the old image go now, not
+	 * when userspace reads the event (a walk of the new image by the old
+	 * ranges would step by the wrong rules). */
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	bpf_map_delete_elem(&unwind_procs, &tgid);
 	if (wake_on_exec) {
 		__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
 		if (pid) {

@@ -63,10 +63,10 @@ pub struct Args {
     /// Bytes of BPF memory for the unwind tables of code without frame
     /// pointers (each file's `.eh_frame` as sorted rows the BPF walk
     /// searches, 8 bytes a row, shared by every process mapping the file),
-    /// the per-process mapping tables (6.3 MiB at most) included. Files no
+    /// the per-process mapping tables (6 MiB at most) included. Files no
     /// process maps any more are evicted when room is needed; a file that
     /// does not fit is walked by frame pointer.
-    #[arg(long, env = "SYMTRACE_AGENT_UNWIND_TABLE_BYTES", default_value_t = 32 << 20)]
+    #[arg(long, env = "SYMTRACE_AGENT_UNWIND_TABLE_BYTES", default_value_t = 16 << 20)]
     pub unwind_table_bytes: u64,
 
     /// Bytes of JIT symbols (from perf maps and jitdump files) kept per

@@ -406,3 +406,43 @@ fn a_cie_replayed_by_every_fde_is_bounded_by_the_section_size() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn files_that_keep_frame_pointers_are_told_from_frameless_ones() {
+    let rbp = Rule::Step {
+        base: CfaBase::Rbp,
+        cfa: 16,
+        ra: -8,
+        rbp: SavedRbp::AtCfa(-16),
+    };
+    // n framed functions of 100 bytes: push (1 byte), mov (3), body, ret
+    // (1 byte after pop); and `frameless` bytes of one frameless function.
+    let file = |n: u64, frameless: u64| {
+        let mut rows = Vec::new();
+        for i in 0..n {
+            let at = i * 100;
+            rows.push((at, at + 1, STEP_RSP(8, 0)));
+            rows.push((at + 1, at + 4, STEP_RSP(16, -16)));
+            rows.push((at + 4, at + 99, rbp));
+            rows.push((at + 99, at + 100, STEP_RSP(8, 0)));
+        }
+        let at = n * 100;
+        if frameless > 0 {
+            rows.push((at, at + frameless, STEP_RSP(24, 0)));
+        }
+        assemble(rows, Limits::default()).unwrap()
+    };
+    // Prologues and epilogues are not frameless code.
+    assert_eq!(file(50, 0).frameless_share(), 0.0);
+    assert!(file(50, 0).framed());
+    // 100 bytes of 5,100: 2%, a C runtime's share: still framed (the
+    // last framed function's `ret` byte joins the frameless run).
+    let some = file(50, 100);
+    assert!((some.frameless_share() - 101.0 / 5100.0).abs() < 1e-9);
+    assert!(some.framed());
+    // 500 of 5,500: 9%, real frameless code: walked by the table.
+    assert!(!file(50, 500).framed());
+    // All frameless (libc, zlib).
+    assert_eq!(file(0, 4000).frameless_share(), 1.0);
+    assert!(!file(0, 4000).framed());
+}

@@ -99,11 +99,15 @@ fn summary(path: &Path, eh_frame: usize, table: &Table, took: Duration) -> Strin
         share(rsp),
         share(outermost),
         share(unknown),
-        if table.framed() {
-            "keeps frame pointers (non-leaf frames step by them)"
-        } else {
-            "frameless code (every frame steps by the table)"
-        },
+        format!(
+            "{:.2}% of its code frameless: {}",
+            100.0 * table.frameless_share(),
+            if table.framed() {
+                "keeps frame pointers (non-leaf frames step by them)"
+            } else {
+                "frameless code (every frame steps by the table)"
+            }
+        ),
     )
 }
 

@@ -52,6 +52,8 @@ pub struct SinkError {
 pub struct Built {
     pub table: Table,
     pub framed: bool,
+    /// The CPU time the build took (charged to the process that asked).
+    pub cpu: Duration,
 }
 
 /// What [`Tables::lookup`] knows of a file.
@@ -79,6 +81,8 @@ struct Loaded {
     /// Processes whose ranges name this slot.
     users: u32,
     last_used: Instant,
+    /// The build's CPU time, until a process is charged for it.
+    unpaid: Duration,
 }
 
 /// What the tables hold and did.
@@ -186,7 +190,10 @@ impl Tables {
                 Entry::Absent
             }
             Some(built) => match self.load(&built, now, sink) {
-                Some(loaded) => Entry::Loaded(loaded),
+                Some(loaded) => Entry::Loaded(Loaded {
+                    unpaid: built.cpu,
+                    ..loaded
+                }),
                 None => {
                     self.stats.refused_full += 1;
                     Entry::Absent
@@ -202,6 +209,15 @@ impl Tables {
         };
         self.files.insert(key, entry);
         answer
+    }
+
+    /// The CPU time file `key`'s build took, once (the first process to
+    /// find the table pays for it).
+    pub fn take_unpaid(&mut self, key: FileKey) -> Duration {
+        match self.files.get_mut(&key) {
+            Some(Entry::Loaded(l)) => std::mem::take(&mut l.unpaid),
+            _ => Duration::ZERO,
+        }
     }
 
     /// Loads the builds that finished (for processes that exited before
@@ -279,6 +295,7 @@ impl Tables {
             base: table.base,
             users: 0,
             last_used: now,
+            unpaid: Duration::ZERO,
         })
     }
 

@@ -80,6 +80,7 @@ fn table(base: u64, n: u64) -> Built {
     Built {
         table,
         framed: false,
+        cpu: Duration::from_millis(3),
     }
 }
 
@@ -119,6 +120,9 @@ fn a_process_finds_each_mappings_rule_through_its_file() {
     }
     assert_eq!(t.stats().files, 1);
     assert_eq!(t.stats().processes, 2);
+    // The build's CPU is charged once.
+    assert_eq!(t.take_unpaid(lib), Duration::from_millis(3));
+    assert_eq!(t.take_unpaid(lib), Duration::ZERO);
     assert_eq!(t.stats().builds, 1);
     // The same file again: no second build.
     assert_eq!(

@@ -485,6 +485,7 @@ impl Binaries {
     ) -> Ticket<Option<crate::cfi::tables::Built>> {
         let (root, map, binary) = (self.proc_root.clone(), map.clone(), binary.clone());
         self.pool.submit(About { pid, dev: map.dev }, move || {
+            let started = crate::jobs::thread_cpu();
             let eh_frame = read_eh_frame(&root, pid, &map, &binary)?;
             let table = crate::cfi::deltas::build(
                 &eh_frame.0,
@@ -495,7 +496,8 @@ impl Binaries {
             .map_err(|e| tracing::debug!(pid, path = %map.path, "no unwind table: {e}"))
             .ok()?;
             let framed = table.framed();
-            Some(crate::cfi::tables::Built { table, framed })
+            let cpu = crate::jobs::thread_cpu().saturating_sub(started);
+            Some(crate::cfi::tables::Built { table, framed, cpu })
         })
     }
 }

@@ -59,7 +59,7 @@ impl Context {
         }
         let started = crate::jobs::thread_cpu();
         let mut ranges = Vec::new();
-        let mut pending = false;
+        let mut out = Outcome::default();
         // Mappings of one file come together (its segments): one look each.
         let mut last: Option<((u64, u64), Option<Found>)> = None;
         let mut looks = 0;
@@ -72,7 +72,7 @@ impl Context {
                 Some((f, ref found)) if f == file => found.clone(),
                 _ => {
                     looks += 1;
-                    let found = look_up(u, binaries, waiting, pid, map, now, &mut pending);
+                    let found = look_up(u, binaries, waiting, pid, map, now, &mut out);
                     last = Some((file, found.clone()));
                     found
                 }
@@ -83,9 +83,10 @@ impl Context {
         }
         u.tables.set_process(pid, ranges, &mut *u.maps);
         let state = &mut process.unwind;
-        state.settled = !pending;
-        state.retry_at = pending.then_some(now + RETRY);
+        state.settled = !out.pending;
+        state.retry_at = out.pending.then_some(now + RETRY);
         process.work.charge_cpu_since(started);
+        process.work.charge_time(out.paid);
     }
 
     /// Loads the tables whose builds finished.
@@ -110,11 +111,20 @@ impl Process {
     }
 }
 
+/// What settling a process's files came to.
+#[derive(Default)]
+struct Outcome {
+    /// A file's facts or table are still coming.
+    pending: bool,
+    /// Table builds it is charged for.
+    paid: Duration,
+}
+
 /// A file's table, loaded: its key, slot, base, and the file's facts.
 type Found = (FileKey, u32, u64, std::sync::Arc<Binary>);
 
-/// The table of `map`'s file when loaded; `pending` set while its facts
-/// are read or its table built.
+/// The table of `map`'s file when loaded; `out.pending` set while its
+/// facts are read or its table built.
 fn look_up(
     u: &mut Unwinding,
     binaries: &mut crate::files::Binaries,
@@ -122,10 +132,10 @@ fn look_up(
     pid: u32,
     map: &MapEntry,
     now: Instant,
-    pending: &mut bool,
+    out: &mut Outcome,
 ) -> Option<Found> {
     let Some(binary) = binaries.get(pid, map, waiting, true) else {
-        *pending |= !binaries.settled(map);
+        out.pending |= !binaries.settled(map);
         return None;
     };
     binary.eh_frame?;
@@ -134,9 +144,14 @@ fn look_up(
         Some(binaries.build_unwind_table(pid, map, &binary))
     });
     match lookup {
-        Lookup::Loaded { slot, base } => Some((key, slot, base, binary)),
+        Lookup::Loaded { slot, base } => {
+            // The build's CPU, to the process that asked for it (a process
+            // mapping files of huge CFI pays for their tables itself).
+            out.paid += u.tables.take_unpaid(key);
+            Some((key, slot, base, binary))
+        }
         Lookup::Pending => {
-            *pending = true;
+            out.pending = true;
             None
         }
         Lookup::Absent => None,
