@@ -165,13 +165,6 @@ static __always_inline void count(__u32 which)
 		*c += 1; /* per-CPU: no other writer */
 }
 
-static __always_inline void count_n(__u32 which, __u64 n)
-{
-	__u64 *c = bpf_map_lookup_elem(&counters, &which);
-	if (c && n)
-		*c += n;
-}
-
 /* Whether process `tgid` is over its off-CPU record rate (then counted). */
 static __always_inline int over_record_rate(__u32 tgid)
 {
@@ -356,9 +349,9 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, __u64 *ip,
  * user registers, -1: fall back to bpf_get_stack on `ctx`), walked by
  * walk_user_stack; also copies USER_STACK_WINDOW bytes from %rsp, for
  * userspace's .eh_frame step out of a leaf whose file's table is not
- * loaded (yet). `kind` is the walk's per-CPU slot (WALK_*). */
+ * loaded (yet). */
 static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, __u64 fp,
-				       struct cpu_sample *s, __u32 kind)
+				       struct cpu_sample *s)
 {
 	if (have < 0) {
 		long n = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
@@ -372,11 +365,13 @@ static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, 
 	}
 	s->user_sp = sp;
 	s->user_bp = fp;
+	walk_user_stack(s->pid, ip, sp, fp, s);
+	if (s->user_end & USER_END_LEAF_CFI)
+		return; /* stepped out of the leaf here: no window needed */
 	if (!bpf_probe_read_user(s->window, USER_STACK_WINDOW, (void *)sp))
 		s->window_bytes = USER_STACK_WINDOW;
 	else if (!bpf_probe_read_user(s->window, 64, (void *)sp))
 		s->window_bytes = 64; /* near the top of the stack mapping */
-	walk_user_stack(kind, s->pid, ip, sp, fp, s);
 }
 
 /* The common part of a sample record: who, when, the thread context. */
@@ -418,7 +413,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	sample_header(s, RECORD_SAMPLE, id, task, bpf_ktime_get_boot_ns());
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = user_regs(ctx, &ip, &sp, &bp);
-	user_stack(ctx, have, ip, sp, bp, s, WALK_SAMPLE);
+	user_stack(ctx, have, ip, sp, bp, s);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	/* Userspace drains on a timer: no wakeup per sample. */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
@@ -597,7 +592,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	sample_header(s, RECORD_OFF_CPU_START, ((__u64)tgid << 32) | tid, prev, now);
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = saved_user_regs(&ip, &sp, &bp);
-	user_stack(ctx, have, ip, sp, bp, s, WALK_OFF_CPU);
+	user_stack(ctx, have, ip, sp, bp, s);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	count(COUNTER_OFF_CPU);
@@ -730,8 +725,7 @@ int on_usdt(struct pt_regs *ctx)
 	sample_header(&a->sample, RECORD_ALLOC, id, task, bpf_ktime_get_boot_ns());
 	/* The checked walk, as for CPU samples (bpf_get_stack's was slower
 	 * here: 2.3 µs a run against 1.8 on the example service). */
-	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample,
-		   WALK_USDT);
+	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample);
 	a->sample.kernel_bytes = 0;
 	__u64 weight = a->weight;
 	/* After the reserve: the free's record comes after this one. */

@@ -40,30 +40,17 @@ struct {
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
 
-/* The walk's state, per CPU and per kind of program (a CPU-clock sample
- * may interrupt a uprobe's walk on the same CPU). */
-#define WALK_SAMPLE 0
-#define WALK_OFF_CPU 1
-#define WALK_USDT 2
-
-struct walk {
-	__u64 ip, sp, bp;
-	__u32 n;             /* frames[] written */
-	__u32 end;           /* enum user_stack_end, and USER_END_LEAF_CFI */
-	__u32 fp_steps, cfi_steps;
-	__u64 frames[USER_STACK_DEPTH];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
-	__type(key, __u32);
-	__type(value, struct walk);
-} walks SEC(".maps");
-
+/* The walk's state, on the program's stack (bpf_loop hands the callback a
+ * pointer to it); frames go straight into the record. The verifier
+ * follows the callback until the context's state repeats: nothing in it may
+ * count (the steps are counted in the per-CPU counters). */
 struct walk_ctx {
-	struct walk *w;
+	__u64 ip, sp, bp;
+	struct cpu_sample *s;
 	struct unwind_proc *proc; /* NULL: no table for this process */
+	__u32 end;                /* enum user_stack_end, and USER_END_LEAF_CFI */
+	__u32 last;               /* the range of the previous lookup's hit */
+	__u32 have_last;
 };
 
 /* 1 when a <= b, without a branch: the searches below must not fork the
@@ -82,24 +69,32 @@ static __always_inline __u64 at_most(__u64 a, __u64 b)
  * the table says nothing there). Both searches find the last entry whose
  * start is at most the key: halve the candidates, move the base up by the
  * lower half when its last entry qualifies. */
-static __always_inline const struct unwind_rule *rule_at(struct unwind_proc *proc, __u64 pc,
-							 int leaf)
+static __always_inline const struct unwind_rule *rule_at(struct walk_ctx *c, __u64 pc, int leaf)
 {
+	struct unwind_proc *proc = c->proc;
 	__u32 n = proc->count;
 	if (n == 0 || n > UNWIND_PROC_RANGES)
 		return 0;
-	__u32 base = 0;
-	for (int k = 0; k < 8; k++) { /* log2(UNWIND_PROC_RANGES) + 1 */
-		if (n <= 1)
-			break;
-		__u32 half = n / 2;
-		__u32 mid = (base + half) & (UNWIND_PROC_RANGES - 1);
-		base += half * at_most(proc->ranges[mid].start, pc);
-		n -= half;
+	/* Callers are mostly in the file of their callee: the previous hit
+	 * first. */
+	struct unwind_range *r = &proc->ranges[c->last & (UNWIND_PROC_RANGES - 1)];
+	if (!c->have_last || pc < r->start || pc - r->start >= r->len) {
+		__u32 base = 0;
+		for (int k = 0; k < 8; k++) { /* log2(UNWIND_PROC_RANGES) + 1 */
+			if (n <= 1)
+				break;
+			__u32 half = n / 2;
+			__u32 mid = (base + half) & (UNWIND_PROC_RANGES - 1);
+			base += half * at_most(proc->ranges[mid].start, pc);
+			n -= half;
+		}
+		base &= UNWIND_PROC_RANGES - 1;
+		r = &proc->ranges[base];
+		if (pc < r->start || pc - r->start >= r->len)
+			return 0;
+		c->last = base;
+		c->have_last = 1;
 	}
-	struct unwind_range *r = &proc->ranges[base & (UNWIND_PROC_RANGES - 1)];
-	if (pc < r->start || pc - r->start >= r->len)
-		return 0;
 	__u32 slot = r->file;
 	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &slot);
 	if (!f || !f->count)
@@ -111,7 +106,7 @@ static __always_inline const struct unwind_rule *rule_at(struct unwind_proc *pro
 		return 0;
 	__u32 first = f->first;
 	n = f->count;
-	base = 0;
+	__u32 base = 0;
 	for (int k = 0; k < UNWIND_SEARCH_STEPS + 1; k++) {
 		if (n <= 1)
 			break;
@@ -134,22 +129,23 @@ static __always_inline const struct unwind_rule *rule_at(struct unwind_proc *pro
 static long walk_step(__u64 index, void *data)
 {
 	struct walk_ctx *c = data;
-	struct walk *w = c->w;
-	__u32 i = w->n;
-	if (i >= USER_STACK_DEPTH) {
+	struct walk_ctx *w = c;
+	/* The frame's number is the loop's index (unknown to the verifier,
+	 * so it checks the step once; a count kept in the context would be
+	 * followed value by value, frame by frame). */
+	if (index >= USER_STACK_DEPTH) {
 		w->end = (w->end & USER_END_LEAF_CFI) | USER_END_DEPTH;
 		return 1;
 	}
+	__u32 i = index;
 	__u64 ip = w->ip, sp = w->sp, bp = w->bp;
-	w->frames[i] = ip;
-	w->n = i + 1;
+	w->s->user[i] = ip;
 	/* A caller's return address is the instruction after its call: the
 	 * rule that holds at the call is the one before it. */
 	__u64 pc = i ? ip - 1 : ip;
 	const struct unwind_rule *rule = 0;
-	struct unwind_proc *proc = c->proc;
-	if (proc)
-		rule = rule_at(proc, pc, i == 0);
+	if (c->proc)
+		rule = rule_at(c, pc, i == 0);
 	if (rule && rule->kind == RULE_OUTERMOST) {
 		w->end = (i == 0 ? USER_END_LEAF_CFI : (w->end & USER_END_LEAF_CFI)) |
 			 USER_END_OUTERMOST;
@@ -175,7 +171,7 @@ static long walk_step(__u64 index, void *data)
 			w->end |= USER_END_UNREADABLE;
 			return 1;
 		}
-		w->cfi_steps++;
+		count(COUNTER_STEPS_CFI);
 		if (!ra || ra >= USER_ADDRESS_LIMIT) {
 			w->end |= USER_END_ROOT;
 			return 1;
@@ -203,7 +199,7 @@ static long walk_step(__u64 index, void *data)
 		w->end = leaf | USER_END_NOT_INCREASING;
 		return 1;
 	}
-	w->fp_steps++;
+	count(COUNTER_STEPS_FP);
 	if (!frame[1]) {
 		w->end = leaf | USER_END_ROOT;
 		return 1;
@@ -215,25 +211,14 @@ static long walk_step(__u64 index, void *data)
 }
 
 /* Walks the user stack from (ip, sp, bp) into s->user. */
-static __always_inline void walk_user_stack(__u32 kind, __u32 tgid, __u64 ip, __u64 sp,
-					    __u64 bp, struct cpu_sample *s)
+static __always_inline void walk_user_stack(__u32 tgid, __u64 ip, __u64 sp, __u64 bp,
+					    struct cpu_sample *s)
 {
-	struct walk *w = bpf_map_lookup_elem(&walks, &kind);
-	if (!w) {
-		s->user[0] = ip;
-		s->user_frames = 1;
-		s->user_end = USER_END_DEPTH;
-		return;
-	}
-	w->ip = ip;
-	w->sp = sp;
-	w->bp = bp;
-	w->n = 0;
-	w->end = 0;
-	w->fp_steps = 0;
-	w->cfi_steps = 0;
 	struct walk_ctx c = {
-		.w = w,
+		.ip = ip,
+		.sp = sp,
+		.bp = bp,
+		.s = s,
 		.proc = bpf_map_lookup_elem(&unwind_procs, &tgid),
 	};
 	long loops = bpf_loop(USER_STACK_DEPTH + 1, walk_step, &c, 0);
@@ -243,15 +228,10 @@ static __always_inline void walk_user_stack(__u32 kind, __u32 tgid, __u64 ip, __
 		s->user_end = USER_END_DEPTH;
 		return;
 	}
-	__u32 n = w->n;
-	if (n > USER_STACK_DEPTH)
-		n = USER_STACK_DEPTH;
-	if (n)
-		bpf_probe_read_kernel(s->user, n * sizeof(__u64), w->frames);
+	/* Every step writes its frame, but for the one past the deepest. */
+	__u32 n = loops > USER_STACK_DEPTH ? USER_STACK_DEPTH : loops;
 	s->user_frames = n;
-	s->user_end = w->end;
-	count_n(COUNTER_STEPS_FP, w->fp_steps);
-	count_n(COUNTER_STEPS_CFI, w->cfi_steps);
+	s->user_end = c.end;
 }
 
 #endif
