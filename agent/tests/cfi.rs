@@ -68,6 +68,30 @@ fn build_cases(dir: &Path, framed: bool) -> PathBuf {
     bin
 }
 
+/// tests/workload/cfi_cases.c and cfi_vendor.c built with `-g` and no
+/// unwind tables (as some embedded and legacy builds are): their code is
+/// described by `.debug_frame` only (the C runtime's start files still
+/// bring a few FDEs of `.eh_frame`).
+fn build_debug_frame_only(dir: &Path) -> PathBuf {
+    let bin = dir.join("cfi_cases-debug-frame");
+    kit::run(
+        Command::new("gcc")
+            .args([
+                "-O2",
+                "-g",
+                "-fomit-frame-pointer",
+                "-fno-asynchronous-unwind-tables",
+                "-fno-unwind-tables",
+            ])
+            .arg(workload("cfi_cases.c"))
+            .arg(workload("cfi_vendor.c"))
+            .arg(LIBZ)
+            .arg("-o")
+            .arg(&bin),
+    );
+    bin
+}
+
 /// The position of the first frame named `name`.
 fn at(stack: &[String], name: &str) -> Option<usize> {
     stack.iter().position(|f| f == name)
@@ -151,6 +175,19 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
     let server = Server::start(&Backend::local(), &[]);
     let framed = build_cases(dir.path(), true);
     let plain = build_cases(dir.path(), false);
+    let debug_frame = build_debug_frame_only(dir.path());
+    // Its table comes from both sections (as the agent prints it).
+    let agent_bin = Path::new(env!("CARGO_BIN_EXE_symtrace-agent"));
+    let described = Command::new(agent_bin)
+        .arg("unwind-table")
+        .arg(&debug_frame)
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.contains(".eh_frame + .debug_frame") && described.contains("frameless code"),
+        "{described}"
+    );
     let sort = dir.path().join("cfi_sort");
     kit::run(
         Command::new("g++")
@@ -159,22 +196,21 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
             .arg("-o")
             .arg(&sort),
     );
-    for bin in [&framed, &plain, &sort] {
+    for bin in [&framed, &plain, &sort, &debug_frame] {
         server.upload(&kit::build_id_of(bin), "debuginfo", bin);
     }
     // Debian's libc as published (its dynamic symbols name qsort).
     let libc = std::fs::canonicalize(LIBC).unwrap();
     server.upload(&kit::build_id_of(&libc), "executable", &libc);
-    let agent_bin = Path::new(env!("CARGO_BIN_EXE_symtrace-agent"));
     let mut agent = Agent::start(agent_bin, &server.grpc_addr, &[]);
 
     // Every binary once, briefly: the agent builds the tables of the files
     // they map (tables are per file, so the runs measured below find them).
-    for bin in [&framed, &plain] {
+    for bin in [&framed, &plain, &debug_frame] {
         run(bin, &kit::unique("cfi-warm-"), &["zlib", "0.3"]);
     }
     run(&sort, &kit::unique("cfi-warm-"), &["0.3"]);
-    let before = tables_settled(&agent, 4);
+    let before = tables_settled(&agent, 5);
     eprintln!("tables: {before}");
 
     // 1. glibc's qsort calling back the framed comparator.
@@ -213,7 +249,11 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
 
     // 2. A framed caller → two frameless vendor levels (the inner one
     // uses %rbp for data) → a framed callback.
-    for (what, bin) in [("vendor", &framed), ("vendor-plain-O2", &plain)] {
+    for (what, bin) in [
+        ("vendor", &framed),
+        ("vendor-plain-O2", &plain),
+        ("vendor-debug-frame", &debug_frame),
+    ] {
         let stacks = profile(
             &server,
             &Case {

@@ -1,5 +1,5 @@
 //! A file's unwind table, compact: every address range of its `.eh_frame`
-//! with the rule that leaves the function there, sorted, adjacent equal
+//! (and `.debug_frame`, for code built without unwind tables) with the rule that leaves the function there, sorted, adjacent equal
 //! rules merged, the rules themselves deduplicated into a small table —
 //! the form symtrace-agent's BPF walk searches ("stack deltas", as the
 //! OpenTelemetry eBPF profiler calls them). Built once per file, from the
@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 
 use gimli::{
-    BaseAddresses, CfaRule, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection,
-    X86_64,
+    BaseAddresses, CfaRule, DebugFrame, EhFrame, EndianSlice, LittleEndian, RegisterRule,
+    UnwindContext, UnwindSection, X86_64,
 };
 
 /// The register the canonical frame address is relative to.
@@ -92,11 +92,11 @@ impl Default for Limits {
 /// Why a file gets no table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
-    /// An empty section.
-    #[error("the file has no .eh_frame")]
+    /// No section, or only empty ones.
+    #[error("the file has no .eh_frame or .debug_frame")]
     Empty,
     /// A bound of [`Limits`] crossed.
-    #[error("more than {limit} {what} in .eh_frame")]
+    #[error("more than {limit} {what} in the file's CFI")]
     TooLarge {
         /// What was counted.
         what: &'static str,
@@ -235,27 +235,94 @@ pub struct Coverage {
     pub unknown: u64,
 }
 
+/// Which section a file's CFI bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `.eh_frame` (loaded with the code, pointer encodings).
+    EhFrame,
+    /// `.debug_frame` (what `-g` without unwind tables emits; absolute
+    /// addresses).
+    DebugFrame,
+}
+
+/// One CFI section of a file: its kind, bytes and ELF address.
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'a> {
+    /// Which section.
+    pub kind: Kind,
+    /// Its bytes.
+    pub bytes: &'a [u8],
+    /// Its address in the ELF's address space (`.debug_frame`'s is 0).
+    pub address: u64,
+}
+
 /// Builds the table of `.eh_frame` (its bytes, and its address in the
 /// ELF's address space; `text` is `.text`'s address, for FDEs that encode
 /// addresses relative to it).
 pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result<Table, Error> {
-    if eh_frame.is_empty() {
+    build_parts(
+        &[Part {
+            kind: Kind::EhFrame,
+            bytes: eh_frame,
+            address,
+        }],
+        text,
+        limits,
+    )
+}
+
+/// Builds one table of all of a file's CFI sections: a file may describe
+/// some of its code in `.eh_frame` (the C runtime's start files) and the
+/// rest in `.debug_frame` (units built with `-g` and no unwind tables).
+/// Where both describe an address, the rows overlap as [`assemble`] says.
+pub fn build_parts(parts: &[Part<'_>], text: u64, limits: Limits) -> Result<Table, Error> {
+    if parts.iter().all(|p| p.bytes.is_empty()) {
         return Err(Error::Empty);
     }
-    let section = EhFrame::new(eh_frame, LittleEndian);
-    let bases = BaseAddresses::default()
-        .set_eh_frame(address)
-        .set_text(text);
-    let mut ctx = Box::new(UnwindContext::<usize>::new());
     // (start, end, rule) of every row, in section order.
     let mut rows: Vec<(u64, u64, Rule)> = Vec::new();
+    let mut skipped = 0;
+    for part in parts.iter().filter(|p| !p.bytes.is_empty()) {
+        let bases = BaseAddresses::default()
+            .set_eh_frame(part.address)
+            .set_text(text);
+        skipped += match part.kind {
+            Kind::EhFrame => rows_of(
+                EhFrame::new(part.bytes, LittleEndian),
+                part.bytes.len(),
+                &bases,
+                limits,
+                &mut rows,
+            )?,
+            Kind::DebugFrame => {
+                let mut section = DebugFrame::new(part.bytes, LittleEndian);
+                section.set_address_size(8);
+                rows_of(section, part.bytes.len(), &bases, limits, &mut rows)?
+            }
+        };
+    }
+    let mut table = assemble(rows, limits)?;
+    table.skipped = skipped;
+    Ok(table)
+}
+
+/// Appends the rows of one section (`len` bytes) to `rows`; returns how
+/// many entries were skipped as malformed.
+fn rows_of<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
+    section: S,
+    len: usize,
+    bases: &BaseAddresses,
+    limits: Limits,
+    rows: &mut Vec<(u64, u64, Rule)>,
+) -> Result<usize, Error> {
+    let mut ctx = Box::new(UnwindContext::<usize>::new());
     // A malformed FDE leaves its addresses unknown, not the whole file's;
     // a malformed entry list ends the reading there.
     let mut skipped = 0;
-    let mut entries = section.entries(&bases);
+    let mut entries = section.entries(bases);
     let work_limit = limits
         .work_per_byte
-        .saturating_mul(eh_frame.len())
+        .saturating_mul(len)
         .saturating_add(1 << 16);
     let mut work = 0usize;
     loop {
@@ -270,7 +337,7 @@ pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result
         let gimli::CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+        let Ok(fde) = partial.parse(S::cie_from_offset) else {
             skipped += 1;
             continue;
         };
@@ -283,7 +350,7 @@ pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result
                 limit: work_limit,
             });
         }
-        let Ok(mut table) = fde.rows(&section, &bases, &mut ctx) else {
+        let Ok(mut table) = fde.rows(&section, bases, &mut ctx) else {
             skipped += 1;
             continue;
         };
@@ -318,9 +385,7 @@ pub fn build(eh_frame: &[u8], address: u64, text: u64, limits: Limits) -> Result
             ));
         }
     }
-    let mut table = assemble(rows, limits)?;
-    table.skipped = skipped;
-    Ok(table)
+    Ok(skipped)
 }
 
 /// The table of rows (start, end, rule), in any order: sorted, gaps

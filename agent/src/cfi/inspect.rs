@@ -33,14 +33,40 @@ pub fn print(files: &[PathBuf], at: &[u64]) -> anyhow::Result<()> {
 fn describe(path: &Path, at: &[u64]) -> anyhow::Result<String> {
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data).context("not an ELF file")?;
-    let section = file
-        .section_by_name(".eh_frame")
-        .context("no .eh_frame (its frames are walked by frame pointer only)")?;
-    let bytes = section.data().context(".eh_frame unreadable")?;
+    let mut parts = Vec::new();
+    for (kind, name) in [
+        (deltas::Kind::EhFrame, ".eh_frame"),
+        (deltas::Kind::DebugFrame, ".debug_frame"),
+    ] {
+        let Some(section) = file.section_by_name(name) else {
+            continue;
+        };
+        let bytes = section
+            .uncompressed_data()
+            .with_context(|| format!("{name} unreadable"))?;
+        parts.push((kind, name, bytes, section.address()));
+    }
+    anyhow::ensure!(
+        !parts.is_empty(),
+        "no .eh_frame or .debug_frame (its frames are walked by frame pointer only)"
+    );
     let text = file.section_by_name(".text").map_or(0, |s| s.address());
     let started = Instant::now();
-    let table = deltas::build(bytes, section.address(), text, deltas::Limits::default())?;
-    let mut lines = summary(path, bytes.len(), &table, started.elapsed());
+    let table = deltas::build_parts(
+        &parts
+            .iter()
+            .map(|(kind, _, bytes, address)| deltas::Part {
+                kind: *kind,
+                bytes,
+                address: *address,
+            })
+            .collect::<Vec<_>>(),
+        text,
+        deltas::Limits::default(),
+    )?;
+    let bytes: usize = parts.iter().map(|(_, _, b, _)| b.len()).sum();
+    let what: Vec<&str> = parts.iter().map(|(_, name, _, _)| *name).collect();
+    let mut lines = summary(path, &what.join(" + "), bytes, &table, started.elapsed());
     for &address in at {
         lines.push_str(&format!(
             "\n  {address:#x}: {}",
@@ -70,7 +96,7 @@ fn explain(rule: Rule) -> String {
 }
 
 /// The line printed for a file.
-fn summary(path: &Path, eh_frame: usize, table: &Table, took: Duration) -> String {
+fn summary(path: &Path, what: &str, cfi: usize, table: &Table, took: Duration) -> String {
     let Coverage {
         rbp,
         rsp,
@@ -79,13 +105,14 @@ fn summary(path: &Path, eh_frame: usize, table: &Table, took: Duration) -> Strin
     } = table.coverage();
     let code = (rbp + rsp + outermost + unknown).max(1) as f64;
     let share = |n: u64| 100.0 * n as f64 / code;
-    let mib = eh_frame as f64 / f64::from(1 << 20);
+    let mib = cfi as f64 / f64::from(1 << 20);
     format!(
-        "{}: .eh_frame {:.1} KiB -> {} ranges, {} rules{}, table {:.1} KiB; built in {:.2} ms \
-         ({:.1} ms per MiB of .eh_frame); code by rule: frame pointer {:.1}%, stack pointer \
-         {:.1}%, outermost {:.1}%, unknown {:.1}%; {}",
+        "{}: {} {:.1} KiB -> {} ranges, {} rules{}, table {:.1} KiB; built in {:.2} ms \
+         ({:.1} ms per MiB of CFI); code by rule: frame pointer {:.1}%, stack pointer \
+         {:.1}%, outermost {:.1}%, unknown {:.1}%; {:.2}% of its code frameless: {}",
         path.display(),
-        eh_frame as f64 / 1024.0,
+        what,
+        cfi as f64 / 1024.0,
         table.starts.len(),
         table.rules.len(),
         match table.skipped {
@@ -99,15 +126,12 @@ fn summary(path: &Path, eh_frame: usize, table: &Table, took: Duration) -> Strin
         share(rsp),
         share(outermost),
         share(unknown),
-        format!(
-            "{:.2}% of its code frameless: {}",
-            100.0 * table.frameless_share(),
-            if table.framed() {
-                "keeps frame pointers (non-leaf frames step by them)"
-            } else {
-                "frameless code (every frame steps by the table)"
-            }
-        ),
+        100.0 * table.frameless_share(),
+        if table.framed() {
+            "keeps frame pointers (non-leaf frames step by them)"
+        } else {
+            "frameless code (every frame steps by the table)"
+        },
     )
 }
 

@@ -47,6 +47,10 @@ pub struct Binary {
     /// Where its call-frame information is (read when a leaf needs it).
     pub eh_frame: Option<SectionRef>,
     pub eh_frame_hdr: Option<SectionRef>,
+    /// `.debug_frame`, when stored uncompressed (code built with `-g` and
+    /// no unwind tables describes itself there only): read into the
+    /// file's unwind table with `.eh_frame`.
+    pub debug_frame: Option<SectionRef>,
     /// `.text`'s address (a base of CFI pointer encodings).
     pub text_address: u64,
     /// Its `otel_memory` USDT probe sites (memory profiling), if any.
@@ -104,6 +108,7 @@ impl Binary {
             loads,
             eh_frame: section(".eh_frame"),
             eh_frame_hdr: section(".eh_frame_hdr"),
+            debug_frame: uncompressed(&file, ".debug_frame"),
             text_address: file.section_by_name(".text").map_or(0, |s| s.address()),
             thread_ctx_offset: crate::threadctx::executable_offset(&file, data),
             thread_ctx_library: crate::threadctx::library_slot(&file),
@@ -139,6 +144,22 @@ impl Binary {
             None => map_offset,
         }
     }
+}
+
+/// Where section `name` is in the file, when it is stored as it is read
+/// (not `SHF_COMPRESSED`: Go's `.debug_frame` is, and Go keeps frame
+/// pointers).
+fn uncompressed<'d, R: ReadRef<'d>>(file: &object::File<'d, R>, name: &str) -> Option<SectionRef> {
+    let s = file.section_by_name(name)?;
+    let range = s.compressed_file_range().ok()?;
+    if range.format != object::CompressionFormat::None || range.compressed_size == 0 {
+        return None;
+    }
+    Some(SectionRef {
+        offset: range.offset,
+        size: range.compressed_size,
+        address: s.address(),
+    })
 }
 
 /// The file offset of `_dl_debug_state` in a dynamic loader's `.dynsym`
@@ -397,6 +418,7 @@ mod tests {
             dl_debug_state: None,
             eh_frame: None,
             eh_frame_hdr: None,
+            debug_frame: None,
             text_address: 0,
             memory_probes: Vec::new(),
             content_sha256: None,

@@ -476,7 +476,8 @@ impl Binaries {
 
 impl Binaries {
     /// Builds the unwind table of `map`'s file (a job: the file's
-    /// `.eh_frame` read within the same bounds as the leaf step's).
+    /// `.eh_frame` and `.debug_frame` read within the same bounds as the
+    /// leaf step's).
     pub fn build_unwind_table(
         &self,
         pid: u32,
@@ -486,10 +487,17 @@ impl Binaries {
         let (root, map, binary) = (self.proc_root.clone(), map.clone(), binary.clone());
         self.pool.submit(About { pid, dev: map.dev }, move || {
             let started = crate::jobs::thread_cpu();
-            let eh_frame = read_eh_frame(&root, pid, &map, &binary)?;
-            let table = crate::cfi::deltas::build(
-                &eh_frame.0,
-                eh_frame.1,
+            let sections = read_frames(&root, pid, &map, &binary)?;
+            let parts: Vec<_> = sections
+                .iter()
+                .map(|(kind, bytes, address)| crate::cfi::deltas::Part {
+                    kind: *kind,
+                    bytes,
+                    address: *address,
+                })
+                .collect();
+            let table = crate::cfi::deltas::build_parts(
+                &parts,
                 binary.text_address,
                 crate::cfi::deltas::Limits::default(),
             )
@@ -502,20 +510,39 @@ impl Binaries {
     }
 }
 
-/// A file's `.eh_frame` bytes and address, within `MAX_CFI_FILE_BYTES`.
-fn read_eh_frame(root: &Path, pid: u32, map: &MapEntry, binary: &Binary) -> Option<(Vec<u8>, u64)> {
+/// A file's `.eh_frame` and uncompressed `.debug_frame` (kind, bytes,
+/// address), together within `MAX_CFI_FILE_BYTES`.
+fn read_frames(
+    root: &Path,
+    pid: u32,
+    map: &MapEntry,
+    binary: &Binary,
+) -> Option<Vec<(crate::cfi::deltas::Kind, Vec<u8>, u64)>> {
+    use crate::cfi::deltas::Kind;
     use std::os::unix::fs::FileExt;
-    let eh_frame = binary.eh_frame?;
-    if eh_frame.size > MAX_CFI_FILE_BYTES || eh_frame.size > binary.size {
+    let wanted: Vec<_> = [
+        (Kind::EhFrame, binary.eh_frame),
+        (Kind::DebugFrame, binary.debug_frame),
+    ]
+    .into_iter()
+    .filter_map(|(kind, s)| Some((kind, s?)))
+    .collect();
+    // Sizes from section headers: a hostile file's may say anything (their
+    // sum may even wrap).
+    let total = wanted
+        .iter()
+        .try_fold(0u64, |sum, (_, s)| sum.checked_add(s.size))?;
+    if wanted.is_empty() || total > MAX_CFI_FILE_BYTES || total > binary.size {
         return None;
     }
     let opened = open::open_mapped(root, pid, map).ok()?;
-    let mut bytes = vec![0; usize::try_from(eh_frame.size).ok()?];
-    opened
-        .file
-        .read_exact_at(&mut bytes, eh_frame.offset)
-        .ok()?;
-    opened.unchanged().then_some((bytes, eh_frame.address))
+    let mut read = Vec::with_capacity(wanted.len());
+    for (kind, s) in wanted {
+        let mut bytes = vec![0; usize::try_from(s.size).ok()?];
+        opened.file.read_exact_at(&mut bytes, s.offset).ok()?;
+        read.push((kind, bytes, s.address));
+    }
+    opened.unchanged().then_some(read)
 }
 
 /// The facts of a read file, with its content hash once computed.
@@ -590,7 +617,8 @@ fn read(proc_root: &Path, pid: u32, map: &MapEntry) -> Read {
     Ok((binary, opened))
 }
 
-/// Bytes of `.eh_frame` (+ `.eh_frame_hdr`) read from one file at most.
+/// Bytes of CFI (`.eh_frame` + `.eh_frame_hdr`, or + `.debug_frame`)
+/// read from one file at most.
 const MAX_CFI_FILE_BYTES: u64 = 64 << 20;
 
 /// Reads a file's CFI sections through the process's view of it (in a

@@ -138,7 +138,7 @@ fn look_up(
         out.pending |= !binaries.settled(map);
         return None;
     };
-    binary.eh_frame?;
+    binary.eh_frame.or(binary.debug_frame)?;
     let key = file_key(map, &binary);
     let lookup = u.tables.lookup(key, now, &mut *u.maps, || {
         Some(binaries.build_unwind_table(pid, map, &binary))
@@ -165,6 +165,7 @@ fn file_key(map: &MapEntry, binary: &Binary) -> FileKey {
         binary.size,
         &binary.build_id,
         binary.eh_frame,
+        binary.debug_frame,
         binary.text_address,
         &binary.loads,
     )

@@ -425,6 +425,7 @@ mod tests {
             dl_debug_state: None,
             eh_frame: None,
             eh_frame_hdr: None,
+            debug_frame: None,
             text_address: 0,
             memory_probes: Vec::new(),
             content_sha256: Some("00".repeat(32)),
