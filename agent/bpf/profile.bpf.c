@@ -83,7 +83,9 @@ struct {
 
 /* The pids of processes that exec'd, with a wakeup each (when memory
  * profiling is on): the agent looks for new probe sites in the process a
- * few milliseconds later, instead of at its next poll. */
+ * few milliseconds later, instead of at its next poll. Also link-map
+ * changes (DL_CHANGE_BIT) and walks that found no unwind ranges
+ * (UNWIND_MISS_BIT). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 << 10);
@@ -443,6 +445,7 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 	 * ranges would step by the wrong rules). */
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&unwind_procs, &tgid);
+	bpf_map_delete_elem(&unwind_asked, &tgid); /* the new image asks anew */
 	if (wake_on_exec) {
 		__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
 		if (pid) {
@@ -494,6 +497,8 @@ int on_exit(struct bpf_raw_tracepoint_args *ctx)
 	if ((__u32)id != (__u32)(id >> 32))
 		return 0; /* a thread, not the process */
 	process_event(RECORD_EXIT);
+	__u32 tgid = id >> 32;
+	bpf_map_delete_elem(&unwind_asked, &tgid); /* the pid may come back */
 	return 0;
 }
 

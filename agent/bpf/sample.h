@@ -20,6 +20,11 @@
 #define PUBLISHING_SLOTS 65536
 /* Set in an exec_wakeups entry sent by on_dl_change (a pid has fewer bits). */
 #define DL_CHANGE_BIT 2147483648u
+/* Set in an exec_wakeups entry sent by a walk that found no unwind ranges
+ * for its process (the agent reads it now, not at its next drain). */
+#define UNWIND_MISS_BIT 1073741824u
+/* Processes whose walk asked for their unwind ranges (an LRU set). */
+#define UNWIND_ASKED 8192
 
 /* Why the frame-pointer walk of the user stack ended. */
 enum user_stack_end {

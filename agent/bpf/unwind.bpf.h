@@ -40,6 +40,29 @@ struct {
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
 
+/* The processes whose walk found no ranges and asked the agent for them,
+ * once each (until they exec or exit): a new process is read at its first
+ * sample, not at the agent's next drain, so its stacks are walked by its
+ * tables within milliseconds. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, UNWIND_ASKED);
+	__type(key, __u32);
+	__type(value, __u8);
+} unwind_asked SEC(".maps");
+
+static __always_inline void ask_for_ranges(__u32 tgid)
+{
+	__u8 one = 1;
+	if (bpf_map_update_elem(&unwind_asked, &tgid, &one, BPF_NOEXIST))
+		return; /* asked already */
+	__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
+	if (pid) {
+		*pid = tgid | UNWIND_MISS_BIT;
+		bpf_ringbuf_submit(pid, BPF_RB_FORCE_WAKEUP);
+	}
+}
+
 /* The walk's state, on the program's stack (bpf_loop hands the callback a
  * pointer to it); frames go straight into the record. The verifier
  * follows the callback until the context's state repeats: nothing in it may
@@ -221,6 +244,8 @@ static __always_inline void walk_user_stack(__u32 tgid, __u64 ip, __u64 sp, __u6
 		.s = s,
 		.proc = bpf_map_lookup_elem(&unwind_procs, &tgid),
 	};
+	if (!c.proc)
+		ask_for_ranges(tgid);
 	long loops = bpf_loop(USER_STACK_DEPTH + 1, walk_step, &c, 0);
 	if (loops <= 0) {
 		s->user[0] = ip;

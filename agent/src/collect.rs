@@ -170,7 +170,8 @@ impl Collector {
             }
             // Asleep until the next drain, or until a look at an exec'd
             // process is due, or a process execs, or a deferred link-map
-            // change may be handled.
+            // change may be handled, or a process is sampled before the
+            // agent set its unwind ranges.
             let now = Instant::now();
             let wait = next_drain.saturating_duration_since(now);
             let wait = probes.next_due(now).map_or(wait, |d| d.min(wait));
@@ -182,6 +183,9 @@ impl Collector {
                 .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
             let wakeups = self.sampler.wait(wait);
             contained(&self.health, "handling link-map changes", || {
+                for &pid in &wakeups.unwind_misses {
+                    procs.unwind_now(pid);
+                }
                 let sampler = &mut self.sampler;
                 for &pid in &wakeups.link_maps {
                     procs.link_map_changed(pid, || sampler.rearm_link_map(pid));

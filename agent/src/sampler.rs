@@ -173,6 +173,9 @@ pub struct Wakeups {
     pub execs: Vec<u32>,
     /// Processes whose link map changed (a dlopen or dlclose), once each.
     pub link_maps: Vec<u32>,
+    /// Processes whose stack walk found no unwind ranges (new to the
+    /// agent, or exec'd), once each until they exec or exit.
+    pub unwind_misses: Vec<u32>,
 }
 
 pub struct Options {
@@ -460,8 +463,8 @@ impl Sampler {
     }
 
     /// Waits up to `timeout`, less if a process execs (memory profiling
-    /// wants a look at it within milliseconds) or changes its link map (a
-    /// dlopen); returns those pids. The sample ring buffer never wakes us:
+    /// wants a look at it within milliseconds), changes its link map (a
+    /// dlopen) or is sampled without unwind ranges; returns those pids. The sample ring buffer never wakes us:
     /// it is drained on a timer.
     pub fn wait(&mut self, timeout: Duration) -> Wakeups {
         use std::os::fd::{AsFd, AsRawFd};
@@ -485,6 +488,10 @@ impl Sampler {
                     if !wakeups.link_maps.contains(&pid) {
                         wakeups.link_maps.push(pid);
                     }
+                } else if pid & record::UNWIND_MISS_BIT as u32 != 0 {
+                    wakeups
+                        .unwind_misses
+                        .push(pid & !(record::UNWIND_MISS_BIT as u32));
                 } else {
                     wakeups.execs.push(pid);
                 }

@@ -87,7 +87,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          unwind tables: frames stepped by frame pointer {steps_fp}, by CFI {steps_cfi}, leaves stepped in BPF {leaf_bpf}, files {t_files}, rows {t_rows}, rules {t_rules}, \
-         {t_kib} of {t_cap_kib} KiB, processes {t_procs}, builds {t_builds} (failed {t_failed}), evictions {t_evicted}, refused for room {t_full}, mappings left out {t_dropped} | \
+         {t_kib} of {t_cap_kib} KiB, processes {t_procs} ({t_early} read at their first sample's wakeup), builds {t_builds} (failed {t_failed}), evictions {t_evicted}, refused for room {t_full}, mappings left out {t_dropped} | \
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files} ({probe_idle} mapped by none), probe sites {probe_sites}, detaching {detaching}, sites refused {refused} | \
@@ -150,6 +150,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         t_kib = g.tables.bytes / 1024,
         t_cap_kib = g.tables.capacity_bytes / 1024,
         t_procs = g.tables.processes,
+        t_early = g.unwind.read_early,
         t_builds = g.tables.builds,
         t_failed = g.tables.build_failures,
         t_evicted = g.tables.evictions,

@@ -176,6 +176,9 @@ pub struct UnwindStats {
     /// Samples whose leaf the BPF walk stepped out of by its file's
     /// unwind table (nothing left to do here).
     pub leaf_in_bpf: u64,
+    /// Processes read as soon as a walk found no unwind ranges for them
+    /// (not at the next drain).
+    pub read_early: u64,
     /// Samples cut, by `Cut::index`.
     pub cut: [u64; 5],
 }

@@ -76,6 +76,7 @@ pub struct UnwindMaps {
     rules: Mapped<UnwindRule>,
     files: Mapped<UnwindFile>,
     procs: HashMap<MapData, u32, UnwindProc>,
+    asked: HashMap<MapData, u32, u8>,
 }
 
 impl UnwindMaps {
@@ -97,6 +98,10 @@ impl UnwindMaps {
             procs: HashMap::try_from(
                 bpf.take_map("unwind_procs")
                     .context("BPF map unwind_procs")?,
+            )?,
+            asked: HashMap::try_from(
+                bpf.take_map("unwind_asked")
+                    .context("BPF map unwind_asked")?,
             )?,
         })
     }
@@ -127,5 +132,9 @@ impl Sink for UnwindMaps {
             pid,
             reason: e.to_string(),
         })
+    }
+
+    fn forgotten(&mut self, pid: u32) {
+        let _ = self.asked.remove(&pid); // (absent: never asked)
     }
 }

@@ -39,6 +39,9 @@ pub trait Sink {
     fn files(&mut self) -> &mut [UnwindFile];
     /// Sets (or with `None` deletes) a process's ranges.
     fn set_proc(&mut self, pid: u32, proc: Option<&UnwindProc>) -> Result<(), SinkError>;
+    /// The process is forgotten: its next walk without ranges asks for
+    /// them again (see `unwind_asked` in bpf/unwind.bpf.h).
+    fn forgotten(&mut self, _pid: u32) {}
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -414,6 +417,7 @@ impl Tables {
     }
 
     pub fn forget_process(&mut self, pid: u32, sink: &mut dyn Sink) {
+        sink.forgotten(pid);
         if let Some(old) = self.procs.remove(&pid) {
             if let Err(e) = sink.set_proc(pid, None) {
                 self.stats.sink_errors += 1;

@@ -468,6 +468,33 @@ impl Processes {
         }
     }
 
+    /// A walk of process `pid` found no unwind ranges in BPF: a process
+    /// new to the agent is read and its ranges set now, not at the sample
+    /// ring's next drain (up to 50 ms of its samples walked by frame
+    /// pointer alone). A process already known (it exec'd: its entry is
+    /// of the old image until the exec record is read) has its mappings
+    /// read again.
+    pub fn unwind_now(&mut self, pid: u32) {
+        let now = Instant::now();
+        let Processes { by_pid, ctx } = self;
+        match by_pid.get_mut(&pid) {
+            // Known, and its ranges gone: it exec'd (its entry goes when
+            // the exec record is read; the ranges follow its mappings).
+            Some(process) => {
+                if now.duration_since(process.maps_read) < MAPS_MISS_INTERVAL {
+                    return;
+                }
+                ctx.reread(pid, process, now);
+                ctx.settle_unwind(pid, process, now);
+            }
+            None => {
+                let process = ctx.entry(by_pid, pid, "");
+                ctx.settle_unwind(pid, process, now);
+            }
+        }
+        ctx.unwind.read_early += 1;
+    }
+
     /// Reads every running process now (at start-up), so that the trace
     /// contexts of processes that were running before the agent are read
     /// from their very first sample. Returns how many were read.
@@ -694,6 +721,9 @@ impl Context {
     /// Reads a process's mappings again after a link-map change.
     fn link_map_read(&mut self, pid: u32, process: &mut Process, now: Instant) {
         self.reread(pid, process, now); // charged itself
+                                        // The libraries just loaded are walked by their tables from now on,
+                                        // not from the next drain.
+        self.settle_unwind(pid, process, now);
         let started = crate::jobs::thread_cpu();
         let location = self.library_location_of(pid, process);
         process.work.charge_cpu_since(started);
