@@ -152,17 +152,16 @@ static __always_inline const struct unwind_rule *rule_at(struct walk_ctx *c, __u
 static long walk_step(__u64 index, void *data)
 {
 	struct walk_ctx *c = data;
-	struct walk_ctx *w = c;
 	/* The frame's number is the loop's index (unknown to the verifier,
 	 * so it checks the step once; a count kept in the context would be
 	 * followed value by value, frame by frame). */
 	if (index >= USER_STACK_DEPTH) {
-		w->end = (w->end & USER_END_LEAF_CFI) | USER_END_DEPTH;
+		c->end = (c->end & USER_END_LEAF_CFI) | USER_END_DEPTH;
 		return 1;
 	}
 	__u32 i = index;
-	__u64 ip = w->ip, sp = w->sp, bp = w->bp;
-	w->s->user[i] = ip;
+	__u64 ip = c->ip, sp = c->sp, bp = c->bp;
+	c->s->user[i] = ip;
 	/* A caller's return address is the instruction after its call: the
 	 * rule that holds at the call is the one before it. */
 	__u64 pc = i ? ip - 1 : ip;
@@ -170,7 +169,7 @@ static long walk_step(__u64 index, void *data)
 	if (c->proc)
 		rule = rule_at(c, pc, i == 0);
 	if (rule && rule->kind == RULE_OUTERMOST) {
-		w->end = (i == 0 ? USER_END_LEAF_CFI : (w->end & USER_END_LEAF_CFI)) |
+		c->end = (i == 0 ? USER_END_LEAF_CFI : (c->end & USER_END_LEAF_CFI)) |
 			 USER_END_OUTERMOST;
 		return 1;
 	}
@@ -178,58 +177,58 @@ static long walk_step(__u64 index, void *data)
 		__u64 cfa = (rule->kind == RULE_RSP ? sp : bp) + (__s64)rule->cfa;
 		__u64 ra = 0;
 		if (i == 0)
-			w->end = USER_END_LEAF_CFI;
+			c->end = USER_END_LEAF_CFI;
 		/* The caller's frame is above this one: a rule from %rbp that
 		 * points below %rsp is a clobbered %rbp, not a frame. */
 		if (cfa <= sp || cfa >= USER_ADDRESS_LIMIT) {
-			w->end |= USER_END_NOT_INCREASING;
+			c->end |= USER_END_NOT_INCREASING;
 			return 1;
 		}
 		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + (__s64)rule->ra))) {
-			w->end |= USER_END_UNREADABLE;
+			c->end |= USER_END_UNREADABLE;
 			return 1;
 		}
 		if (rule->rbp_saved &&
 		    bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)rule->rbp))) {
-			w->end |= USER_END_UNREADABLE;
+			c->end |= USER_END_UNREADABLE;
 			return 1;
 		}
 		count(COUNTER_STEPS_CFI);
 		if (!ra || ra >= USER_ADDRESS_LIMIT) {
-			w->end |= USER_END_ROOT;
+			c->end |= USER_END_ROOT;
 			return 1;
 		}
-		w->ip = ra;
-		w->sp = cfa;
-		w->bp = bp;
+		c->ip = ra;
+		c->sp = cfa;
+		c->bp = bp;
 		return 0;
 	}
 	/* By frame pointer, checked: the frame must be 8-aligned, readable and
 	 * not below %rsp (each one above the last), so a garbage %rbp ends the
 	 * walk instead of adding frames. */
 	__u64 frame[2]; /* the saved %rbp, the return address */
-	__u32 leaf = w->end & USER_END_LEAF_CFI;
+	__u32 leaf = c->end & USER_END_LEAF_CFI;
 	if (!bp) {
-		w->end = leaf | USER_END_ROOT;
+		c->end = leaf | USER_END_ROOT;
 		return 1;
 	}
 	if ((bp & 7) || bp >= USER_ADDRESS_LIMIT ||
 	    bpf_probe_read_user(frame, sizeof(frame), (void *)bp)) {
-		w->end = leaf | USER_END_UNREADABLE;
+		c->end = leaf | USER_END_UNREADABLE;
 		return 1;
 	}
 	if (bp < sp) {
-		w->end = leaf | USER_END_NOT_INCREASING;
+		c->end = leaf | USER_END_NOT_INCREASING;
 		return 1;
 	}
 	count(COUNTER_STEPS_FP);
 	if (!frame[1]) {
-		w->end = leaf | USER_END_ROOT;
+		c->end = leaf | USER_END_ROOT;
 		return 1;
 	}
-	w->ip = frame[1];
-	w->sp = bp + 16;
-	w->bp = frame[0];
+	c->ip = frame[1];
+	c->sp = bp + 16;
+	c->bp = frame[0];
 	return 0;
 }
 

@@ -464,8 +464,8 @@ impl Sampler {
 
     /// Waits up to `timeout`, less if a process execs (memory profiling
     /// wants a look at it within milliseconds), changes its link map (a
-    /// dlopen) or is sampled without unwind ranges; returns those pids. The sample ring buffer never wakes us:
-    /// it is drained on a timer.
+    /// dlopen) or is sampled without unwind ranges; returns those pids.
+    /// The sample ring buffer never wakes us: it is drained on a timer.
     pub fn wait(&mut self, timeout: Duration) -> Wakeups {
         use std::os::fd::{AsFd, AsRawFd};
         let mut pfd = libc::pollfd {

@@ -1,13 +1,13 @@
 //! A file's unwind table, compact: every address range of its `.eh_frame`
-//! (and `.debug_frame`, for code built without unwind tables) with the rule that leaves the function there, sorted, adjacent equal
-//! rules merged, the rules themselves deduplicated into a small table —
-//! the form symtrace-agent's BPF walk searches ("stack deltas", as the
-//! OpenTelemetry eBPF profiler calls them). Built once per file, from the
-//! section's bytes alone: pure logic, no I/O. Every FDE row gimli
-//! evaluates becomes one range; addresses no FDE covers are
-//! [`Rule::UNKNOWN`]. A crate of its own so that it is optimized even in
-//! debug builds (the agent's tests build the tables of hundred-MB debug
-//! binaries).
+//! (and `.debug_frame`, for code built without unwind tables) with the
+//! rule that leaves the function there, sorted, adjacent equal rules
+//! merged, the rules themselves deduplicated into a small table — the form
+//! symtrace-agent's BPF walk searches ("stack deltas", as the OpenTelemetry
+//! eBPF profiler calls them). Built once per file, from the sections' bytes
+//! alone: pure logic, no I/O. Every FDE row gimli evaluates becomes one
+//! range; addresses no FDE covers are [`Rule::UNKNOWN`]. A crate of its own
+//! so that it is optimized even in debug builds (the agent's tests build
+//! the tables of hundred-MB debug binaries).
 
 use std::collections::HashMap;
 

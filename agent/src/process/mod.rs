@@ -720,9 +720,9 @@ impl Context {
 
     /// Reads a process's mappings again after a link-map change.
     fn link_map_read(&mut self, pid: u32, process: &mut Process, now: Instant) {
-        self.reread(pid, process, now); // charged itself
-                                        // The libraries just loaded are walked by their tables from now on,
-                                        // not from the next drain.
+        // (Charged itself.) The libraries just loaded are walked by their
+        // tables from now on, not from the next drain.
+        self.reread(pid, process, now);
         self.settle_unwind(pid, process, now);
         let started = crate::jobs::thread_cpu();
         let location = self.library_location_of(pid, process);
