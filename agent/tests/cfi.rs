@@ -142,8 +142,10 @@ fn check_whole(
 }
 
 /// Waits until every table the agent started building is loaded (or
-/// failed, or refused): the workloads measured next find their files'
-/// tables from their first sample. Returns the stats line.
+/// failed, or refused, or loaded and since evicted for room: other
+/// processes on the machine have tables too): the workloads measured next
+/// find their files' tables from their first sample. Returns the stats
+/// line.
 fn tables_settled(agent: &Agent, at_least: u64) -> String {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -153,7 +155,8 @@ fn tables_settled(agent: &Agent, at_least: u64) -> String {
             let builds = number_after(tables, "builds");
             let failed = number_after(tables, "(failed");
             let refused = number_after(tables, "refused for room");
-            if loaded >= at_least && loaded + failed + refused >= builds {
+            let evicted = number_after(tables, "evictions");
+            if loaded >= at_least && loaded + evicted + failed + refused >= builds {
                 return line;
             }
             assert!(
