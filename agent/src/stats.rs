@@ -87,7 +87,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          unwind tables: frames stepped by frame pointer {steps_fp}, by CFI {steps_cfi}, leaves stepped in BPF {leaf_bpf}, files {t_files}, rows {t_rows}, rules {t_rules}, \
-         {t_kib} of {t_cap_kib} KiB, processes {t_procs} ({t_early} read at their first sample's wakeup), builds {t_builds} (failed {t_failed}), evictions {t_evicted}, refused for room {t_full}, mappings left out {t_dropped} | \
+         {t_kib} of {t_cap_kib} KiB, processes {t_procs} ({t_early} read at their first sample's wakeup), builds {t_builds} (failed {t_failed}), evictions {t_evicted} ({t_framed} of mapped files keeping frame pointers), refused for room {t_full}, mappings left out {t_dropped} | \
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files} ({probe_idle} mapped by none), probe sites {probe_sites}, detaching {detaching}, sites refused {refused} | \
@@ -154,6 +154,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         t_builds = g.tables.builds,
         t_failed = g.tables.build_failures,
         t_evicted = g.tables.evictions,
+        t_framed = g.tables.framed_given_up,
         t_full = g.tables.refused_full,
         t_dropped = g.tables.ranges_dropped,
         allocs = now.counters.allocs,
@@ -364,11 +365,12 @@ pub fn metrics(now: &Reading, g: &Gauges) -> String {
     metric(
         "unwind_table_events_total",
         "counter",
-        "unwind tables built, failed to build, evicted, refused for room; mappings left out",
+        "unwind tables built, failed to build, evicted (of which mapped files keeping frame pointers), refused for room; mappings left out",
         &[
             ("event=\"built\"", t.builds),
             ("event=\"failed\"", t.build_failures),
             ("event=\"evicted\"", t.evictions),
+            ("event=\"framed_given_up\"", t.framed_given_up),
             ("event=\"refused\"", t.refused_full),
             ("event=\"mapping_left_out\"", t.ranges_dropped),
         ],

@@ -116,9 +116,32 @@ fn profile(server: &Server, case: &Case<'_>) -> Vec<(Vec<String>, u64)> {
     folded_stacks(server, &service, seconds * HZ)
 }
 
+/// The agent's unwinding counters (from its latest stats line), and the
+/// most frequent of `stacks`: what a failed check prints after its first
+/// line.
+fn evidence(agent: &Agent, stacks: &[(Vec<String>, u64)]) -> String {
+    let line = agent.last_line("stats:").unwrap_or_default();
+    let unwinding = line
+        .find("unwinding:")
+        .map(|at| &line[at..])
+        .map(|rest| &rest[..rest.find(" | memory").unwrap_or(rest.len())])
+        .unwrap_or("(no stats line)");
+    let mut top: Vec<&(Vec<String>, u64)> = stacks.iter().collect();
+    top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    let top: Vec<String> = top
+        .iter()
+        .take(8)
+        .map(|(s, n)| format!("{n} {}", s.join(";")))
+        .collect();
+    format!("agent: {unwinding}\ntop stacks:\n{}", top.join("\n"))
+}
+
 /// Asserts that of the samples for which `of` holds (at least 20), at
-/// least WHOLE are whole through `path`; returns the share.
+/// least WHOLE are whole through `path`; returns the share. A failure's
+/// first line says what failed; the agent's counters and the top stacks
+/// follow.
 fn check_whole(
+    agent: &Agent,
     what: &str,
     stacks: &[(Vec<String>, u64)],
     of: impl Fn(&[String]) -> bool,
@@ -128,11 +151,16 @@ fn check_whole(
     let ok = samples_where(stacks, |s| of(s) && whole(s, path));
     let share = ok as f64 / n.max(1) as f64;
     let cut = samples_where(stacks, |s| of(s) && s.first().is_some_and(|f| f == MARKER));
-    assert!(n >= 20, "{what}: only {n} samples: {stacks:?}");
+    assert!(
+        n >= 20,
+        "{what}: only {n} samples\n{}",
+        evidence(agent, stacks)
+    );
     assert!(
         share >= WHOLE,
-        "{what}: {ok} of {n} samples ({:.1}%) whole through {path} ({cut} with the marker): {stacks:?}",
-        share * 100.0
+        "{what}: {ok} of {n} samples ({:.1}%) whole through {path}, {cut} with the marker\n{}",
+        share * 100.0,
+        evidence(agent, stacks)
     );
     eprintln!(
         "{what}: {ok} of {n} samples ({:.1}%) whole through {path}; {cut} with the marker",
@@ -235,6 +263,7 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
             r < c && s[r + 1..c].iter().any(|f| f.contains("qsort"))
         };
         check_whole(
+            &agent,
             what,
             &stacks,
             |s| s.last().is_some_and(|f| f == "cmp_ints"),
@@ -246,7 +275,8 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
         });
         assert!(
             named as f64 >= WHOLE * in_cmp as f64,
-            "{what}: {named} of {in_cmp} comparator samples go through qsort: {stacks:?}"
+            "{what}: {named} of {in_cmp} comparator samples go through qsort\n{}",
+            evidence(&agent, &stacks)
         );
     }
 
@@ -266,12 +296,14 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
             },
         );
         check_whole(
+            &agent,
             what,
             &stacks,
             |s| s.last().is_some_and(|f| f == "framed_cb"),
             "main;run;vendor_outer;vendor_inner;framed_cb",
         );
         check_whole(
+            &agent,
             what,
             &stacks,
             |s| s.iter().any(|f| f == "vendor_inner"),
@@ -289,6 +321,7 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
         },
     );
     check_whole(
+        &agent,
         "zlib",
         &stacks,
         |s| {
@@ -309,6 +342,7 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
     );
     // (C++ names come with their parameters.)
     check_whole(
+        &agent,
         "std::sort",
         &stacks,
         |s| s.last().is_some_and(|f| f.starts_with("by_key(")),
@@ -323,7 +357,8 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
     });
     assert!(
         through_sort as f64 >= WHOLE * in_key as f64,
-        "{through_sort} of {in_key} comparator samples go through std::sort: {stacks:?}"
+        "{through_sort} of {in_key} comparator samples go through std::sort\n{}",
+        evidence(&agent, &stacks)
     );
 
     // 5. A stack that cannot be walked (its frame overwritten) is cut,
@@ -345,11 +380,13 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
     });
     assert!(
         spinning >= 20,
-        "{spinning} samples in corrupt_spin: {stacks:?}"
+        "{spinning} samples in corrupt_spin\n{}",
+        evidence(&agent, &stacks)
     );
     assert!(
         marked as f64 >= WHOLE * spinning as f64 && false_roots == 0,
-        "{marked} of {spinning} corrupted stacks carry the marker, {false_roots} claim a root: {stacks:?}"
+        "{marked} of {spinning} corrupted stacks carry the marker, {false_roots} claim a root\n{}",
+        evidence(&agent, &stacks)
     );
 
     let stats = agent.last_line("stats:").expect("a stats line");
@@ -448,14 +485,20 @@ fn node_stacks_run_from_js_through_node_and_libuv_to_main() {
     let whole = samples_where(&stacks, |s| js(s) && chain(s));
     let marked = samples_where(&stacks, |s| s.first().is_some_and(|f| f == MARKER));
     let all = samples_where(&stacks, |_| true);
-    assert!(in_js >= 100, "{in_js} JS samples of {all}: {stacks:?}");
+    assert!(
+        in_js >= 100,
+        "{in_js} JS samples of {all}\n{}",
+        evidence(&agent, &stacks)
+    );
     assert!(
         whole as f64 >= 0.9 * in_js as f64,
-        "{whole} of {in_js} JS samples go from _start through node::Start and uv_run: {stacks:?}"
+        "{whole} of {in_js} JS samples go from _start through node::Start and uv_run\n{}",
+        evidence(&agent, &stacks)
     );
     assert!(
         (marked as f64) <= 0.1 * all as f64,
-        "{marked} of {all} samples carry the marker: {stacks:?}"
+        "{marked} of {all} samples carry the marker\n{}",
+        evidence(&agent, &stacks)
     );
     eprintln!(
         "node: {whole} of {in_js} JS samples ({:.1}%) whole from _start; {marked} of {all} marked",

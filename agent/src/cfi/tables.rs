@@ -31,6 +31,15 @@ pub type FileKey = (u64, u64, u64);
 /// microseconds).
 pub const REUSE_AFTER: Duration = Duration::from_secs(1);
 
+/// How long a frameless file's table nobody uses is kept from files that
+/// keep frame pointers (a command run again finds its table; a framed
+/// file's table serves only its leaves).
+pub const FRAMELESS_KEPT: Duration = Duration::from_secs(300);
+
+/// How long a file refused for room waits before a process mapping it
+/// may have it built again (and then only if the pool could hold it).
+pub const NO_ROOM_RETRY: Duration = Duration::from_secs(10);
+
 /// Where the tables live: the BPF maps (rows, rules and files are
 /// memory-mapped arrays; processes a hash map).
 pub trait Sink {
@@ -73,7 +82,23 @@ pub enum Lookup {
 enum Entry {
     Building(Ticket<Option<Built>>),
     Loaded(Loaded),
+    /// No usable CFI (or a table no pool of this size holds): for good.
     Absent,
+    /// Refused for room (or given up for frameless code) at `at`, `rows`
+    /// long: built again once the pool could hold it.
+    NoRoom {
+        at: Instant,
+        rows: u32,
+        framed: bool,
+    },
+}
+
+/// Why a built table was not loaded.
+enum Refused {
+    /// It never fits: larger than the pool, or the rule array is full.
+    Never,
+    /// Not now: the files using the pool are mapped.
+    Room,
 }
 
 struct Loaded {
@@ -86,6 +111,10 @@ struct Loaded {
     last_used: Instant,
     /// The build's CPU time, until a process is charged for it.
     unpaid: Duration,
+    /// The file keeps frame pointers: its table serves only leaves (which
+    /// user space can still recover), so it makes room for a frameless
+    /// file even while mapped.
+    framed: bool,
 }
 
 /// What the tables hold and did.
@@ -102,6 +131,10 @@ pub struct TableStats {
     pub evictions: u64,
     /// Files that got no table: no room even after evicting the unused.
     pub refused_full: u64,
+    /// Of the evictions: tables of mapped files that keep frame pointers,
+    /// given up to make room for frameless code (their leaves go back to
+    /// user space).
+    pub framed_given_up: u64,
     /// Mappings left out of a process's ranges (over UNWIND_PROC_RANGES).
     pub ranges_dropped: u64,
     pub sink_errors: u64,
@@ -115,8 +148,8 @@ pub struct Tables {
     retired: VecDeque<(Instant, u32, u32)>,
     capacity: u32,
     rules: HashMap<UnwindRule, u32>,
-    /// The file slots each process's ranges name.
-    procs: HashMap<u32, Vec<FileKey>>,
+    /// Each process's ranges, and the file each names.
+    procs: HashMap<u32, Vec<(FileKey, UnwindRange)>>,
     stats: TableStats,
 }
 
@@ -159,6 +192,20 @@ impl Tables {
         sink: &mut dyn Sink,
         build: impl FnOnce() -> Option<Ticket<Option<Built>>>,
     ) -> Lookup {
+        let retry = match self.files.get(&key) {
+            Some(&Entry::NoRoom { at, rows, framed }) => {
+                if now.saturating_duration_since(at) < NO_ROOM_RETRY
+                    || !self.could_hold(rows, framed, now)
+                {
+                    return Lookup::Absent;
+                }
+                true
+            }
+            _ => false,
+        };
+        if retry {
+            self.files.remove(&key);
+        }
         let built = match self.files.get_mut(&key) {
             None => {
                 let Some(ticket) = build() else {
@@ -185,7 +232,7 @@ impl Tables {
                     base: l.base,
                 };
             }
-            Some(Entry::Absent) => return Lookup::Absent,
+            Some(Entry::Absent | Entry::NoRoom { .. }) => return Lookup::Absent,
         };
         let entry = match built {
             None => {
@@ -193,13 +240,20 @@ impl Tables {
                 Entry::Absent
             }
             Some(built) => match self.load(&built, now, sink) {
-                Some(loaded) => Entry::Loaded(Loaded {
+                Ok(loaded) => Entry::Loaded(Loaded {
                     unpaid: built.cpu,
                     ..loaded
                 }),
-                None => {
+                Err(why) => {
                     self.stats.refused_full += 1;
-                    Entry::Absent
+                    match why {
+                        Refused::Never => Entry::Absent,
+                        Refused::Room => Entry::NoRoom {
+                            at: now,
+                            rows: u32::try_from(built.table.starts.len()).unwrap_or(u32::MAX),
+                            framed: built.framed,
+                        },
+                    }
                 }
             },
         };
@@ -237,38 +291,70 @@ impl Tables {
         }
     }
 
+    /// Whether `rows` (of a file keeping frame pointers or not) could fit
+    /// once the rows free, retired and held by what [`Tables::make_room`]
+    /// may take are counted (fragmentation aside).
+    fn could_hold(&self, rows: u32, framed: bool, now: Instant) -> bool {
+        let free: u64 = self.free_rows.values().map(|&n| u64::from(n)).sum();
+        let retired: u64 = self.retired.iter().map(|&(_, _, n)| u64::from(n)).sum();
+        let unused: u64 = self
+            .files
+            .values()
+            .filter_map(|e| match e {
+                Entry::Loaded(l)
+                    if may_go(l, framed, now) || (l.framed && !framed && l.last_used < now) =>
+                {
+                    Some(u64::from(l.count))
+                }
+                _ => None,
+            })
+            .sum();
+        free + retired + unused >= u64::from(rows)
+    }
+
     /// Writes a built table into the pool: rows first, then its slot.
-    fn load(&mut self, built: &Built, now: Instant, sink: &mut dyn Sink) -> Option<Loaded> {
+    /// Files looked up at `now` (named by the ranges of the process being
+    /// settled, not yet counted as its users) are not evicted for it.
+    fn load(
+        &mut self,
+        built: &Built,
+        now: Instant,
+        sink: &mut dyn Sink,
+    ) -> Result<Loaded, Refused> {
         let table = &built.table;
-        let count = u32::try_from(table.starts.len()).ok()?;
+        let count = u32::try_from(table.starts.len()).map_err(|_| Refused::Never)?;
         if count == 0 || count > self.capacity {
-            return None;
+            return Err(Refused::Never);
         }
         // Rule indices first (a full rule array refuses the file).
         let mut index = Vec::with_capacity(table.rules.len());
         for &rule in &table.rules {
-            index.push(self.rule_index(bpf_rule(rule), sink)?);
+            index.push(
+                self.rule_index(bpf_rule(rule), sink)
+                    .ok_or(Refused::Never)?,
+            );
         }
         self.reclaim(now);
         let first = loop {
             if let Some(first) = self.take_rows(count) {
                 break first;
             }
-            if !self.evict_one(sink) {
-                return None;
+            if !self.make_room(now, built.framed, sink) {
+                return Err(Refused::Room);
             }
             // Rows of evicted files wait out REUSE_AFTER; take them now
             // only if nothing else is free — a walk in flight on them
-            // lasts microseconds, not the build that preceded this.
+            // lasts microseconds, not the build that preceded this. (They
+            // were retired at `now`: this reclaims exactly those.)
             self.reclaim(now + REUSE_AFTER);
         };
         let Some(slot) = self.free_slots.pop().or_else(|| {
-            self.evict_one(sink)
+            self.make_room(now, built.framed, sink)
                 .then(|| self.free_slots.pop())
                 .flatten()
         }) else {
             self.give_back(first, count);
-            return None;
+            return Err(Refused::Room);
         };
         let rows = sink.rows();
         for (i, (&start, &rule)) in table.starts.iter().zip(&table.rule_of).enumerate() {
@@ -291,7 +377,7 @@ impl Tables {
         self.stats.files += 1;
         self.stats.rows += u64::from(count);
         self.stats.bytes = self.stats.rows * std::mem::size_of::<UnwindRow>() as u64;
-        Some(Loaded {
+        Ok(Loaded {
             slot,
             first,
             count,
@@ -299,6 +385,7 @@ impl Tables {
             users: 0,
             last_used: now,
             unpaid: Duration::ZERO,
+            framed: built.framed,
         })
     }
 
@@ -352,14 +439,37 @@ impl Tables {
         }
     }
 
-    /// Evicts the least recently used file no process maps; false when
-    /// there is none.
-    fn evict_one(&mut self, sink: &mut dyn Sink) -> bool {
+    /// Frees one table for a file keeping frame pointers (`framed`) or
+    /// not; false when nothing may go. Tables looked up at `now` (named
+    /// by the process being settled) stay. A frameless file's table is
+    /// what keeps its stacks whole, a framed one's only its leaves (which
+    /// user space recovers too), so the victims are, least recently used
+    /// first: framed files nobody maps; for frameless code, framed files
+    /// still mapped (given up: their processes' ranges drop them), then
+    /// frameless files nobody maps; for framed code, frameless files
+    /// nobody used for [`FRAMELESS_KEPT`].
+    fn make_room(&mut self, now: Instant, framed: bool, sink: &mut dyn Sink) -> bool {
+        self.evict_one(now, |l| l.framed, sink)
+            || (!framed && self.give_up_framed(now, sink))
+            || self.evict_one(now, |l| may_go(l, framed, now), sink)
+    }
+
+    /// Evicts the least recently used file no process maps, nothing
+    /// looked up at `now`, for which `may` holds; false when there is
+    /// none. Its rows are retired at `now`.
+    fn evict_one(
+        &mut self,
+        now: Instant,
+        may: impl Fn(&Loaded) -> bool,
+        sink: &mut dyn Sink,
+    ) -> bool {
         let victim = self
             .files
             .iter()
             .filter_map(|(k, e)| match e {
-                Entry::Loaded(l) if l.users == 0 => Some((l.last_used, *k)),
+                Entry::Loaded(l) if l.users == 0 && l.last_used < now && may(l) => {
+                    Some((l.last_used, *k))
+                }
                 _ => None,
             })
             .min();
@@ -369,14 +479,98 @@ impl Tables {
         let Some(Entry::Loaded(l)) = self.files.remove(&key) else {
             return false;
         };
+        self.retire(&l, now, sink);
+        self.stats.evictions += 1;
+        true
+    }
+
+    /// Gives up the table of the least recently used mapped file that
+    /// keeps frame pointers (not looked up at `now`): the ranges of the
+    /// processes mapping it drop it first, then its slot and rows go. It
+    /// is built again once its processes' mappings change and the pool
+    /// could hold it. False when there is none.
+    fn give_up_framed(&mut self, now: Instant, sink: &mut dyn Sink) -> bool {
+        let victim = self
+            .files
+            .iter()
+            .filter_map(|(k, e)| match e {
+                Entry::Loaded(l) if l.framed && l.last_used < now => Some((l.last_used, *k)),
+                _ => None,
+            })
+            .min();
+        let Some((_, key)) = victim else {
+            return false;
+        };
+        let users: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(_, ranges)| ranges.iter().any(|(k, _)| *k == key))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in users {
+            let Some(ranges) = self.procs.get(&pid) else {
+                continue;
+            };
+            let kept: Vec<_> = ranges.iter().filter(|(k, _)| *k != key).copied().collect();
+            // The old ranges stay until the new ones are in (a failed
+            // update keeps the file's slot named: give up on this file).
+            if !self.write_proc(pid, &kept, sink) {
+                return false;
+            }
+            self.procs.insert(pid, kept);
+        }
+        let Some(Entry::Loaded(l)) = self.files.remove(&key) else {
+            return false;
+        };
+        self.retire(&l, now, sink);
+        self.files.insert(
+            key,
+            Entry::NoRoom {
+                at: now,
+                rows: l.count,
+                framed: true,
+            },
+        );
+        self.stats.evictions += 1;
+        self.stats.framed_given_up += 1;
+        true
+    }
+
+    /// A loaded table's slot is cleared and freed; its rows retired at
+    /// `now`.
+    fn retire(&mut self, l: &Loaded, now: Instant, sink: &mut dyn Sink) {
         sink.files()[l.slot as usize] = UnwindFile::default();
         self.free_slots.push(l.slot);
-        self.retired.push_back((Instant::now(), l.first, l.count));
-        self.stats.evictions += 1;
+        self.retired.push_back((now, l.first, l.count));
         self.stats.files -= 1;
         self.stats.rows -= u64::from(l.count);
         self.stats.bytes = self.stats.rows * std::mem::size_of::<UnwindRow>() as u64;
-        true
+    }
+
+    /// Writes process `pid`'s ranges (sorted, at most UNWIND_PROC_RANGES)
+    /// to the sink; false (counted) when the sink refused them.
+    fn write_proc(
+        &mut self,
+        pid: u32,
+        ranges: &[(FileKey, UnwindRange)],
+        sink: &mut dyn Sink,
+    ) -> bool {
+        let mut proc = UnwindProc {
+            count: ranges.len() as u32,
+            pad: 0,
+            ranges: [UnwindRange::default(); UNWIND_PROC_RANGES],
+        };
+        for (i, (_, r)) in ranges.iter().enumerate() {
+            proc.ranges[i] = *r;
+        }
+        match sink.set_proc(pid, Some(&proc)) {
+            Ok(()) => true,
+            Err(e) => {
+                self.stats.sink_errors += 1;
+                tracing::debug!("{e}");
+                false
+            }
+        }
     }
 
     /// Sets process `pid`'s ranges: (file, start, length, adjust) of each
@@ -392,28 +586,17 @@ impl Tables {
             self.stats.ranges_dropped += (ranges.len() - UNWIND_PROC_RANGES) as u64;
             ranges.truncate(UNWIND_PROC_RANGES);
         }
-        let keys: Vec<FileKey> = ranges.iter().map(|(k, _)| *k).collect();
-        let old = self.procs.get(&pid).cloned().unwrap_or_default();
         if ranges.is_empty() {
             self.forget_process(pid, sink);
             return;
         }
-        let mut proc = UnwindProc {
-            count: ranges.len() as u32,
-            pad: 0,
-            ranges: [UnwindRange::default(); UNWIND_PROC_RANGES],
-        };
-        for (i, (_, r)) in ranges.iter().enumerate() {
-            proc.ranges[i] = *r;
-        }
-        if let Err(e) = sink.set_proc(pid, Some(&proc)) {
-            self.stats.sink_errors += 1;
-            tracing::debug!("{e}");
+        if !self.write_proc(pid, &ranges, sink) {
             return;
         }
-        self.add_users(&keys, 1);
-        self.add_users(&old, -1);
-        self.procs.insert(pid, keys);
+        self.add_users(&ranges, 1);
+        if let Some(old) = self.procs.insert(pid, ranges) {
+            self.add_users(&old, -1);
+        }
     }
 
     pub fn forget_process(&mut self, pid: u32, sink: &mut dyn Sink) {
@@ -427,13 +610,23 @@ impl Tables {
         }
     }
 
-    fn add_users(&mut self, keys: &[FileKey], delta: i32) {
-        for key in keys {
+    fn add_users(&mut self, ranges: &[(FileKey, UnwindRange)], delta: i32) {
+        for (key, _) in ranges {
             if let Some(Entry::Loaded(l)) = self.files.get_mut(key) {
                 l.users = l.users.saturating_add_signed(delta);
             }
         }
     }
+}
+
+/// Whether the table `l` (nobody maps, not looked up at `now`) may make
+/// room for a file keeping frame pointers (`framed`) or not: any table for
+/// frameless code; for framed code, framed ones and frameless ones unused
+/// for [`FRAMELESS_KEPT`].
+fn may_go(l: &Loaded, framed: bool, now: Instant) -> bool {
+    l.users == 0
+        && l.last_used < now
+        && (!framed || l.framed || now.saturating_duration_since(l.last_used) >= FRAMELESS_KEPT)
 }
 
 /// A rule as the BPF walk reads it.

@@ -185,10 +185,12 @@ fn files_nobody_maps_make_room_and_mapped_ones_stay() {
         Lookup::Absent
     );
     assert!(t.stats().bytes <= t.stats().capacity_bytes);
-    // Once no process maps c, it can go for the next file.
+    // Once no process maps c (and no lookup of this pass used it), it can go
+    // for the next file.
     t.forget_process(2, &mut mem);
+    let after = later + Duration::from_secs(1);
     assert!(matches!(
-        t.lookup((1, 6, 0), later, &mut mem, || ready(table(0, 100))),
+        t.lookup((1, 6, 0), after, &mut mem, || ready(table(0, 100))),
         Lookup::Loaded { .. }
     ));
 }
@@ -251,4 +253,213 @@ fn rules_are_shared_between_files() {
     t.lookup((1, 2, 0), now, &mut mem, || ready(table(0x4000, 50)));
     // %rsp + 8, 16, 24, 32 and the unknown gap rule.
     assert_eq!(t.stats().rules, 5);
+}
+
+#[test]
+fn making_room_evicts_only_what_the_new_table_needs() {
+    // Room for two tables of 100 functions (201 rows each), and some.
+    let mut mem = Memory::new(450);
+    let mut t = Tables::new(450);
+    // Both loaded a while ago, mapped by nobody now; the third comes at
+    // the real time (the evicted rows are retired then, and reused at
+    // once: a walk in flight lasts microseconds).
+    let now = Instant::now();
+    let before = now.checked_sub(Duration::from_secs(5)).unwrap();
+    for inode in [1, 2] {
+        assert!(matches!(
+            t.lookup((1, inode, 0), before, &mut mem, || ready(table(0, 100))),
+            Lookup::Loaded { .. }
+        ));
+    }
+    assert!(matches!(
+        t.lookup((1, 3, 0), now, &mut mem, || ready(table(0, 100))),
+        Lookup::Loaded { .. }
+    ));
+    assert_eq!(t.stats().evictions, 1, "{:?}", t.stats());
+    assert_eq!(t.stats().files, 2);
+    assert_eq!(t.stats().refused_full, 0);
+}
+
+#[test]
+fn a_table_looked_up_for_the_process_being_settled_is_not_evicted_for_its_next_file() {
+    // Room for one table of 100 functions.
+    let mut mem = Memory::new(300);
+    let mut t = Tables::new(300);
+    let t0 = Instant::now();
+    let (a, b) = ((1, 1, 0), (1, 2, 0));
+    let slot_of = |l| match l {
+        Lookup::Loaded { slot, .. } => slot,
+        other => panic!("{other:?}"),
+    };
+    slot_of(t.lookup(a, t0, &mut mem, || ready(table(0, 100))));
+    // A process maps a and b: a is found, then b's build is done and
+    // needs a's room; a is about to be named by the process's ranges.
+    let t1 = t0 + Duration::from_secs(5);
+    let sa = slot_of(t.lookup(a, t1, &mut mem, || panic!("a built twice")));
+    assert_eq!(
+        t.lookup(b, t1, &mut mem, || ready(table(0x5000, 100))),
+        Lookup::Absent
+    );
+    assert_eq!((t.stats().evictions, t.stats().refused_full), (0, 1));
+    let range = UnwindRange {
+        start: 0x10000,
+        adjust: 0x10000,
+        len: 0x1000,
+        file: sa,
+    };
+    t.set_process(1, vec![(a, range)], &mut mem);
+    // a's rows are a's (not another file's in its slot).
+    assert_eq!(mem.rule(1, 0x10000 + 5 * 16 + 6).unwrap().cfa, 32);
+    // b is not built again at once, nor while a is mapped...
+    let t2 = t1 + NO_ROOM_RETRY;
+    assert_eq!(
+        t.lookup(b, t1 + Duration::from_secs(1), &mut mem, || panic!(
+            "rebuilt at once"
+        )),
+        Lookup::Absent
+    );
+    assert_eq!(
+        t.lookup(b, t2, &mut mem, || panic!("rebuilt with no room")),
+        Lookup::Absent
+    );
+    // ...but once nobody maps a, b's next process has it.
+    t.forget_process(1, &mut mem);
+    assert!(matches!(
+        t.lookup(b, t2, &mut mem, || ready(table(0x5000, 100))),
+        Lookup::Loaded { .. }
+    ));
+    assert_eq!(t.stats().evictions, 1);
+    assert_eq!(t.stats().builds, 3);
+}
+
+#[test]
+fn a_mapped_frame_pointer_files_table_makes_room_for_frameless_code() {
+    // Room for one table of 100 functions.
+    let mut mem = Memory::new(300);
+    let mut t = Tables::new(300);
+    let t0 = Instant::now();
+    let (fp, frameless, other_fp) = ((1, 1, 0), (1, 2, 0), (1, 3, 0));
+    let framed = || {
+        ready(Built {
+            framed: true,
+            ..table(0, 100)
+        })
+    };
+    let Lookup::Loaded { slot, .. } = t.lookup(fp, t0, &mut mem, framed) else {
+        panic!("not loaded");
+    };
+    let range = |start: u64, file| UnwindRange {
+        start,
+        adjust: start,
+        len: 0x1000,
+        file,
+    };
+    // Two processes map it; one of them maps more (here, nothing loaded).
+    t.set_process(1, vec![(fp, range(0x10000, slot))], &mut mem);
+    t.set_process(2, vec![(fp, range(0x20000, slot))], &mut mem);
+    assert!(mem.rule(1, 0x10000 + 6).is_some());
+    // Another framed file finds no room: framed tables do not displace
+    // each other.
+    let t1 = t0 + Duration::from_secs(5);
+    assert_eq!(t.lookup(other_fp, t1, &mut mem, framed), Lookup::Absent);
+    // A frameless file's table takes its room: both processes' ranges
+    // drop the framed file first (their leaves go to user space).
+    let Lookup::Loaded { slot: s2, .. } =
+        t.lookup(frameless, t1, &mut mem, || ready(table(0x5000, 100)))
+    else {
+        panic!("frameless code refused: {:?}", t.stats());
+    };
+    assert_eq!(s2, slot, "the freed slot is reused");
+    for pid in [1, 2] {
+        let start = if pid == 1 { 0x10000 } else { 0x20000 };
+        assert!(mem.rule(pid, start + 6).is_none(), "process {pid}");
+    }
+    let stats = t.stats();
+    assert_eq!((stats.evictions, stats.framed_given_up), (1, 1));
+    assert_eq!(stats.files, 1);
+    // While a process maps the frameless file, the framed one is not
+    // built again (no room), and the frameless table in use is never
+    // given up for a framed one.
+    t.set_process(3, vec![(frameless, range(0x30000, s2))], &mut mem);
+    assert_eq!(
+        t.lookup(fp, t1 + NO_ROOM_RETRY, &mut mem, || panic!(
+            "rebuilt with no room"
+        )),
+        Lookup::Absent
+    );
+    let t2 = t1 + NO_ROOM_RETRY + Duration::from_secs(1);
+    assert_eq!(t.lookup((1, 4, 0), t2, &mut mem, framed), Lookup::Absent);
+    assert_eq!(mem.rule(3, 0x30000 + 5 * 16 + 6).unwrap().cfa, 32);
+}
+
+#[test]
+fn frameless_tables_outlive_framed_ones_when_room_is_needed() {
+    // Room for two tables of 100 functions.
+    let mut mem = Memory::new(450);
+    let mut t = Tables::new(450);
+    let t0 = Instant::now();
+    let framed = || {
+        ready(Built {
+            framed: true,
+            ..table(0, 100)
+        })
+    };
+    let (fp, gone, next) = ((1, 1, 0), (1, 2, 0), (1, 3, 0));
+    // A framed file still mapped, a frameless one whose process exited
+    // (it was used later: the least recently used is the framed one).
+    let Lookup::Loaded { slot, .. } = t.lookup(fp, t0, &mut mem, framed) else {
+        panic!("not loaded");
+    };
+    let range = UnwindRange {
+        start: 0x10000,
+        adjust: 0x10000,
+        len: 0x1000,
+        file: slot,
+    };
+    t.set_process(1, vec![(fp, range)], &mut mem);
+    let t1 = t0 + Duration::from_secs(1);
+    assert!(matches!(
+        t.lookup(gone, t1, &mut mem, || ready(table(0x5000, 100))),
+        Lookup::Loaded { .. }
+    ));
+    // New frameless code gives up the mapped framed table, not the
+    // frameless one a command run again would need.
+    let t2 = t1 + Duration::from_secs(5);
+    assert!(matches!(
+        t.lookup(next, t2, &mut mem, || ready(table(0x9000, 100))),
+        Lookup::Loaded { .. }
+    ));
+    let s = t.stats();
+    assert_eq!(
+        (s.evictions, s.framed_given_up, s.files),
+        (1, 1, 2),
+        "{s:?}"
+    );
+    assert!(mem.rule(1, 0x10000 + 6).is_none());
+    let Lookup::Loaded {
+        slot: gone_slot, ..
+    } = t.lookup(gone, t2, &mut mem, || panic!("gone was evicted"))
+    else {
+        panic!("gone was evicted");
+    };
+    // A framed file takes the room of a frameless file nobody maps only
+    // once nobody used it for FRAMELESS_KEPT; never a mapped one's.
+    let gone_range = UnwindRange {
+        file: gone_slot,
+        ..range
+    };
+    t.set_process(2, vec![(gone, gone_range)], &mut mem);
+    let late = (1, 4, 0);
+    let t3 = t2 + Duration::from_secs(1);
+    assert_eq!(t.lookup(late, t3, &mut mem, framed), Lookup::Absent);
+    let t4 = t2 + FRAMELESS_KEPT + Duration::from_secs(1);
+    assert!(matches!(
+        t.lookup(late, t4, &mut mem, framed),
+        Lookup::Loaded { .. }
+    ));
+    assert!(matches!(
+        t.lookup(gone, t4, &mut mem, || panic!("gone was evicted")),
+        Lookup::Loaded { .. }
+    ));
+    assert_eq!(t.stats().evictions, 2);
 }

@@ -720,13 +720,17 @@ impl Context {
 
     /// Reads a process's mappings again after a link-map change.
     fn link_map_read(&mut self, pid: u32, process: &mut Process, now: Instant) {
-        // (Charged itself.) The libraries just loaded are walked by their
-        // tables from now on, not from the next drain.
+        // (Charged itself.)
         self.reread(pid, process, now);
-        self.settle_unwind(pid, process, now);
+        // The context location first: the unwind tables settled next may
+        // charge a large build to the process's budget, which must not
+        // keep the library just loaded from being read.
         let started = crate::jobs::thread_cpu();
         let location = self.library_location_of(pid, process);
         process.work.charge_cpu_since(started);
+        // The libraries just loaded are walked by their tables from now
+        // on, not from the next drain.
+        self.settle_unwind(pid, process, now);
         let Some((location, complete)) = location else {
             return;
         };
