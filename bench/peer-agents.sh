@@ -32,6 +32,8 @@
 #
 #   bench/peer-agents.sh [seconds per frequency]   (default 60; as root)
 #   SYMTRACE_TEST_EBPF_PROFILER=PATH (else scripts/test-services.sh's build)
+#   SYMTRACE_BENCH_PUBLISH=off: our agent publishes no binaries
+#     (--no-upload-binaries; the profiler has no such work: profiling alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
@@ -105,9 +107,11 @@ for hz in 19 97; do
   for _ in $(seq 200); do curl -sf "http://$HTTP/readyz" > /dev/null && break; sleep 0.1; done
   target/debug/symtrace-upload --server "http://$HTTP" --no-sources "$W/up" "$NODE" \
     > "$W/upload-$hz.log" 2>&1
+  publish=(--upload-url "http://$HTTP")
+  [ "${SYMTRACE_BENCH_PUBLISH:-on}" = off ] && publish=(--no-upload-binaries)
   target/release/symtrace-agent --server "http://$GRPC" --tenant symtrace --frequency "$hz" \
     --interval 5s --off-cpu-probability 0 --off-cpu-span-probability 0 --no-memory \
-    --upload-url "http://$HTTP" > "$W/ours-$hz.out" 2> "$W/ours-$hz.err" &
+    "${publish[@]}" > "$W/ours-$hz.out" 2> "$W/ours-$hz.err" &
   OURS=$!
   target/debug/keep-memlock "$PROFILER" -collection-agent "$GRPC" -disable-tls \
     -samples-per-second "$hz" -reporter-interval 5s > "$W/theirs-$hz.log" 2>&1 &

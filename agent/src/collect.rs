@@ -171,7 +171,8 @@ impl Collector {
             // Asleep until the next drain, or until a look at an exec'd
             // process is due, or a process execs, or a deferred link-map
             // change may be handled, or a process is sampled before the
-            // agent set its unwind ranges.
+            // agent set its unwind ranges, or a process whose files' tables
+            // were pending looks again.
             let now = Instant::now();
             let wait = next_drain.saturating_duration_since(now);
             let wait = probes.next_due(now).map_or(wait, |d| d.min(wait));
@@ -180,6 +181,9 @@ impl Collector {
                 .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
             let wait = procs
                 .next_thread_ctx_due(now)
+                .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
+            let wait = procs
+                .next_unwind_due()
                 .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
             let wakeups = self.sampler.wait(wait);
             contained(&self.health, "handling link-map changes", || {
@@ -192,6 +196,7 @@ impl Collector {
                 }
                 procs.due_link_maps(|pid| sampler.rearm_link_map(pid));
                 procs.settle_thread_ctxs();
+                procs.settle_due_unwinds(Instant::now());
                 procs.hung_jobs();
                 hand_over(&mut self.sampler, &mut procs);
             });

@@ -118,6 +118,9 @@ pub(crate) struct Context {
     /// Processes whose link-map change found a file still being read, and
     /// since when ([`Processes::settle_thread_ctxs`]).
     pub(crate) unsure_after_link_map: Vec<(u32, Instant)>,
+    /// Processes whose files' facts or tables were pending, and when they
+    /// look again (one entry each).
+    pub(crate) unwind_due: Vec<(u32, Instant)>,
     /// Dynamic loaders seen, and those whose dlopen hook is yet to be
     /// attached.
     pub(crate) loaders: Loaders,
@@ -169,6 +172,7 @@ impl Processes {
                 vanished: 0,
                 tls_changes: Vec::new(),
                 unsure_after_link_map: Vec::new(),
+                unwind_due: Vec::new(),
                 loaders: Loaders::default(),
                 cfi: CfiCache::new(cfi_budget),
                 vdso: Vdso::read_own(),
@@ -386,6 +390,32 @@ impl Processes {
             .filter_map(|(pid, _)| self.by_pid.get(pid))
             .map(|p| p.work.next_positive().max(now + UNSURE_RECHECK))
             .min()
+    }
+
+    /// When the first process whose unwind tables were pending looks
+    /// again.
+    pub fn next_unwind_due(&self) -> Option<Instant> {
+        self.ctx.next_unwind_due()
+    }
+
+    /// Sets the ranges of the processes whose files were pending and whose
+    /// look is due, without waiting for their next sample (a process gone
+    /// meanwhile is dropped from the list).
+    pub fn settle_due_unwinds(&mut self, now: Instant) {
+        let Processes { by_pid, ctx } = self;
+        let mut due = Vec::new();
+        ctx.unwind_due.retain(|&(pid, at)| {
+            let is_due = at <= now;
+            if is_due {
+                due.push(pid);
+            }
+            !is_due
+        });
+        for pid in due {
+            if let Some(process) = by_pid.get_mut(&pid) {
+                ctx.settle_unwind(pid, process, now);
+            }
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -1,7 +1,10 @@
 //! Each sampled process's mappings, as the BPF walk looks them up to find
 //! the unwind table of the code at an address (issue #40): set at the
 //! process's first sample and again whenever its mappings change; while a
-//! mapped file's table is being built, looked at again every [`RETRY`].
+//! mapped file's facts are read or its table built, looked at again every
+//! [`RETRY`] — on a timer of the sampler thread, not at its next sample,
+//! and without waiting for the jobs (a huge binary's facts must not hold
+//! up the ranges of the processes sampled beside it).
 //! The tables themselves are per file ([`crate::cfi::tables`]).
 
 use std::hash::{Hash, Hasher};
@@ -14,7 +17,7 @@ use crate::process::maps::MapEntry;
 use crate::record::{UnwindRange, UNWIND_PROC_RANGES};
 
 /// How often a process whose files' tables are being built looks again.
-const RETRY: Duration = Duration::from_millis(50);
+const RETRY: Duration = Duration::from_millis(10);
 
 /// Files looked up per settling of a process at most (its mappings beyond
 /// are walked by frame pointer).
@@ -41,7 +44,7 @@ impl Context {
         let Context {
             unwinding,
             binaries,
-            waiting,
+            unwind_due,
             ..
         } = self;
         let Some(u) = unwinding.as_mut() else {
@@ -58,6 +61,9 @@ impl Context {
             return;
         }
         let started = crate::jobs::thread_cpu();
+        // Jobs are started, never waited for: the process looks again in
+        // RETRY.
+        let mut no_wait = crate::jobs::Waiting::new(Duration::ZERO, 0.0, Duration::ZERO);
         let mut ranges = Vec::new();
         let mut out = Outcome::default();
         // Mappings of one file come together (its segments): one look each.
@@ -72,7 +78,7 @@ impl Context {
                 Some((f, ref found)) if f == file => found.clone(),
                 _ => {
                     looks += 1;
-                    let found = look_up(u, binaries, waiting, pid, map, now, &mut out);
+                    let found = look_up(u, binaries, &mut no_wait, pid, map, now, &mut out);
                     last = Some((file, found.clone()));
                     found
                 }
@@ -85,8 +91,19 @@ impl Context {
         let state = &mut process.unwind;
         state.settled = !out.pending;
         state.retry_at = out.pending.then_some(now + RETRY);
+        if out.pending {
+            match unwind_due.iter_mut().find(|(p, _)| *p == pid) {
+                Some(due) => due.1 = now + RETRY,
+                None => unwind_due.push((pid, now + RETRY)),
+            }
+        }
         process.work.charge_cpu_since(started);
         process.work.charge_time(out.paid);
+    }
+
+    /// When the first process whose files were pending looks again.
+    pub(crate) fn next_unwind_due(&self) -> Option<Instant> {
+        self.unwind_due.iter().map(|&(_, at)| at).min()
     }
 
     /// Loads the tables whose builds finished.
