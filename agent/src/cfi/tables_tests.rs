@@ -88,6 +88,22 @@ fn ready(b: Built) -> Option<Ticket<Option<Built>>> {
     Some(Ticket::ready(Some(b)))
 }
 
+/// [`table`]`(0, 100)` of a file that keeps frame pointers, built.
+fn framed() -> Option<Ticket<Option<Built>>> {
+    ready(Built {
+        framed: true,
+        ..table(0, 100)
+    })
+}
+
+/// The slot of a loaded table.
+fn slot_of(l: Lookup) -> u32 {
+    match l {
+        Lookup::Loaded { slot, .. } => slot,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_process_finds_each_mappings_rule_through_its_file() {
     let mut mem = Memory::new(1 << 12);
@@ -141,10 +157,6 @@ fn files_nobody_maps_make_room_and_mapped_ones_stay() {
     let mut t = Tables::new(450);
     let now = Instant::now();
     let (a, b, c) = ((1, 1, 0), (1, 2, 0), (1, 3, 0));
-    let slot_of = |l| match l {
-        Lookup::Loaded { slot, .. } => slot,
-        other => panic!("{other:?}"),
-    };
     let sa = slot_of(t.lookup(a, now, &mut mem, || ready(table(0, 100))));
     let _sb = slot_of(t.lookup(b, now, &mut mem, || ready(table(0, 100))));
     // a is mapped by a process, b by none.
@@ -287,10 +299,6 @@ fn a_table_looked_up_for_the_process_being_settled_is_not_evicted_for_its_next_f
     let mut t = Tables::new(300);
     let t0 = Instant::now();
     let (a, b) = ((1, 1, 0), (1, 2, 0));
-    let slot_of = |l| match l {
-        Lookup::Loaded { slot, .. } => slot,
-        other => panic!("{other:?}"),
-    };
     slot_of(t.lookup(a, t0, &mut mem, || ready(table(0, 100))));
     // A process maps a and b: a is found, then b's build is done and
     // needs a's room; a is about to be named by the process's ranges.
@@ -339,12 +347,6 @@ fn a_mapped_frame_pointer_files_table_makes_room_for_frameless_code() {
     let mut t = Tables::new(300);
     let t0 = Instant::now();
     let (fp, frameless, other_fp) = ((1, 1, 0), (1, 2, 0), (1, 3, 0));
-    let framed = || {
-        ready(Built {
-            framed: true,
-            ..table(0, 100)
-        })
-    };
     let Lookup::Loaded { slot, .. } = t.lookup(fp, t0, &mut mem, framed) else {
         panic!("not loaded");
     };
@@ -398,12 +400,6 @@ fn frameless_tables_outlive_framed_ones_when_room_is_needed() {
     let mut mem = Memory::new(450);
     let mut t = Tables::new(450);
     let t0 = Instant::now();
-    let framed = || {
-        ready(Built {
-            framed: true,
-            ..table(0, 100)
-        })
-    };
     let (fp, gone, next) = ((1, 1, 0), (1, 2, 0), (1, 3, 0));
     // A framed file still mapped, a frameless one whose process exited
     // (it was used later: the least recently used is the framed one).
