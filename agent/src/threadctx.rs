@@ -35,10 +35,13 @@ pub fn executable_offset<'d, R: object::ReadRef<'d>>(
     file: &object::File<'d, R>,
     elf: R,
 ) -> Option<i64> {
+    // The kind before the name: reading every name of a big symbol table
+    // (node's) through the file's read cache held 47 MB at once
+    // (heaptrack); TLS symbols are few.
     let symbol = file
         .dynamic_symbols()
         .chain(file.symbols())
-        .find(|s| s.name() == Ok(SYMBOL) && s.kind() == SymbolKind::Tls && !s.is_undefined())?;
+        .find(|s| s.kind() == SymbolKind::Tls && !s.is_undefined() && s.name() == Ok(SYMBOL))?;
     let tls = tls_segment(elf)?;
     // The segment's numbers are the file's: checked.
     let align = tls.align.max(1);
@@ -79,7 +82,7 @@ pub fn library_slot<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> O
     let dynsym = file.dynamic_symbol_table()?;
     let symbol = dynsym
         .symbols()
-        .find(|s| s.name() == Ok(SYMBOL) && s.kind() == SymbolKind::Tls && !s.is_undefined())?;
+        .find(|s| s.kind() == SymbolKind::Tls && !s.is_undefined() && s.name() == Ok(SYMBOL))?;
     let tls_offset = symbol.address();
     let mut general_dynamic = None;
     for (offset, r) in file.dynamic_relocations()? {

@@ -168,7 +168,12 @@ fn dl_debug_state<'d, R: ReadRef<'d>>(file: &object::File<'d, R>) -> Option<u64>
     use object::ObjectSymbol;
     let address = file
         .dynamic_symbols()
-        .find(|s| s.name() == Ok("_dl_debug_state") && s.is_definition())?
+        // The kind before the name (names are read from the file).
+        .find(|s| {
+            s.kind() == object::SymbolKind::Text
+                && s.is_definition()
+                && s.name() == Ok("_dl_debug_state")
+        })?
         .address();
     file.segments().find_map(|s| {
         let (offset, size) = s.file_range();
