@@ -132,6 +132,10 @@ fn main() -> anyhow::Result<()> {
             },
         };
         tracing::info!(url = %options.url, "publishing the binaries the server lacks");
+        let offers = offers.with_probe(upload::Probe::new(
+            options.clone(),
+            runtime.handle().clone(),
+        ));
         let (health, stopping, offers2) = (health.clone(), stop.clone(), offers.clone());
         runtime.spawn(async move {
             let _watch = health::Watch {

@@ -83,7 +83,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
          kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | \
          off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, no storage for the start {off_full}, open {waiting}, given up {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}), \
-         content hashes {hashed} ({hashed_mib:.1} MiB, {hashed_ms:.1} ms CPU) | \
+         content hashes {hashed} ({hashed_mib:.1} MiB, {hashed_ms:.1} ms CPU), not needed {vouched} ({vouched_mib:.1} MiB: CI's) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          unwind tables: frames stepped by frame pointer {steps_fp}, by CFI {steps_cfi}, leaves stepped in BPF {leaf_bpf}, files {t_files}, rows {t_rows}, rules {t_rules}, \
@@ -128,6 +128,8 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         hashed = g.hashes.files,
         hashed_mib = g.hashes.bytes as f64 / (1 << 20) as f64,
         hashed_ms = g.hashes.cpu.as_secs_f64() * 1e3,
+        vouched = g.hashes.vouched,
+        vouched_mib = g.hashes.vouched_bytes as f64 / (1 << 20) as f64,
         recovered = g.unwind.callers_recovered,
         frameless = g.unwind.frameless_callers,
         no_cfi = g.unwind.leaf_without_cfi,
@@ -337,6 +339,15 @@ pub fn metrics(now: &Reading, g: &Gauges) -> String {
         ],
     );
     metric(
+        "content_hashes_not_needed_total",
+        "counter",
+        "files not hashed because the server holds a CI or upstream file of their ID, and their bytes",
+        &[
+            ("unit=\"files\"", g.hashes.vouched),
+            ("unit=\"bytes\"", g.hashes.vouched_bytes),
+        ],
+    );
+    metric(
         "jit_bytes",
         "gauge",
         "bytes of JIT symbols held",
@@ -448,6 +459,8 @@ mod tests {
                 files: 2,
                 bytes: 3 << 20,
                 cpu: Duration::from_millis(2),
+                vouched: 1,
+                vouched_bytes: 1 << 20,
             },
             unwind: UnwindStats {
                 callers_recovered: 7,

@@ -607,3 +607,84 @@ fn a_binary_over_the_size_bound_is_published_as_its_symbol_table() {
     assert_eq!(artifact["quality"], 2, "{details}");
     assert!(artifact["size"].as_u64().unwrap() < 1 << 20, "{details}");
 }
+
+#[test]
+fn a_file_ci_published_is_neither_hashed_nor_published_by_an_agent() {
+    let Some(_one) = bpf_test(&["clang-19"]) else {
+        return;
+    };
+    let server = Server::start(&Backend::local(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    // Two builds of one service under their own build-IDs: CI publishes
+    // one; the other only runs on the host.
+    let build = |name: &str, id: &str| {
+        let exe = dir.path().join(name);
+        let link = format!("-Wl,--build-id=0x{id}");
+        clang_with_frame_pointers(&exe, &[workload("symtab_service.c")], &[&link]);
+        assert_eq!(kit::build_id_of(&exe), id);
+        exe
+    };
+    let (ci_id, host_id) = ("c1".repeat(20), "a7".repeat(20));
+    let (ci_exe, host_exe) = (build("ci-built", &ci_id), build("host-built", &host_id));
+    server.upload(&ci_id, "executable", &ci_exe);
+    let mut agent = publishing_agent(&server, 64 << 20);
+    let (ci_svc, host_svc) = (kit::unique("ci-svc-"), kit::unique("host-svc-"));
+    let mut children = [
+        run_for(&ci_exe, &ci_svc, "5"),
+        run_for(&host_exe, &host_svc, "5"),
+    ];
+    for service in [&ci_svc, &host_svc] {
+        let stacks = wait_for(&server, service, |s| samples_with(s, "publish_heavy") > 0);
+        assert!(
+            samples_with(&stacks, "publish_heavy") > 0,
+            "{service} is named:\n{}",
+            summary(&stacks)
+        );
+    }
+    assert!(
+        wait_stored(&server, &host_id, 30),
+        "the agent published the file no CI uploaded"
+    );
+    for child in &mut children {
+        child.wait().unwrap();
+    }
+    agent.stop();
+    let log = agent.stderr();
+    let about = |exe: &Path| -> Vec<String> {
+        let path = exe.display().to_string();
+        log.lines()
+            .filter(|l| l.contains(&path))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (ci_lines, host_lines) = (about(&ci_exe), about(&host_exe));
+    // CI's file: asked about, never hashed, never offered.
+    assert!(
+        ci_lines.iter().any(|l| l.contains("not hashed")),
+        "{ci_lines:#?}"
+    );
+    assert!(
+        !ci_lines
+            .iter()
+            .any(|l| l.contains("content hash") || l.contains("published a binary")),
+        "{ci_lines:#?}"
+    );
+    // The host's own build: hashed, then published.
+    assert!(
+        host_lines
+            .iter()
+            .any(|l| l.contains("content hash") && l.contains("computed=true")),
+        "{host_lines:#?}"
+    );
+    assert!(
+        host_lines.iter().any(|l| l.contains("published a binary")),
+        "{host_lines:#?}"
+    );
+    let total = agent.last_line("total:").unwrap();
+    assert!(number_after(&total, "not needed ") >= 1, "{total}");
+    // CI's is still the only file of its ID.
+    let (_, details) = kit::json_of(server.get(&format!("/api/v1/debuginfo/{ci_id}")));
+    let artifacts = details["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 1, "{details}");
+    assert_ne!(artifacts[0]["origin"], "agent", "{details}");
+}

@@ -102,6 +102,26 @@ pub fn validate(item: &WantedItem) -> Result<(), String> {
     }
 }
 
+/// Whether a CI or upstream file of the (validated) probe's ID, of its
+/// quality or better, is stored: what names the frames of every file of
+/// that ID, whatever its content, so the agent asking needs no content
+/// hash of its own file (ADR 0003). Files of agents do not count: they
+/// name only mappings of their own content.
+pub async fn vouched(store: &SymbolStore, item: &WantedItem) -> crate::store::Result<bool> {
+    let kind = match item.id_kind.as_deref() {
+        Some("htlhash") => BuildIdKind::Htlhash,
+        _ => BuildIdKind::Gnu,
+    };
+    let Some(key) = key_of(store, kind, &item.build_id, None).await? else {
+        return Ok(false);
+    };
+    let wanted = item.quality.unwrap_or(0);
+    let stored = store.meta.artifacts_of(key.as_ref()).await?;
+    Ok(stored
+        .iter()
+        .any(|a| a.origin != "agent" && a.quality >= wanted))
+}
+
 /// Decides a (validated) claim: `Some(key)` — upload under that key — when
 /// nothing of the item's quality or better that names its frames is
 /// stored (a CI or upstream file of its ID, or an agent's of its

@@ -469,7 +469,9 @@ async fn missing(
     let mut lacks = state.store.meta.missing(&request.items).await?;
     let mut upload_as = vec![None; request.items.len()];
     for (i, item) in request.items.iter().enumerate() {
-        if item.claim.is_some() {
+        if item.claim.is_some() && item.probe {
+            lacks[i] = !crate::claims::vouched(&state.store, item).await?;
+        } else if item.claim.is_some() {
             upload_as[i] = crate::claims::claim(&state.store, item, &caller.id).await?;
             lacks[i] = upload_as[i].is_some();
         }

@@ -60,6 +60,9 @@ pub struct Binary {
     /// so that the symbols an agent publishes from this file name only
     /// the frames of this very content.
     pub content_sha256: Option<String>,
+    /// The server holds a CI or upstream file of its ID (`upload::Probe`):
+    /// that file names its frames, so it was not hashed and is not offered.
+    pub vouched: bool,
     /// Its owner's user ID (budgets are kept per owner).
     pub uid: u32,
 }
@@ -115,6 +118,7 @@ impl Binary {
             dl_debug_state: dl_debug_state(&file),
             memory_probes: crate::usdt::memory_probes(&file, data),
             content_sha256: None,
+            vouched: false,
             uid: 0,
         })
     }
@@ -427,6 +431,7 @@ mod tests {
             text_address: 0,
             memory_probes: Vec::new(),
             content_sha256: None,
+            vouched: false,
             uid: 0,
         };
         assert_eq!(binary.vaddr_of_mapping(0x1d000), 0x1e000);

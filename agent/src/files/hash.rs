@@ -37,6 +37,8 @@ pub struct HashCounters {
     files: AtomicU64,
     bytes: AtomicU64,
     cpu_ns: AtomicU64,
+    vouched: AtomicU64,
+    vouched_bytes: AtomicU64,
 }
 
 /// A reading of [`HashCounters`].
@@ -46,6 +48,10 @@ pub struct HashStats {
     pub bytes: u64,
     /// CPU time of the threads that hashed (not wall time).
     pub cpu: Duration,
+    /// Files not hashed because the server holds a CI or upstream file of
+    /// their ID (their frames never need an agent's file), and their bytes.
+    pub vouched: u64,
+    pub vouched_bytes: u64,
 }
 
 impl HashCounters {
@@ -61,11 +67,19 @@ impl HashCounters {
         Some(sha)
     }
 
+    /// A file of `size` bytes not hashed: the server vouches for its ID.
+    pub fn count_vouched(&self, size: u64) {
+        self.vouched.fetch_add(1, Ordering::Relaxed);
+        self.vouched_bytes.fetch_add(size, Ordering::Relaxed);
+    }
+
     pub fn stats(&self) -> HashStats {
         HashStats {
             files: self.files.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             cpu: Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed)),
+            vouched: self.vouched.load(Ordering::Relaxed),
+            vouched_bytes: self.vouched_bytes.load(Ordering::Relaxed),
         }
     }
 }

@@ -68,7 +68,17 @@ enum Hashing {
     /// Wanted, from the first sample of its code.
     Wanted,
     /// Being computed (in the background lane).
-    Computing(Ticket<Option<String>>),
+    Computing(Ticket<Content>),
+}
+
+/// What a hash job found of a file's content.
+enum Content {
+    /// Its SHA-256.
+    Hashed(String),
+    /// Not hashed: the server holds a CI or upstream file of its ID.
+    Vouched,
+    /// Neither (too large, changed, gone).
+    Unknown,
 }
 
 struct Entry {
@@ -222,6 +232,12 @@ impl Binaries {
             return;
         };
         let size = binary.size;
+        // Asked first (in the job, never here): whether the server holds
+        // CI's file of its ID, which names its frames without a hash.
+        let probe = self.offers.as_ref().and_then(|o| o.probe());
+        let id = binary.build_id.clone().map(|id| (id, false));
+        let id = id.or_else(|| binary.htlhash.clone().map(|h| (h, true)));
+        let symbols = binary.symbols;
         // The file held open for publishing if it is (the process may be
         // gone), else opened anew through the process.
         let held = self
@@ -238,12 +254,21 @@ impl Binaries {
         let ticket = self
             .pool
             .submit_in_order(Lane::Background, small, about, move || {
+                if let (Some(probe), Some((id, htlhash))) = (probe, &id) {
+                    if probe.vouched(id, *htlhash, symbols) {
+                        counters.count_vouched(size);
+                        tracing::debug!(path = %m.path, id, "not hashed: CI's file of its ID is stored");
+                        return Content::Vouched;
+                    }
+                }
                 let file = match held {
                     Some(file) => file,
                     None => {
-                        let opened = open::open_mapped(&root, pid, &m).ok()?;
+                        let Ok(opened) = open::open_mapped(&root, pid, &m) else {
+                            return Content::Unknown;
+                        };
                         if opened.size != size {
-                            return None; // another file by now
+                            return Content::Unknown; // another file by now
                         }
                         opened.file
                     }
@@ -257,7 +282,7 @@ impl Binaries {
                     computed = sha.is_some(),
                     "content hash"
                 );
-                sha
+                sha.map_or(Content::Unknown, Content::Hashed)
             });
         // Not waited for: the sampler thread goes on (a link-map change, a
         // new process's first samples must not wait behind a 100 MB hash);
@@ -365,6 +390,9 @@ impl Binaries {
         let Some(id) = binary.build_id.clone().or_else(|| binary.htlhash.clone()) else {
             return;
         };
+        if binary.vouched {
+            return; // CI's file of its ID names its frames
+        }
         if self.hash_pending(map) {
             // Offered once its hash is known (`offer_hashed`).
             let key = (map.dev, map.inode);
@@ -562,12 +590,23 @@ fn with_hash(entry: &mut Entry) -> Option<&Arc<Binary>> {
 
 /// A hash job's answer: the hash goes with the file's facts (none if it
 /// could not be computed: the file's mappings go without).
-fn apply_hash(entry: &mut Entry, hash: Result<Option<String>, JobError>) {
+fn apply_hash(entry: &mut Entry, hash: Result<Content, JobError>) {
     entry.hashing = Hashing::Settled;
-    if let (Ok(Some(sha)), State::Ready(b)) = (hash, &mut entry.state) {
-        let mut with = Binary::clone(b);
-        with.content_sha256 = Some(sha);
-        *b = Arc::new(with);
+    let State::Ready(b) = &mut entry.state else {
+        return;
+    };
+    match hash {
+        Ok(Content::Hashed(sha)) => {
+            let mut with = Binary::clone(b);
+            with.content_sha256 = Some(sha);
+            *b = Arc::new(with);
+        }
+        Ok(Content::Vouched) => {
+            let mut with = Binary::clone(b);
+            with.vouched = true;
+            *b = Arc::new(with);
+        }
+        Ok(Content::Unknown) | Err(_) => {}
     }
 }
 

@@ -71,9 +71,71 @@ pub struct Offers {
     /// Files (device, inode) offered and not failed: offered once.
     offered: Arc<Mutex<HashSet<(u64, u64)>>>,
     max_file_bytes: u64,
+    /// Asks the server whether a file needs its content hash at all.
+    probe: Option<Arc<Probe>>,
+}
+
+/// How long a probe may take: past it (a server away or slow), the file
+/// is hashed as if the server had said nothing.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Asks the server, before a file is hashed, whether it holds a CI or
+/// upstream file of its ID ([`send::probe`]): such a file names the frames
+/// of every file of that ID, so the agent's file needs neither its
+/// content hash (about 1 ms of CPU per MiB) nor publishing.
+pub struct Probe {
+    client: reqwest::Client,
+    options: Options,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Probe {
+    /// A probe sending on `runtime` (a multi-threaded one: its workers
+    /// drive the request while a job's thread waits).
+    pub fn new(options: Options, runtime: tokio::runtime::Handle) -> Option<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(PROBE_TIMEOUT)
+            .build()
+            .map_err(|e| tracing::warn!(error = %e, "no HTTP client: every file is hashed"))
+            .ok()?;
+        Some(Probe {
+            client,
+            options,
+            runtime,
+        })
+    }
+
+    /// Whether the server vouches for the file `id` with `symbols`:
+    /// blocks, so only from a job's thread (never the sampler's, never one
+    /// of the runtime's); `false` when it cannot say.
+    pub fn vouched(&self, id: &str, htlhash: bool, symbols: Quality) -> bool {
+        let ask = send::probe(&self.client, &self.options, id, htlhash, symbols.rank());
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(PROBE_TIMEOUT, ask).await })
+        {
+            Ok(Ok(vouched)) => vouched,
+            Ok(Err(e)) => {
+                tracing::debug!(id, error = %e, "probe failed: the file is hashed");
+                false
+            }
+            Err(_) => false,
+        }
+    }
 }
 
 impl Offers {
+    /// Files are probed with `probe` before they are hashed.
+    pub fn with_probe(mut self, probe: Option<Probe>) -> Self {
+        self.probe = probe.map(Arc::new);
+        self
+    }
+
+    /// The probe, if files are probed before they are hashed.
+    pub fn probe(&self) -> Option<Arc<Probe>> {
+        self.probe.clone()
+    }
+
     /// Whether the file of `map` is worth offering: not offered before,
     /// with symbols, with a content hash, within the size bound — or, with
     /// a GNU build-ID and a symbol table or DWARF, over it: its symbol
@@ -207,6 +269,7 @@ pub fn channel(max_file_bytes: u64) -> (Offers, mpsc::Receiver<Offer>) {
             stats: Arc::new(Stats::default()),
             offered: Arc::default(),
             max_file_bytes,
+            probe: None,
         },
         rx,
     )
@@ -429,6 +492,7 @@ mod tests {
             text_address: 0,
             memory_probes: Vec::new(),
             content_sha256: Some("00".repeat(32)),
+            vouched: false,
             uid: 0,
         }
     }

@@ -119,6 +119,46 @@ pub async fn claim(
     Ok(key)
 }
 
+/// Asks whether the server holds a CI or upstream file of `id` (of
+/// `quality` or better): then no agent's file is needed to name its
+/// frames, nor the content hash that would bind one (a probe: nothing is
+/// claimed).
+pub async fn probe(
+    client: &reqwest::Client,
+    options: &Options,
+    id: &str,
+    htlhash: bool,
+    quality: i32,
+) -> Result<bool, String> {
+    let item = json!({
+        "build_id": id,
+        "id_kind": if htlhash { "htlhash" } else { "gnu" },
+        "kind": "executable",
+        "quality": quality,
+        "claim": options.holder,
+        "probe": true,
+    });
+    let resp = request(
+        client,
+        options,
+        reqwest::Method::POST,
+        "/api/v1/debuginfo/missing",
+    )
+    .json(&json!({ "items": [item] }))
+    .send()
+    .await
+    .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {body}"));
+    }
+    let missing = body["missing"]
+        .as_array()
+        .ok_or_else(|| format!("no `missing` list: {body}"))?;
+    Ok(!missing.iter().any(|i| i["index"] == 0))
+}
+
 type Pieces = futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
 
 /// The whole file, a piece at a time, read on the blocking pool.

@@ -133,6 +133,12 @@ pub struct WantedItem {
     /// is another claim).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_sha256: Option<String>,
+    /// In a claim: only ask, before the agent hashes the file, whether a
+    /// CI or upstream file of its ID and its quality or better is stored
+    /// (then its frames never need an agent's file, and no hash is
+    /// needed). Missing when there is none; nothing is claimed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub probe: bool,
 }
 
 /// Filters of the list API.

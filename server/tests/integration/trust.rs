@@ -562,6 +562,83 @@ fn claims_are_per_content_bounded_per_token_and_expire() {
 }
 
 #[test]
+fn a_probe_claims_nothing_and_only_ci_files_answer_it() {
+    if !require(
+        have("llvm-symbolizer-19") && have("gcc"),
+        "llvm-symbolizer-19 and gcc",
+    ) {
+        return;
+    }
+    let server = trusted_server();
+    let real = Demo::build(43);
+    let dir = tempfile::tempdir().unwrap();
+    let symtab = dir.path().join("real-symtab");
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&real.exe)
+        .arg(&symtab));
+    let ask = |item: Value| {
+        let (status, body) = json_of(
+            client()
+                .post(format!("{}/api/v1/debuginfo/missing", server.url))
+                .bearer_auth(AGENT)
+                .json(&json!({ "items": [item] }))
+                .send()
+                .unwrap(),
+        );
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let probe = |quality: i32| {
+        let body = ask(json!({"build_id": real.build_id, "kind": "executable",
+            "quality": quality, "claim": "host-a", "probe": true}));
+        let missing = body["missing"].as_array().unwrap();
+        assert!(
+            missing.iter().all(|m| m.get("upload_as").is_none()),
+            "a probe is never granted: {body}"
+        );
+        !missing.is_empty()
+    };
+    // Nothing stored: the agent must hash its file.
+    assert!(probe(2));
+    // The probe held nothing: another host's claim of the file is granted.
+    let sha = sha256(&symtab);
+    let claim = ask(json!({"build_id": real.build_id, "kind": "executable",
+        "quality": 2, "claim": "host-b", "content_sha256": sha}));
+    assert_eq!(
+        claim["missing"][0]["upload_as"],
+        real.build_id.as_str(),
+        "{claim}"
+    );
+    let (status, body) = put(
+        &server,
+        AGENT,
+        &format!("/api/v1/debuginfo/{}/executable", real.build_id),
+        &symtab,
+    );
+    assert_eq!(status, 201, "{body}");
+    // An agent's file names only its own content: it vouches for no other.
+    assert!(probe(2), "an agent's file answered a probe");
+    // CI's symbol table answers for its quality, not for DWARF.
+    let (status, body) = put(
+        &server,
+        CI,
+        &format!("/api/v1/debuginfo/{}/executable", real.build_id),
+        &symtab,
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(!probe(2), "CI's file of the ID vouches for a symbol table");
+    assert!(probe(3), "a symbol table does not vouch for DWARF");
+    // An unknown ID, and an htlhash nothing leads to.
+    let body = ask(json!({"build_id": "ef".repeat(20), "kind": "executable",
+        "quality": 1, "claim": "host-a", "probe": true}));
+    assert_eq!(body["missing"].as_array().unwrap().len(), 1, "{body}");
+    let body = ask(json!({"build_id": "ab".repeat(16), "id_kind": "htlhash",
+        "kind": "executable", "quality": 1, "claim": "host-a", "probe": true}));
+    assert_eq!(body["missing"].as_array().unwrap().len(), 1, "{body}");
+}
+
+#[test]
 fn a_client_that_stops_reading_is_cut_off() {
     // A client pipelining requests for a large file and never reading the
     // answers (its receive window closes) holds its connection only as long
