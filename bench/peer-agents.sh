@@ -14,9 +14,13 @@
 #   fid-qsort       main_loop -> Debian's glibc qsort -> cmp_ints
 #   fid-zlib        main_loop -> zwork -> Debian's zlib crc32
 #   node            `node --perf-basic-prof`: burnJs, a JS function
-# (bench/workload/fidelity*.c). The workloads and the node executable are
-# published by symtrace-upload first, so that both agents' frames are named
-# alike at query time.
+# (bench/workload/fidelity*.c). The workloads, the node executable and
+# symtrace's own binaries that run here (the server the run stores into,
+# our agent: symtrace's CI publishes them, scripts/dogfood.sh) are
+# published by symtrace-upload first, as a team's CI would publish its
+# services, so that both agents' frames are named alike at query time and
+# our agent hashes and publishes only what no CI did (the distribution's
+# files, the profiler's binary).
 #
 # Per agent, over the measured SECS (after both attached and the
 # workloads started): CPU (user + system of all its threads,
@@ -110,7 +114,7 @@ for hz in 19 97; do
   S=$!
   for _ in $(seq 200); do curl -sf "http://$HTTP/readyz" > /dev/null && break; sleep 0.1; done
   target/debug/symtrace-upload --server "http://$HTTP" --no-sources "$W/up" "$NODE" \
-    > "$W/upload-$hz.log" 2>&1
+    target/debug/symtrace-server target/release/symtrace-agent > "$W/upload-$hz.log" 2>&1
   publish=(--upload-url "http://$HTTP")
   [ "${SYMTRACE_BENCH_PUBLISH:-on}" = off ] && publish=(--no-upload-binaries)
   target/release/symtrace-agent --server "http://$GRPC" --tenant symtrace --frequency "$hz" \

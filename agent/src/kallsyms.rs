@@ -3,10 +3,15 @@
 //! (`kptr_restrict`, CAP_SYSLOG); when they are hidden, kernel frames stay
 //! unnamed and the agent says so once at start.
 
-/// Text symbols sorted by address.
+/// Text symbols sorted by address, their names in one string (a kernel
+/// has ~120,000: one allocation each cost 7 MB, one string 4 MB).
 pub struct KernelSymbols {
     addrs: Vec<u64>,
-    names: Vec<Box<str>>,
+    /// Every name, one after the other.
+    names: String,
+    /// Where each name ends in `names` (it starts where the one before
+    /// ends).
+    ends: Vec<u32>,
 }
 
 impl KernelSymbols {
@@ -26,10 +31,19 @@ impl KernelSymbols {
             })
             .collect();
         symbols.sort_unstable_by_key(|&(a, _)| a);
-        KernelSymbols {
-            addrs: symbols.iter().map(|&(a, _)| a).collect(),
-            names: symbols.into_iter().map(|(_, n)| n.into()).collect(),
+        let mut names = String::with_capacity(symbols.iter().map(|(_, n)| n.len()).sum());
+        let mut ends = Vec::with_capacity(symbols.len());
+        let mut addrs = Vec::with_capacity(symbols.len());
+        for (addr, name) in symbols {
+            // (Offsets in u32: past 4 GiB of names, the rest go unnamed.)
+            let Ok(end) = u32::try_from(names.len() + name.len()) else {
+                break;
+            };
+            names.push_str(name);
+            ends.push(end);
+            addrs.push(addr);
         }
+        KernelSymbols { addrs, names, ends }
     }
 
     /// Whether the addresses were visible (else every lookup fails).
@@ -47,7 +61,11 @@ impl KernelSymbols {
             .addrs
             .partition_point(|&a| a <= address)
             .checked_sub(1)?;
-        Some(&self.names[i])
+        let start = match i {
+            0 => 0,
+            _ => self.ends[i - 1] as usize,
+        };
+        self.names.get(start..self.ends[i] as usize)
     }
 }
 
