@@ -27,7 +27,9 @@
 # /proc/PID/stat), BPF run time (the run_time_ns of the programs it holds,
 # /proc/PID/fdinfo, with kernel.bpf_stats_enabled on for the run), peak
 # RSS (VmHWM) and locked BPF memory (the memlock of the maps and programs
-# it holds, each map once). Then per workload function, the share of its
+# it holds, each map once), and memory in all: peak RSS + locked BPF
+# memory − the BPF memory mapped into the agent (resident in both). Then
+# per workload function, the share of its
 # samples whose stack holds `main` — the whole chain down to main (for
 # node: node::Start, which node's main tail-calls) — as a count and a
 # share. Compare the counts too: the profiler drops every sample of a
@@ -103,6 +105,13 @@ bpf_locked() {
     END { print s + 0 }'
 }
 hwm_mb() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+# The resident BPF memory an agent maps into itself (ring buffers, maps it
+# writes with stores): counted in its RSS and in its locked BPF memory
+# alike, so "in all" counts it once.
+bpf_mapped_mb() {
+  awk '/^[0-9a-f]+-[0-9a-f]+ / { bpf = ($6 == "anon_inode:bpf-map") }
+    /^Rss:/ && bpf { s += $2 } END { printf "%.1f", s / 1024 }' "/proc/$1/smaps"
+}
 TCK=$(getconf CLK_TCK)
 NCPU=$(nproc)
 
@@ -146,10 +155,10 @@ for hz in 19 97; do
     b=$(( $(bpf_ns "$p") - b0[$p] ))
     name=ours; [ "$p" = "$THEIRS" ] && name=profiler
     awk -v n="$name" -v hz="$hz" -v c="$c" -v b="$b" -v t="$TCK" -v cpus="$NCPU" -v s="$SECS" \
-      -v hwm="$(hwm_mb "$p")" -v locked="$(bpf_locked "$p")" 'BEGIN {
+      -v hwm="$(hwm_mb "$p")" -v locked="$(bpf_locked "$p")" -v mapped="$(bpf_mapped_mb "$p")" 'BEGIN {
         cpu = 100 * c / t / (cpus * s); bpf = 100 * b / 1e9 / (cpus * s)
-        printf "%-8s %2d Hz: CPU %.3f%% + BPF %.3f%% = %.3f%% of the machine | peak RSS %s MB | BPF locked %.1f MB\n",
-               n, hz, cpu, bpf, cpu + bpf, hwm, locked / 1048576 }'
+        printf "%-8s %2d Hz: CPU %.3f%% + BPF %.3f%% = %.3f%% of the machine | peak RSS %s MB | BPF locked %.1f MB | of the RSS, BPF maps %.1f MB | in all %.1f MB\n",
+               n, hz, cpu, bpf, cpu + bpf, hwm, locked / 1048576, mapped, hwm + locked / 1048576 - mapped }'
   done
   kill "${pids[@]}"
   wait "${pids[@]}" 2>/dev/null || true
