@@ -101,6 +101,32 @@ fn position(lines: &[String], what: &str, pred: impl Fn(&str) -> bool) -> usize 
         .unwrap_or_else(|| panic!("no {what} in the trace:\n{}", lines.join("\n")))
 }
 
+/// strace and the server it traces: both killed when dropped, the server
+/// first (killing strace alone leaves its tracee running, detached: the
+/// server outlived the test run).
+struct Traced(std::process::Child);
+
+impl Traced {
+    fn stop(&mut self) {
+        let pid = self.0.id();
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+        for child in children.unwrap_or_default().split_whitespace() {
+            if let Ok(child) = child.parse::<i32>() {
+                // SAFETY: kill has no memory preconditions.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+            }
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 #[test]
 fn acknowledged_writes_are_synced_before_the_answer_is_written() {
     if !have("strace") {
@@ -110,7 +136,7 @@ fn acknowledged_writes_are_synced_before_the_answer_is_written() {
     let data = dir.path().join("data");
     let trace = dir.path().join("strace.log");
     let stderr = dir.path().join("server.log");
-    let mut child = Command::new("strace")
+    let child = Command::new("strace")
         .args(["-f", "-qq", "-y", "-s", "40", "-o"])
         .arg(&trace)
         .args([
@@ -129,6 +155,7 @@ fn acknowledged_writes_are_synced_before_the_answer_is_written() {
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
+    let mut child = Traced(child);
     let deadline = Instant::now() + Duration::from_secs(60);
     let url = loop {
         if let Ok(text) = std::fs::read_to_string(dir.path().join("ready.json")) {
@@ -174,8 +201,7 @@ fn acknowledged_writes_are_synced_before_the_answer_is_written() {
         .send()
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let _ = child.kill();
-    let _ = child.wait();
+    child.stop();
     let lines = syscalls(&trace);
 
     // The upload: the spooled file synced, linked under its hash, the
