@@ -27,10 +27,11 @@ struct SamplesQuery {
     service: Option<String>,
     #[serde(rename = "type")]
     profile_type: Option<String>,
-    /// Unix nanoseconds, inclusive.
-    from: Option<i64>,
-    /// Unix nanoseconds, exclusive.
-    to: Option<i64>,
+    /// Inclusive: Unix nanoseconds, `now` or `now-<n><unit>`, as every
+    /// selecting endpoint takes it (default: all time).
+    from: Option<String>,
+    /// Exclusive: the same forms (default: all time).
+    to: Option<String>,
     /// 32 hex digits: only samples linked to this trace.
     trace_id: Option<String>,
     limit: Option<usize>,
@@ -55,8 +56,14 @@ async fn samples_of(
     tenant: String,
     q: SamplesQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let from = q.from.unwrap_or(0);
-    let to = q.to.unwrap_or(i64::MAX);
+    use symtrace_profiles::selection::{now_ns, parse_time, parse_trace_id};
+    let now = now_ns();
+    let time = |name: &str, text: &Option<String>, default: i64| match text.as_deref() {
+        Some(t) if !t.is_empty() => parse_time(name, t, now).map_err(ApiError::bad_request),
+        _ => Ok(default),
+    };
+    let from = time("from", &q.from, 0)?;
+    let to = time("to", &q.to, i64::MAX)?;
     if from >= to {
         return Err(ApiError::bad_request(format!(
             "from ({from}) must be before to ({to})"
@@ -64,15 +71,7 @@ async fn samples_of(
     }
     let limit = q.limit.unwrap_or(MAX_SAMPLES).min(MAX_SAMPLES);
     let trace = match &q.trace_id {
-        Some(t) => {
-            let bytes = hex::decode(t)
-                .ok()
-                .filter(|b| b.len() == 16)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("trace_id {t:?} is not 32 hex digits"))
-                })?;
-            Some(bytes)
-        }
+        Some(t) => Some(parse_trace_id(t).map_err(ApiError::bad_request)?.to_vec()),
         None => None,
     };
     let segments: Vec<SegmentRef> = match &trace {

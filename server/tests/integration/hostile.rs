@@ -181,6 +181,60 @@ fn stacks_of_ten_and_a_hundred_thousand_frames_are_truncated_and_every_format_an
 }
 
 #[test]
+fn the_samples_listing_takes_the_time_forms_every_query_takes() {
+    let server = Server::start(&Backend::local(), &[]);
+    let tenant = "forms";
+    let hour = 3_600_000_000_000u64;
+    let now = now_ns();
+    // One sample a minute ago, one two hours ago (each its own trace).
+    for (service, t) in [("recent", now - 60_000_000_000), ("old", now - 2 * hour)] {
+        let response = export(&server, tenant, &deep_request(service, 3, t));
+        assert!(response.partial_success.is_none(), "{response:?}");
+    }
+    let services = |query: &str| -> Vec<String> {
+        let (status, body) = get(&server, tenant, &format!("/api/v1/profiles/samples{query}"));
+        assert_eq!(status, 200, "{query}: {body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let mut names: Vec<String> = body["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["service"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    let trace = hex::encode(TRACE);
+    assert_eq!(services(""), ["old", "recent"], "all time by default");
+    assert_eq!(services("?from=now-1h"), ["recent"]);
+    assert_eq!(services("?from=now-1h&to=now"), ["recent"]);
+    assert_eq!(services("?from=now-3h&to=now-1h"), ["old"]);
+    assert_eq!(
+        services(&format!("?from={}&to={}", now - hour, now + 1)),
+        ["recent"],
+        "unix nanoseconds"
+    );
+    assert_eq!(
+        services(&format!("?trace_id={trace}&from=now-1h")),
+        ["recent"]
+    );
+    assert_eq!(services(&format!("?trace_id={trace}")), ["old", "recent"]);
+    // The same errors as the query API's.
+    for (query, says) in [
+        ("?from=yesterday", "now-<n><unit>"),
+        ("?from=now-1h&to=now-2h", "must be before"),
+        ("?trace_id=00000000000000000000000000000000", "all zeros"),
+        ("?trace_id=5b5b", "32 hex digits"),
+    ] {
+        let (status, body) = get(&server, tenant, &format!("/api/v1/profiles/samples{query}"));
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body.contains(says), "{query}: {body}");
+    }
+    alive(&server);
+}
+
+#[test]
 fn exports_over_the_element_limit_are_refused_before_decoding_and_others_are_served() {
     let server = Server::start(&Backend::local(), &["--max-export-elements", "5000"]);
     let small = deep_request("small", 100, now_ns() - 60_000_000_000);
