@@ -232,9 +232,16 @@ impl Binaries {
             return;
         };
         let size = binary.size;
-        // Asked first (in the job, never here): whether the server holds
-        // CI's file of its ID, which names its frames without a hash.
-        let probe = self.offers.as_ref().and_then(|o| o.probe());
+        // A large file is asked about first (in the job, never here):
+        // whether the server holds CI's file of its ID, which names its
+        // frames without a hash. A small one is hashed at once: its hash
+        // costs less than the wait, during which its mappings are sent
+        // without a hash (the export waits for one only briefly).
+        let small = size <= SMALL_HASH_BYTES;
+        let probe = match small {
+            true => None,
+            false => self.offers.as_ref().and_then(|o| o.probe()),
+        };
         let id = binary.build_id.clone().map(|id| (id, false));
         let id = id.or_else(|| binary.htlhash.clone().map(|h| (h, true)));
         let symbols = binary.symbols;
@@ -249,7 +256,6 @@ impl Binaries {
         let counters = self.hashed.clone();
         // A small file's hash goes ahead of the large ones queued (a
         // library's hash never waits for a 300 MB binary's).
-        let small = size <= SMALL_HASH_BYTES;
         let about = About { pid, dev: map.dev };
         let ticket = self
             .pool
