@@ -102,16 +102,21 @@ pub fn validate(item: &WantedItem) -> Result<(), String> {
     }
 }
 
+/// What a (validated) claim's `build_id` is.
+fn id_kind(item: &WantedItem) -> BuildIdKind {
+    match item.id_kind.as_deref() {
+        Some("htlhash") => BuildIdKind::Htlhash,
+        _ => BuildIdKind::Gnu,
+    }
+}
+
 /// Whether a CI or upstream file of the (validated) probe's ID, of its
 /// quality or better, is stored: what names the frames of every file of
 /// that ID, whatever its content, so the agent asking needs no content
 /// hash of its own file (ADR 0003). Files of agents do not count: they
 /// name only mappings of their own content.
 pub async fn vouched(store: &SymbolStore, item: &WantedItem) -> crate::store::Result<bool> {
-    let kind = match item.id_kind.as_deref() {
-        Some("htlhash") => BuildIdKind::Htlhash,
-        _ => BuildIdKind::Gnu,
-    };
+    let kind = id_kind(item);
     let Some(key) = key_of(store, kind, &item.build_id, None).await? else {
         return Ok(false);
     };
@@ -132,10 +137,7 @@ pub async fn claim(
     item: &WantedItem,
     caller: &str,
 ) -> ApiResult<Option<String>> {
-    let kind = match item.id_kind.as_deref() {
-        Some("htlhash") => BuildIdKind::Htlhash,
-        _ => BuildIdKind::Gnu,
-    };
+    let kind = id_kind(item);
     let content = item.content_sha256.as_deref();
     let key = match key_of(store, kind, &item.build_id, content).await? {
         Some(key) => key.to_string(),

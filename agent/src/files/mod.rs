@@ -238,9 +238,10 @@ impl Binaries {
         // costs less than the wait, during which its mappings are sent
         // without a hash (the export waits for one only briefly).
         let small = size <= SMALL_HASH_BYTES;
-        let probe = match small {
-            true => None,
-            false => self.offers.as_ref().and_then(|o| o.probe()),
+        let probe = if small {
+            None
+        } else {
+            self.offers.as_ref().and_then(|o| o.probe())
         };
         let id = binary.build_id.clone().map(|id| (id, false));
         let id = id.or_else(|| binary.htlhash.clone().map(|h| (h, true)));
@@ -601,19 +602,15 @@ fn apply_hash(entry: &mut Entry, hash: Result<Content, JobError>) {
     let State::Ready(b) = &mut entry.state else {
         return;
     };
-    match hash {
-        Ok(Content::Hashed(sha)) => {
-            let mut with = Binary::clone(b);
-            with.content_sha256 = Some(sha);
-            *b = Arc::new(with);
-        }
-        Ok(Content::Vouched) => {
-            let mut with = Binary::clone(b);
-            with.vouched = true;
-            *b = Arc::new(with);
-        }
-        Ok(Content::Unknown) | Err(_) => {}
-    }
+    let (content_sha256, vouched) = match hash {
+        Ok(Content::Hashed(sha)) => (Some(sha), false),
+        Ok(Content::Vouched) => (None, true),
+        Ok(Content::Unknown) | Err(_) => return,
+    };
+    let mut with = Binary::clone(b);
+    with.content_sha256 = content_sha256;
+    with.vouched = vouched;
+    *b = Arc::new(with);
 }
 
 /// Reads the facts of a file the operator named by its path (not a

@@ -94,7 +94,6 @@ impl Probe {
     /// drive the request while a job's thread waits).
     pub fn new(options: Options, runtime: tokio::runtime::Handle) -> Option<Self> {
         let client = reqwest::Client::builder()
-            .timeout(PROBE_TIMEOUT)
             .build()
             .map_err(|e| tracing::warn!(error = %e, "no HTTP client: every file is hashed"))
             .ok()?;
@@ -109,17 +108,20 @@ impl Probe {
     /// blocks, so only from a job's thread (never the sampler's, never one
     /// of the runtime's); `false` when it cannot say.
     pub fn vouched(&self, id: &str, htlhash: bool, symbols: Quality) -> bool {
-        let ask = send::probe(&self.client, &self.options, id, htlhash, symbols.rank());
-        match self
-            .runtime
-            .block_on(async { tokio::time::timeout(PROBE_TIMEOUT, ask).await })
-        {
-            Ok(Ok(vouched)) => vouched,
-            Ok(Err(e)) => {
+        let ask = send::probe(
+            &self.client,
+            &self.options,
+            id,
+            htlhash,
+            symbols.rank(),
+            PROBE_TIMEOUT,
+        );
+        match self.runtime.block_on(ask) {
+            Ok(vouched) => vouched,
+            Err(e) => {
                 tracing::debug!(id, error = %e, "probe failed: the file is hashed");
                 false
             }
-            Err(_) => false,
         }
     }
 }

@@ -93,22 +93,7 @@ pub async fn claim(
     if let Some(sha) = &offer.content_sha256 {
         item["content_sha256"] = json!(sha);
     }
-    let resp = request(
-        client,
-        options,
-        reqwest::Method::POST,
-        "/api/v1/debuginfo/missing",
-    )
-    .timeout(Duration::from_secs(30))
-    .json(&json!({ "items": [item] }))
-    .send()
-    .await
-    .map_err(|e| e.to_string())?;
-    let status = resp.status();
-    let body: Value = resp.json().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("{status}: {body}"));
-    }
+    let body = ask_missing(client, options, item, Duration::from_secs(30)).await?;
     let key = body["missing"]
         .as_array()
         .and_then(|m| m.iter().find(|i| i["index"] == 0))
@@ -129,6 +114,7 @@ pub async fn probe(
     id: &str,
     htlhash: bool,
     quality: i32,
+    timeout: Duration,
 ) -> Result<bool, String> {
     let item = json!({
         "build_id": id,
@@ -138,12 +124,28 @@ pub async fn probe(
         "claim": options.holder,
         "probe": true,
     });
+    let body = ask_missing(client, options, item, timeout).await?;
+    let missing = body["missing"]
+        .as_array()
+        .ok_or_else(|| format!("no `missing` list: {body}"))?;
+    Ok(!missing.iter().any(|i| i["index"] == 0))
+}
+
+/// Sends one `item` to `POST /api/v1/debuginfo/missing` within `timeout`:
+/// the server's answer, or what went wrong.
+async fn ask_missing(
+    client: &reqwest::Client,
+    options: &Options,
+    item: Value,
+    timeout: Duration,
+) -> Result<Value, String> {
     let resp = request(
         client,
         options,
         reqwest::Method::POST,
         "/api/v1/debuginfo/missing",
     )
+    .timeout(timeout)
     .json(&json!({ "items": [item] }))
     .send()
     .await
@@ -153,10 +155,7 @@ pub async fn probe(
     if !status.is_success() {
         return Err(format!("{status}: {body}"));
     }
-    let missing = body["missing"]
-        .as_array()
-        .ok_or_else(|| format!("no `missing` list: {body}"))?;
-    Ok(!missing.iter().any(|i| i["index"] == 0))
+    Ok(body)
 }
 
 type Pieces = futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
