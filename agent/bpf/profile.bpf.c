@@ -481,10 +481,14 @@ int on_dl_change(struct pt_regs *ctx)
 	 * once per read of its maps, not once per call. */
 	if (!state || *state == 2)
 		return 0;
-	__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, sizeof(*pid), 0);
+	/* {pid | DL_CHANGE_BIT, 0, CLOCK_MONOTONIC ns}: when ld.so reported
+	 * the change, so the agent can tell how late it found the library. */
+	__u32 *pid = bpf_ringbuf_reserve(&exec_wakeups, 16, 0);
 	if (pid) {
 		*state = 2;
-		*pid = tgid | DL_CHANGE_BIT;
+		pid[0] = tgid | DL_CHANGE_BIT;
+		pid[1] = 0;
+		*(__u64 *)&pid[2] = bpf_ktime_get_ns();
 		bpf_ringbuf_submit(pid, BPF_RB_FORCE_WAKEUP);
 	}
 	return 0;

@@ -404,6 +404,15 @@ impl Batch {
         }
     }
 
+    /// Whether a file mapping of the batch is still without its content
+    /// hash while `under_way` says it is being computed.
+    pub fn awaits_contents(&self, mut under_way: impl FnMut((u64, u64)) -> bool) -> bool {
+        self.mappings
+            .index
+            .keys()
+            .any(|m| m.content_sha256.is_none() && m.file != (0, 0) && under_way(m.file))
+    }
+
     /// Gives the file mappings sampled before their file's content hash
     /// was known the hash `content_of` knows now (by the file's device and
     /// inode, never by path or build-ID: another file may have those), so

@@ -499,6 +499,15 @@ fn hashes_known_later_go_to_the_mappings_of_that_very_file() {
         };
         add_one(&mut batch, &p, t, &[frame]);
     }
+    // Held while a file's hash is under way, by that file's identity;
+    // never for what is no file.
+    let mut asked = Vec::new();
+    assert!(batch.awaits_contents(|file| {
+        asked.push(file);
+        file == (8, 200)
+    }));
+    assert!(!asked.contains(&(0, 0)), "{asked:?}");
+    assert!(!batch.awaits_contents(|file| file == (8, 300)));
     let mut asked = Vec::new();
     batch.settle_contents(|file| {
         asked.push(file);

@@ -31,6 +31,11 @@ const POLL: Duration = Duration::from_millis(50);
 const DRAIN_SLICE: Duration = Duration::from_millis(20);
 /// How often online CPUs are compared with the ones sampled.
 const CPU_SYNC: Duration = Duration::from_secs(5);
+/// How long past its interval a batch is held while a file it samples is
+/// being hashed: a mapping sent without its content hash names nothing an
+/// agent published, so those samples wait for it (a hash of a large file
+/// on a loaded host takes seconds; past this they go without).
+const HASH_HOLD: Duration = Duration::from_secs(5);
 
 pub struct Collector {
     pub sampler: Sampler,
@@ -191,8 +196,8 @@ impl Collector {
                     procs.unwind_now(pid);
                 }
                 let sampler = &mut self.sampler;
-                for &pid in &wakeups.link_maps {
-                    procs.link_map_changed(pid, || sampler.rearm_link_map(pid));
+                for &(pid, at) in &wakeups.link_maps {
+                    procs.link_map_changed(pid, at, || sampler.rearm_link_map(pid));
                 }
                 procs.due_link_maps(|pid| sampler.rearm_link_map(pid));
                 procs.settle_thread_ctxs();
@@ -375,7 +380,10 @@ impl Collector {
                     tracing::warn!("following CPU hotplug: {e:#}");
                 }
             }
-            if now >= next_flush {
+            if now >= next_flush
+                && !(now < next_flush + HASH_HOLD
+                    && batch.awaits_contents(|file| procs.hash_under_way(file)))
+            {
                 next_flush = now + self.interval;
                 let end = unix_now_ns();
                 add_memory(&mut batch, &mut mem, end);
@@ -400,6 +408,7 @@ impl Collector {
         self.pool.close();
         let end = unix_now_ns();
         add_memory(&mut batch, &mut mem, end);
+        batch.settle_contents(|file| procs.content_of(file));
         self.flush(batch, end);
         self.queue.close();
         let totals = Totals {
@@ -453,6 +462,7 @@ impl Collector {
             cfi: procs.cfi_stats(),
             tables: procs.table_stats(),
             contained: procs.contained(),
+            ctx_after_load: procs.ctx_after_load(),
             jobs: self.pool.stats(),
             waits_cut: procs.waits_cut(),
             bpf_measured: self.sampler.measures_run_time(),

@@ -171,8 +171,9 @@ impl CtxOffsets<'_> {
 pub struct Wakeups {
     /// Processes that exec'd (only when memory profiling is on).
     pub execs: Vec<u32>,
-    /// Processes whose link map changed (a dlopen or dlclose), once each.
-    pub link_maps: Vec<u32>,
+    /// Processes whose link map changed (a dlopen or dlclose), once each,
+    /// with when (CLOCK_MONOTONIC ns) the first change was reported.
+    pub link_maps: Vec<(u32, u64)>,
     /// Processes whose stack walk found no unwind ranges (new to the
     /// agent, or exec'd), once each until they exec or exit.
     pub unwind_misses: Vec<u32>,
@@ -481,12 +482,17 @@ impl Sampler {
         unsafe { libc::poll(&mut pfd, 1, ms) };
         let mut wakeups = Wakeups::default();
         while let Some(item) = self.exec_wakeups.next() {
-            if let Ok(b) = <[u8; 4]>::try_from(&item[..]) {
+            // 4 bytes (a pid), or 16 for a link-map change (its time too).
+            if let Some(b) = item.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()) {
                 let pid = u32::from_ne_bytes(b);
                 if pid & record::DL_CHANGE_BIT as u32 != 0 {
                     let pid = pid & !(record::DL_CHANGE_BIT as u32);
-                    if !wakeups.link_maps.contains(&pid) {
-                        wakeups.link_maps.push(pid);
+                    let at = item
+                        .get(8..16)
+                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                        .map_or(0, u64::from_ne_bytes);
+                    if !wakeups.link_maps.iter().any(|&(p, _)| p == pid) {
+                        wakeups.link_maps.push((pid, at));
                     }
                 } else if pid & record::UNWIND_MISS_BIT as u32 != 0 {
                     wakeups

@@ -65,6 +65,8 @@ pub struct Gauges {
     pub uploads: Option<crate::upload::Snapshot>,
     /// What budgets and bounds refused, by cause.
     pub contained: Contained,
+    /// [`crate::process::Processes::ctx_after_load`].
+    pub ctx_after_load: (u64, u64),
     /// What the jobs did (panics and hangs contained in them).
     pub jobs: JobStats,
     /// Waits of the sampler thread for jobs cut short by its budget.
@@ -81,7 +83,8 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
     let d = &g.delivery;
     format!(
         "stats: {cpus} CPUs at {hz} Hz | samples {rate:.1}/s, lost {lost} (total {lost_total}), \
-         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad} | \
+         kernel-thread samples skipped {kt}, exec/exit events lost {ev}, malformed records {malformed}, trace contexts read {ctx}, unreadable {bad}, \
+         publishers found after their library's load {ctx_loads} (slowest {ctx_late_ms:.1} ms) | \
          off-CPU waits {off_total} ({off:.1}/s), lost {off_lost}, no storage for the start {off_full}, open {waiting}, given up {waits_dropped}, unmatched {unmatched}, preempted switches {preempted} | processes {procs} ({vanished} gone before read), binaries {bins}, files skipped {skipped} ({skips}), \
          content hashes {hashed} ({hashed_mib:.1} MiB, {hashed_ms:.1} ms CPU), not needed {vouched} ({vouched_mib:.1} MiB: CI's) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
@@ -107,6 +110,8 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         ev = now.counters.events_lost,
         ctx = now.counters.ctx_read,
         bad = now.counters.ctx_unreadable,
+        ctx_loads = g.ctx_after_load.0,
+        ctx_late_ms = g.ctx_after_load.1 as f64 / 1e6,
         off = (now.counters.off_cpu - before.counters.off_cpu) as f64 / wall,
         off_total = now.counters.off_cpu,
         off_lost = now.counters.off_cpu_lost,
@@ -511,6 +516,7 @@ mod tests {
                 over_budget: 3,
                 ..Default::default()
             },
+            ctx_after_load: (2, 12_500_000),
             jobs: JobStats::default(),
             waits_cut: 0,
         };
@@ -575,6 +581,10 @@ mod tests {
         assert!(text.contains("CFI cache 2 files 4 KiB"), "{text}");
         assert!(
             text.contains("content hashes 2 (3.0 MiB, 2.0 ms CPU)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("publishers found after their library's load 2 (slowest 12.5 ms)"),
             "{text}"
         );
         assert!(

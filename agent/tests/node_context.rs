@@ -279,14 +279,33 @@ fn an_addon_loaded_after_the_agent_started_is_read_from_its_first_sample() {
     let truth = samples_with(&all, "lazyTask");
     let stacks = span_stacks(&server, &lazy, "lazyTask", truth);
     let hits = samples_with(&stacks, "lazyTask");
-    // Every sample, but one: the hook's wakeup and the first sample race
-    // by a few milliseconds at most.
+    // Every sample from the moment the agent set the library's context
+    // location in the BPF map on: it says how long after ld.so's report
+    // that was (the span is entered right after the load), and the
+    // samples of that while may go without the span — one, as a rule, on
+    // an idle machine.
+    let stats = agent.last_line("stats:").unwrap_or_default();
+    let (found, late_ms) = found_after_load(&stats);
+    let excused = 1 + (late_ms * 97.0 / 1000.0).ceil() as u64;
+    eprintln!("{hits} of {truth} on the span; location set {late_ms:.1} ms after the load");
     assert!(
-        truth as f64 >= due * 0.5 && hits + 1 >= truth,
-        "{hits} of {truth} lazyTask samples on the span ({due:.0} due):\n{}\n{}",
+        found >= 1 && truth as f64 >= due * 0.5 && hits + excused >= truth && hits * 2 >= truth,
+        "{hits} of {truth} lazyTask samples on the span ({due:.0} due; the agent set the \
+         location {late_ms:.1} ms after the load: {excused} excused):\n{}\n{stats}",
         summary(&stacks),
-        agent.last_line("stats:").unwrap_or_default()
     );
     assert!(!agent.stderr().contains("ERROR"), "{}", agent.stderr());
     assert!(agent.stop().success());
+}
+
+/// (publishers found after their library's load, the slowest in ms) from
+/// the agent's stats line.
+fn found_after_load(stats: &str) -> (u64, f64) {
+    let tail = stats
+        .split("publishers found after their library's load ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no publisher count in {stats}"));
+    let (count, rest) = tail.split_once(" (slowest ").unwrap();
+    let ms = rest.split_once(" ms)").unwrap().0;
+    (count.parse().unwrap(), ms.parse().unwrap())
 }

@@ -210,6 +210,14 @@ impl Binaries {
         with_hash(entry)?.content_sha256.clone()
     }
 
+    /// Whether the content hash of file `key` is being computed (its
+    /// mappings are better held than sent without it).
+    pub fn hash_under_way(&self, key: (u64, u64)) -> bool {
+        self.by_file
+            .get(&key)
+            .is_some_and(|e| matches!(&e.hashing, Hashing::Computing(t) if !t.is_done()))
+    }
+
     /// Whether the content hash of the file of `map` is wanted and not
     /// known yet (a mapping made now would go without it).
     pub fn hash_pending(&self, map: &MapEntry) -> bool {

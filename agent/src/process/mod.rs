@@ -93,6 +93,9 @@ pub(crate) struct Process {
     /// Its link-map changes handled now, or later.
     link_map: Bucket,
     link_map_due: bool,
+    /// When (CLOCK_MONOTONIC ns) the earliest link-map change not yet
+    /// followed by a settled context location was reported.
+    link_map_since: Option<u64>,
     /// Its ranges for the BPF walk's unwind tables.
     unwind: unwinding::ProcUnwind,
 }
@@ -115,6 +118,9 @@ pub(crate) struct Context {
     /// Trace-context locations to hand to the BPF program: `Some` for a
     /// process that publishes thread contexts, `None` for one that is gone.
     pub(crate) tls_changes: Vec<(u32, Option<ThreadCtxLoc>)>,
+    /// Context locations found after a library load: how many, and the
+    /// longest time (ns) from ld.so's report to the location being set.
+    pub(crate) ctx_after_load: (u64, u64),
     /// Processes whose link-map change found a file still being read, and
     /// since when ([`Processes::settle_thread_ctxs`]).
     pub(crate) unsure_after_link_map: Vec<(u32, Instant)>,
@@ -171,6 +177,7 @@ impl Processes {
                 }),
                 vanished: 0,
                 tls_changes: Vec::new(),
+                ctx_after_load: (0, 0),
                 unsure_after_link_map: Vec::new(),
                 unwind_due: Vec::new(),
                 loaders: Loaders::default(),
@@ -243,6 +250,14 @@ impl Processes {
         self.ctx.contained
     }
 
+    /// Context locations found after a library load: how many, and the
+    /// longest from ld.so's report to the BPF program reading the
+    /// library's contexts (ns): a span a thread enters sooner after
+    /// loading its publisher is read from its samples only from then on.
+    pub fn ctx_after_load(&self) -> (u64, u64) {
+        self.ctx.ctx_after_load
+    }
+
     /// Waits of the sampler thread cut short by its waiting budgets.
     pub fn waits_cut(&self) -> u64 {
         self.ctx.waiting.cut + self.ctx.identity_waiting.cut
@@ -304,7 +319,7 @@ impl Processes {
     /// its next change wakes the agent again, even one (`dlopen` reports
     /// twice: before and after mapping) that comes while this read runs.
     /// A deferred change is read (and rearmed) by [`Self::due_link_maps`].
-    pub fn link_map_changed(&mut self, pid: u32, rearm: impl FnOnce()) {
+    pub fn link_map_changed(&mut self, pid: u32, at_ns: u64, rearm: impl FnOnce()) {
         let now = Instant::now();
         let Some(process) = self.by_pid.get_mut(&pid) else {
             // Not sampled yet (every process start calls the hook): read on
@@ -312,6 +327,7 @@ impl Processes {
             rearm();
             return;
         };
+        process.link_map_since.get_or_insert(at_ns);
         if process.link_map_due {
             return; // one read serves every change until then
         }
@@ -598,6 +614,11 @@ impl Processes {
         binaries.content_of(file, waiting)
     }
 
+    /// Whether the content hash of file `file` is being computed.
+    pub fn hash_under_way(&self, file: (u64, u64)) -> bool {
+        self.ctx.binaries.hash_under_way(file)
+    }
+
     /// A record of process `pid` could not be handled (its handling
     /// panicked): what the agent held of it goes, and it is read anew.
     pub fn quarantine(&mut self, pid: u32) {
@@ -681,6 +702,7 @@ impl Context {
             work: Bucket::of_time(self.work_budget.0, self.work_budget.1, now),
             link_map: Bucket::new(budget::LINK_MAP_RATE, budget::LINK_MAP_BURST, now),
             link_map_due: false,
+            link_map_since: None,
             unwind: Default::default(),
         };
         let (location, complete) = self.thread_ctx_location(pid, &process);
@@ -715,6 +737,19 @@ impl Context {
         complete: bool,
     ) {
         process.thread_ctx_unsure = !complete;
+        let since = if complete || location.is_some() {
+            process.link_map_since.take()
+        } else {
+            None
+        };
+        if let (Some(since), Some(_)) = (since, location.filter(|l| Some(*l) != process.thread_ctx))
+        {
+            // A library loaded now publishes contexts: its threads' spans
+            // are read from now on, this long after ld.so reported it.
+            let late = crate::record::monotonic_ns().saturating_sub(since);
+            self.ctx_after_load.0 += 1;
+            self.ctx_after_load.1 = self.ctx_after_load.1.max(late);
+        }
         if location != process.thread_ctx {
             // A library loaded now publishes contexts, or the one that did
             // was unloaded (dlclose): its GOT entry is no longer read.
