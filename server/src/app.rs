@@ -58,8 +58,8 @@ pub fn router(state: SharedState) -> Router {
 }
 
 async fn ready(State(state): State<SharedState>) -> impl IntoResponse {
-    let db = state.store.meta.ping().await;
-    let blobs = state.store.blobs.ping().await;
+    let health = state.store.health().await;
+    let (db, blobs) = (health.database, health.objects);
     let body = json!({
         "database": db.as_ref().map(|_| "ok".to_owned()).unwrap_or_else(|e| e.to_string()),
         "objects": blobs.as_ref().map(|_| "ok".to_owned()).unwrap_or_else(|e| e.to_string()),

@@ -9,9 +9,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 
-use crate::error::ApiError;
 use tokens::{parse_entry, parse_file, Token};
 
 /// What a request wants to do, and what a token may do.
@@ -212,7 +211,7 @@ impl Auth {
         headers: &HeaderMap,
         peer: SocketAddr,
         scope: Scope,
-    ) -> Result<Tenants, ApiError> {
+    ) -> Result<Tenants, AuthError> {
         self.caller(headers, peer, scope).map(|c| c.tenants)
     }
 
@@ -223,7 +222,7 @@ impl Auth {
         headers: &HeaderMap,
         peer: SocketAddr,
         scope: Scope,
-    ) -> Result<Caller, ApiError> {
+    ) -> Result<Caller, AuthError> {
         let tokens = self.tokens();
         let counts = |s: Scope| tokens.iter().filter(|t| t.scope == s).count();
         let (read, upload, admin, agent) = (
@@ -264,9 +263,7 @@ impl Auth {
                 Scope::Admin => ("deletes", "SYMTRACE_ADMIN_TOKENS"),
                 _ => ("uploads", "SYMTRACE_UPLOAD_TOKENS"),
             };
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
+            return Err(AuthError::Forbidden(
                 match (open, self.trust.loopback_writes) {
                     (true, true) => format!("with no token configured this server accepts {what} only from direct loopback clients (no proxy headers, a loopback Host); set {var}"),
                     (true, false) => format!("{what} need a token from {var} (loopback trust is off)"),
@@ -275,10 +272,8 @@ impl Auth {
             ));
         }
         let Some(presented) = bearer(headers) else {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "this request needs an `Authorization: Bearer <token>` header",
+            return Err(AuthError::Unauthenticated(
+                "this request needs an `Authorization: Bearer <token>` header".into(),
             ));
         };
         // Every token is compared, so the time taken does not say which
@@ -298,11 +293,43 @@ impl Auth {
                 scope: Some(token.scope),
                 id: token_id(presented),
             }),
-            None => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
+            None => Err(AuthError::Forbidden(
                 format!("the bearer token is not valid for {scope:?} requests").to_lowercase(),
             )),
+        }
+    }
+}
+
+/// Why a request may not act: mapped to HTTP (`crate::error`) and to
+/// gRPC (`crate::ingest::grpc`) in one place each.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No credentials where they are needed (401, UNAUTHENTICATED).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Credentials that do not allow this (403, PERMISSION_DENIED).
+    #[error("{0}")]
+    Forbidden(String),
+    /// A tenant named wrongly, or not named where it must be (400,
+    /// INVALID_ARGUMENT).
+    #[error("{0}")]
+    BadTenant(String),
+}
+
+impl AuthError {
+    /// Its HTTP status.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Unauthenticated(_) => 401,
+            Self::Forbidden(_) => 403,
+            Self::BadTenant(_) => 400,
+        }
+    }
+
+    /// What it says.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Unauthenticated(m) | Self::Forbidden(m) | Self::BadTenant(m) => m,
         }
     }
 }
@@ -421,7 +448,7 @@ mod tests {
         assert_eq!(
             open.check(&headers(None), remote, Scope::Upload)
                 .unwrap_err()
-                .status,
+                .status(),
             403
         );
 
@@ -430,7 +457,7 @@ mod tests {
         assert_eq!(
             open.check(&proxied, local, Scope::Upload)
                 .unwrap_err()
-                .status,
+                .status(),
             403
         );
         // Upload tokens but no admin token: deletes are refused, even locally.
@@ -439,14 +466,14 @@ mod tests {
             no_admin
                 .check(&headers(None), local, Scope::Admin)
                 .unwrap_err()
-                .status,
+                .status(),
             403
         );
         assert_eq!(
             no_admin
                 .check(&headers(Some("up")), local, Scope::Admin)
                 .unwrap_err()
-                .status,
+                .status(),
             403
         );
 
@@ -454,13 +481,13 @@ mod tests {
         assert_eq!(
             auth.check(&headers(None), local, Scope::Upload)
                 .unwrap_err()
-                .status,
+                .status(),
             401
         );
         assert_eq!(
             auth.check(&headers(Some("nope")), local, Scope::Upload)
                 .unwrap_err()
-                .status,
+                .status(),
             403
         );
         assert!(auth
@@ -472,7 +499,7 @@ mod tests {
         assert_eq!(
             auth.check(&headers(Some("up")), remote, Scope::Admin)
                 .unwrap_err()
-                .status,
+                .status(),
             403
         );
         assert!(auth
@@ -517,8 +544,8 @@ mod tests {
         // DNS rebinding: a browser on this host asked for another name.
         h.insert(header::HOST, "attacker.example".parse().unwrap());
         let e = open.check(&h, local, Scope::Upload).unwrap_err();
-        assert_eq!(e.status, 403);
-        assert!(e.message.contains("loopback Host"), "{}", e.message);
+        assert_eq!(e.status(), 403);
+        assert!(e.message().contains("loopback Host"), "{}", e.message());
         let off = Auth::new(
             vec![],
             vec![],
@@ -531,7 +558,11 @@ mod tests {
         )
         .unwrap();
         let e = off.check(&headers(None), local, Scope::Upload).unwrap_err();
-        assert!(e.message.contains("loopback trust is off"), "{}", e.message);
+        assert!(
+            e.message().contains("loopback trust is off"),
+            "{}",
+            e.message()
+        );
         for host in [
             "localhost",
             "127.0.0.1:80",

@@ -158,8 +158,7 @@ async fn source(
         return Err(ApiError::bad_request("source path contains a NUL byte"));
     }
     let path = symtrace_elf::canonical_path(&format!("/{path}"));
-    let meta = &state.store.meta;
-    let mut found = meta.source(build_id.as_str(), &path).await?;
+    let mut found = state.store.source(build_id.as_str(), &path).await?;
     // Another tenant's source is not there for this reader (and is not
     // fetched from upstream in its place).
     if let Some(theirs) = found.as_ref().filter(|s| !tenants.sees(&s.owner)) {
@@ -178,7 +177,8 @@ async fn source(
             {
                 // Another tenant's upload may have landed meanwhile (the
                 // fetch then finds it stored): it is not this reader's.
-                found = meta
+                found = state
+                    .store
                     .source(build_id.as_str(), &path)
                     .await?
                     .filter(|s| tenants.sees(&s.owner));
@@ -288,7 +288,7 @@ async fn metadata(
     };
     let mut seen = std::collections::BTreeSet::new();
     let mut results: Vec<Value> = Vec::new();
-    let rows = state.store.meta.find_files(&query, LIMIT).await?;
+    let rows = state.store.find_files(&query, LIMIT).await?;
     // Capped: say so rather than claim the answer is complete.
     let mut complete = (rows.len() as i64) < LIMIT;
     for a in rows {

@@ -144,3 +144,73 @@ mod tests {
         );
     }
 }
+
+// The engine's errors, each mapped to HTTP here (and to gRPC where the
+// gRPC edge meets them).
+
+impl From<crate::query::QueryError> for ApiError {
+    fn from(e: crate::query::QueryError) -> Self {
+        match e {
+            crate::query::QueryError::BadRequest(_) | crate::query::QueryError::TooLarge { .. } => {
+                Self::bad_request(e.to_string())
+            }
+            crate::query::QueryError::Timeout(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", e.to_string())
+            }
+            crate::query::QueryError::Internal(_) | crate::query::QueryError::Retry => {
+                Self::internal(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<crate::federation::FindError> for ApiError {
+    fn from(e: crate::federation::FindError) -> Self {
+        match e {
+            crate::federation::FindError::Store(e) => e.into(),
+            crate::federation::FindError::Busy(e) => e.into(),
+        }
+    }
+}
+
+impl From<crate::limits::Busy> for ApiError {
+    fn from(e: crate::limits::Busy) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", e.to_string())
+    }
+}
+
+impl From<crate::auth::AuthError> for ApiError {
+    fn from(e: crate::auth::AuthError) -> Self {
+        use crate::auth::AuthError;
+        let status = StatusCode::from_u16(e.status()).expect("a valid status");
+        let code = match e {
+            AuthError::Unauthenticated(_) => "unauthorized",
+            AuthError::Forbidden(_) => "forbidden",
+            AuthError::BadTenant(_) => "bad_request",
+        };
+        Self::new(status, code, e.message())
+    }
+}
+
+impl From<crate::claims::ClaimError> for ApiError {
+    fn from(e: crate::claims::ClaimError) -> Self {
+        match e {
+            crate::claims::ClaimError::InvalidBuildId => Self::bad_request(e.to_string()),
+            crate::claims::ClaimError::Store(e) => e.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod engine_tests {
+    use super::*;
+
+    #[test]
+    fn busy_is_503() {
+        let slots = crate::limits::Slots::new("queries", "SYMTRACE_MAX_CONCURRENT_QUERIES", 1);
+        let _held = slots.take().unwrap();
+        let e: ApiError = slots.take().unwrap_err().into();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.code, "busy");
+    }
+}

@@ -1,31 +1,31 @@
-//! symtrace-server as a library: every module of the server; `main.rs`
-//! only parses the command line and calls [`run`] (or the `symbolize`
-//! command).
+//! symtrace-server as a library: the HTTP and gRPC edge over the engine
+//! (`symtrace-service`); `main.rs` only parses the command line and calls
+//! [`run`] (or the `symbolize` command).
+//!
+//! The engine's modules are used here under their own names
+//! (`crate::store`, `crate::query`, …); the modules of this crate parse
+//! requests into engine calls and map the engine's answers and errors to
+//! HTTP (`error`) or gRPC.
 
 mod app;
 mod auth;
-mod claims;
 pub mod config;
-mod cpu;
 mod debuginfod;
 mod error;
-mod federation;
 mod ingest;
-mod limits;
 mod listen;
-mod lru;
 mod metrics;
 mod profiles;
 mod query;
 mod quota;
 mod run;
 mod serve;
-mod store;
 mod symbolize;
 mod tenant;
 mod ui;
 mod upload;
-mod zerocopy;
+
+use symtrace_service::{claims, federation, limits, store, zerocopy};
 
 pub use run::{init_tracing, run};
 pub use symbolize::cli::run as symbolize_command;

@@ -73,7 +73,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!(auth = %auth.describe());
 
-    let concurrency = limits::Concurrency::from_config(&config);
+    let concurrency = limits::Concurrency::new(
+        config.max_concurrent_queries,
+        config.max_concurrent_symbolize,
+        config.max_concurrent_exports,
+        config.max_concurrent_fetches,
+    );
     let upstreams = config.upstreams();
     let federation = if upstreams.is_empty() {
         None
@@ -117,7 +122,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         symbolizer: symbolizer.clone(),
         profiles: profiles.clone(),
         engine: query::Engine::new(
-            store.meta.clone(),
+            &store,
             profiles.clone(),
             symbolizer.clone(),
             config.segment_cache_bytes,
@@ -142,7 +147,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         auth,
         federation,
     });
-    profiles::compact::spawn(state.profiles.clone(), &config);
+    profiles::compact::spawn(
+        state.profiles.clone(),
+        compaction_settings(&config),
+        (config.compaction_interval_secs > 0)
+            .then(|| Duration::from_secs(config.compaction_interval_secs)),
+        Duration::from_secs(config.retention_interval_secs.max(1)),
+    );
     if config.tokens_file.is_some() {
         spawn_token_reloads(state.clone());
     }
@@ -273,4 +284,16 @@ fn check_public_reads(config: &Config, auth: &Auth) -> anyhow::Result<()> {
         "refusing to serve reads without tokens on {}: configure read tokens (SYMTRACE_READ_TOKENS or SYMTRACE_TOKENS_FILE), or set SYMTRACE_PUBLIC_READS=true for a public symbol server",
         config.http_addr
     )
+}
+
+/// What compaction and retention do, from the flags.
+fn compaction_settings(config: &Config) -> profiles::compact::Settings {
+    profiles::compact::Settings {
+        window_ns: (config.compaction_window_secs.max(1) as i64).saturating_mul(1_000_000_000),
+        delay_ns: (config.compaction_delay_secs as i64).saturating_mul(1_000_000_000),
+        retention_ns: (config.profile_retention_hours > 0)
+            .then(|| (config.profile_retention_hours as i64).saturating_mul(3_600_000_000_000)),
+        export_key_ttl_ms: profiles::compact::EXPORT_KEY_TTL_MS,
+        job_bytes: i64::try_from(config.compaction_job_bytes.max(1)).unwrap_or(i64::MAX),
+    }
 }

@@ -113,7 +113,7 @@ pub async fn send(
         return Ok((status, headers, Body::empty()).into_response());
     }
     let from = file.offset + start;
-    let body = match store.blobs.get(file.sha256, Some(from..from + len)).await? {
+    let body = match store.blob(file.sha256, Some(from..from + len)).await? {
         BlobBody::Bytes(bytes) => Body::from(bytes),
         BlobBody::Stream(stream) => Body::from_stream(stream),
     };

@@ -9,10 +9,8 @@ use std::net::SocketAddr;
 
 use axum::http::HeaderMap;
 
-use axum::http::StatusCode;
-
+use crate::auth::AuthError;
 use crate::auth::{Auth, Scope, Tenants};
-use crate::error::ApiError;
 
 pub const HEADER: &str = "x-scope-orgid";
 pub const DEFAULT: &str = "default";
@@ -32,14 +30,14 @@ pub fn from_headers(headers: &HeaderMap) -> Result<String, String> {
 
 /// A read request's tenant, once it is allowed to read (as every read
 /// endpoint of profiles checks them).
-pub fn reader(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<String, ApiError> {
+pub fn reader(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<String, AuthError> {
     let tenants = auth.check(headers, peer, Scope::Read)?;
     resolve(&tenants, headers)
 }
 
 /// An export's tenant, once it is allowed to write (upload, admin and
 /// agent tokens export profiles).
-pub fn writer(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<String, ApiError> {
+pub fn writer(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<String, AuthError> {
     let tenants = auth.check(headers, peer, Scope::Agent)?;
     resolve(&tenants, headers)
 }
@@ -47,22 +45,20 @@ pub fn writer(auth: &Auth, headers: &HeaderMap, peer: SocketAddr) -> Result<Stri
 /// The tenant a request acts for, within what its token allows: the header's
 /// when allowed (403 naming the header otherwise), else the token's only
 /// tenant, else `default` for a token of every tenant.
-pub fn resolve(tenants: &Tenants, headers: &HeaderMap) -> Result<String, ApiError> {
+pub fn resolve(tenants: &Tenants, headers: &HeaderMap) -> Result<String, AuthError> {
     let named = match headers.get(HEADER) {
         None => None,
-        Some(_) => Some(from_headers(headers).map_err(ApiError::bad_request)?),
+        Some(_) => Some(from_headers(headers).map_err(AuthError::BadTenant)?),
     };
     match (tenants, named) {
         (Tenants::All, named) => Ok(named.unwrap_or_else(|| DEFAULT.to_owned())),
         (only, Some(t)) if only.allows(&t) => Ok(t),
-        (Tenants::Only(_), Some(t)) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("this token may not act for tenant {t:?} (X-Scope-OrgID); it is bound to other tenants"),
-        )),
+        (Tenants::Only(_), Some(t)) => Err(AuthError::Forbidden(format!(
+            "this token may not act for tenant {t:?} (X-Scope-OrgID); it is bound to other tenants"
+        ))),
         (Tenants::Only(list), None) => match list.as_slice() {
             [one] => Ok(one.clone()),
-            _ => Err(ApiError::bad_request(format!(
+            _ => Err(AuthError::BadTenant(format!(
                 "this token is bound to {} tenants: name one with X-Scope-OrgID",
                 list.len()
             ))),
@@ -108,15 +104,15 @@ mod tests {
         assert_eq!(resolve(&Tenants::All, &h).unwrap(), "default");
         assert_eq!(resolve(&only(&["team-a"]), &h).unwrap(), "team-a");
         let e = resolve(&only(&["a", "b"]), &h).unwrap_err();
-        assert_eq!(e.status, 400);
-        assert!(e.message.contains("X-Scope-OrgID"));
+        assert_eq!(e.status(), 400);
+        assert!(e.message().contains("X-Scope-OrgID"));
         h.insert(HEADER, "team-b".parse().unwrap());
         assert_eq!(resolve(&Tenants::All, &h).unwrap(), "team-b");
         let e = resolve(&only(&["team-a"]), &h).unwrap_err();
-        assert_eq!(e.status, 403);
-        assert!(e.message.contains("X-Scope-OrgID"), "{}", e.message);
+        assert_eq!(e.status(), 403);
+        assert!(e.message().contains("X-Scope-OrgID"), "{}", e.message());
         assert_eq!(resolve(&only(&["team-a", "team-b"]), &h).unwrap(), "team-b");
         h.insert(HEADER, "bad/name".parse().unwrap());
-        assert_eq!(resolve(&only(&["team-a"]), &h).unwrap_err().status, 400);
+        assert_eq!(resolve(&only(&["team-a"]), &h).unwrap_err().status(), 400);
     }
 }

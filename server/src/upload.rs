@@ -401,17 +401,6 @@ struct MissingRequest {
     items: Vec<WantedItem>,
 }
 
-#[derive(Serialize)]
-struct MissingItem {
-    index: usize,
-    #[serde(flatten)]
-    item: WantedItem,
-    /// For a granted claim: the key to upload the file under (its GNU
-    /// build-ID, its htlhash, or the key of the file it is a copy of).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    upload_as: Option<String>,
-}
-
 async fn missing(
     State(state): State<SharedState>,
     ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
@@ -464,47 +453,11 @@ async fn missing(
     }
     if claims > 0 {
         state.quotas.claims.take(&caller.id, claims as u64)?;
-        crate::claims::sweep(&state.store).await;
-    }
-    let mut lacks = state.store.meta.missing(&request.items).await?;
-    let mut upload_as = vec![None; request.items.len()];
-    for (i, item) in request.items.iter().enumerate() {
-        if item.claim.is_some() && item.probe {
-            lacks[i] = !crate::claims::vouched(&state.store, item).await?;
-        } else if item.claim.is_some() {
-            upload_as[i] = crate::claims::claim(&state.store, item, &caller.id).await?;
-            lacks[i] = upload_as[i].is_some();
-        }
-    }
-    // A bound publisher is told a source is there only when it or everyone
-    // published it: another tenant's file is neither confirmed to it nor a
-    // reason not to upload its own.
-    if bound {
-        for (item, lacks) in request.items.iter().zip(lacks.iter_mut()) {
-            if *lacks || item.kind != "source" {
-                continue;
-            }
-            let path = item.path.as_deref().unwrap_or("");
-            let theirs = state.store.meta.source(&item.build_id, path).await?;
-            if theirs.is_some_and(|s| !s.owner.is_empty() && s.owner != owner) {
-                *lacks = true;
-            }
-        }
     }
     let total = request.items.len();
-    let missing: Vec<MissingItem> = request
-        .items
-        .into_iter()
-        .zip(lacks)
-        .zip(upload_as)
-        .enumerate()
-        .filter(|(_, ((_, lacks), _))| *lacks)
-        .map(|(index, ((item, _), upload_as))| MissingItem {
-            index,
-            item,
-            upload_as,
-        })
-        .collect();
+    let bound_owner = bound.then_some(owner.as_str());
+    let missing =
+        crate::claims::answer(&state.store, request.items, &caller.id, bound_owner).await?;
     Ok(Json(json!({ "total": total, "missing": missing })).into_response())
 }
 
@@ -520,7 +473,7 @@ async fn list(
         Tenants::All => None,
         Tenants::Only(list) => Some(list),
     };
-    let artifacts = state.store.meta.list(&filter).await?;
+    let artifacts = state.store.list(&filter).await?;
     Ok(Json(json!({ "artifacts": artifacts })).into_response())
 }
 
@@ -532,33 +485,16 @@ async fn details(
 ) -> ApiResult<Response> {
     let tenants = state.auth.check(&headers, peer, Scope::Read)?;
     let build_id: BuildId = build_id.parse()?;
-    let meta = &state.store.meta;
-    let mut artifacts = meta.artifacts_of(build_id.as_str()).await?;
-    artifacts.retain(|a| tenants.sees(&a.owner));
-    if artifacts.is_empty() {
-        return Err(ApiError::not_found(format!(
+    match state
+        .store
+        .details(&build_id, |owner| tenants.sees(owner))
+        .await?
+    {
+        Some(details) => Ok(Json(details).into_response()),
+        None => Err(ApiError::not_found(format!(
             "nothing stored for build-ID {build_id}"
-        )));
+        ))),
     }
-    let mut served = serde_json::Map::new();
-    for kind in [ArtifactKind::Executable, ArtifactKind::Debuginfo] {
-        if let Some(best) = meta.best_artifact(build_id.as_str(), kind).await? {
-            served.insert(kind.as_str().into(), json!(best.artifact.sha256));
-        }
-    }
-    Ok(Json(json!({
-        "build_id": build_id.as_str(),
-        "served": served,
-        "artifacts": artifacts,
-        "sources": meta
-            .sources_of(build_id.as_str())
-            .await?
-            .into_iter()
-            .filter(|s| tenants.sees(&s.owner))
-            .collect::<Vec<_>>(),
-        "source_names": meta.source_name_count(build_id.as_str()).await?,
-    }))
-    .into_response())
 }
 
 /// Who publishes an upload: a token bound to tenants publishes for the one
@@ -627,18 +563,10 @@ async fn delete(
     let build_id: BuildId = build_id.parse()?;
     if let Tenants::Only(_) = &tenants {
         // A bound admin token deletes only what its tenants published.
-        let meta = &state.store.meta;
-        let artifacts = meta.artifacts_of(build_id.as_str()).await?;
-        let sources = match kind {
-            None => meta.sources_of(build_id.as_str()).await?,
-            Some(_) => Vec::new(),
-        };
-        let foreign = artifacts
-            .iter()
-            .filter(|a| kind.is_none_or(|k| a.kind == k.as_str()))
-            .map(|a| a.owner.as_str())
-            .chain(sources.iter().map(|s| s.owner.as_str()))
-            .find(|owner| owner.is_empty() || !tenants.allows(owner));
+        let foreign = state
+            .store
+            .foreign_owner(&build_id, kind, |owner| tenants.allows(owner))
+            .await?;
         if let Some(owner) = foreign {
             return Err(StoreError::Conflict(format!(
                 "build-ID {build_id} holds files published by {}; a token bound to tenants deletes only its tenants' files",

@@ -11,7 +11,6 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
-use axum::http::StatusCode;
 use bytes::Buf;
 use symtrace_proto::collector::ExportProfilesServiceResponse;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -21,6 +20,7 @@ use tonic::{Code, Status};
 
 use super::IngestError;
 use crate::app::SharedState;
+use crate::auth::AuthError;
 
 const PATH: &str = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
 
@@ -67,7 +67,7 @@ where
             // Held while the message is received, decoded and stored.
             let slot = match state.concurrency.ingest.take() {
                 Ok(slot) => slot,
-                Err(busy) => return Ok(Status::from(busy).into_http()),
+                Err(busy) => return Ok(Status::unavailable(busy.to_string()).into_http()),
             };
             let mut gzip = EnabledCompressionEncodings::default();
             gzip.enable(CompressionEncoding::Gzip);
@@ -115,10 +115,10 @@ impl UnaryService<bytes::Bytes> for Export {
                 .remote_addr()
                 .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
             let tenant =
-                crate::tenant::writer(&state.auth, &headers, peer).map_err(|e| match e.status {
-                    StatusCode::UNAUTHORIZED => Status::unauthenticated(e.message),
-                    StatusCode::BAD_REQUEST => Status::invalid_argument(e.message),
-                    _ => Status::permission_denied(e.message),
+                crate::tenant::writer(&state.auth, &headers, peer).map_err(|e| match e {
+                    AuthError::Unauthenticated(m) => Status::unauthenticated(m),
+                    AuthError::BadTenant(m) => Status::invalid_argument(m),
+                    AuthError::Forbidden(m) => Status::permission_denied(m),
                 })?;
             let body = super::Body {
                 bytes: request.into_inner(),

@@ -94,11 +94,13 @@ async fn export(
     let tenant = match crate::tenant::writer(&state.auth, &headers, peer) {
         Ok(t) => t,
         Err(e) => {
-            let code = match e.status {
-                StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
-                StatusCode::BAD_REQUEST => tonic::Code::InvalidArgument,
-                _ => tonic::Code::PermissionDenied,
+            use crate::auth::AuthError;
+            let code = match &e {
+                AuthError::Unauthenticated(_) => tonic::Code::Unauthenticated,
+                AuthError::BadTenant(_) => tonic::Code::InvalidArgument,
+                AuthError::Forbidden(_) => tonic::Code::PermissionDenied,
             };
+            let e = crate::error::ApiError::from(e);
             return failure(format, e.status, code, e.message);
         }
     };

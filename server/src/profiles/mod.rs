@@ -1,8 +1,5 @@
-//! Profiles: the stored model, the segment format, persistence, compaction
-//! and queries.
+//! Profiles: the engine's (`symtrace_service::profiles`) and the raw
+//! samples endpoint.
 
+pub use symtrace_service::profiles::*;
 pub mod api;
-pub mod compact;
-pub use symtrace_profiles::model;
-pub use symtrace_profiles::segment;
-pub mod store;

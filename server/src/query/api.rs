@@ -17,7 +17,6 @@ use symtrace_profiles::selection::{self as params, RawSelection, Selection};
 use super::{render, traces, QueryError};
 use crate::app::SharedState;
 use crate::error::ApiError;
-use crate::store::model::SeriesQuery;
 use crate::zerocopy::PeerAddr;
 
 pub fn routes() -> Router<SharedState> {
@@ -97,18 +96,7 @@ async fn series(
     tenant: &str,
 ) -> Result<Vec<crate::store::model::SeriesInfo>, ApiError> {
     let sel = selection(params, "", tenant)?;
-    state
-        .store
-        .meta
-        .series_rows(&SeriesQuery {
-            tenant: sel.tenant,
-            service: sel.service,
-            profile_type: sel.profile_type,
-            from_ns: sel.from_ns,
-            to_ns: sel.to_ns,
-        })
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))
+    Ok(state.engine.series(&sel).await?)
 }
 
 async fn services(

@@ -22,7 +22,6 @@
 use symtrace_elf::BuildId;
 use symtrace_profiles::model::BuildIdKind;
 
-use crate::error::{ApiError, ApiResult};
 use crate::store::model::{now_ms, WantedItem};
 use crate::store::SymbolStore;
 
@@ -127,6 +126,16 @@ pub async fn vouched(store: &SymbolStore, item: &WantedItem) -> crate::store::Re
         .any(|a| a.origin != "agent" && a.quality >= wanted))
 }
 
+/// Why a claim could not be decided.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// The item's build-ID is not one (the request's fault).
+    #[error("invalid build-ID")]
+    InvalidBuildId,
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
+}
+
 /// Decides a (validated) claim: `Some(key)` — upload under that key — when
 /// nothing of the item's quality or better that names its frames is
 /// stored (a CI or upstream file of its ID, or an agent's of its
@@ -136,13 +145,13 @@ pub async fn claim(
     store: &SymbolStore,
     item: &WantedItem,
     caller: &str,
-) -> ApiResult<Option<String>> {
+) -> Result<Option<String>, ClaimError> {
     let kind = id_kind(item);
     let content = item.content_sha256.as_deref();
     let key = match key_of(store, kind, &item.build_id, content).await? {
         Some(key) => key.to_string(),
         None if kind == BuildIdKind::Htlhash => item.build_id.clone(),
-        None => return Err(ApiError::bad_request("invalid build-ID")),
+        None => return Err(ClaimError::InvalidBuildId),
     };
     let wanted = item.quality.unwrap_or(0);
     let stored = store.meta.artifacts_of(&key).await?;
@@ -181,6 +190,70 @@ pub async fn claim(
             .await?;
     }
     Ok(granted.then_some(key))
+}
+
+/// An item the server lacks, in the answer of `missing`.
+#[derive(Debug, serde::Serialize)]
+pub struct MissingItem {
+    /// Its index in the request.
+    pub index: usize,
+    #[serde(flatten)]
+    pub item: WantedItem,
+    /// For a granted claim: the key to upload the file under (its GNU
+    /// build-ID, its htlhash, or the key of the file it is a copy of).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upload_as: Option<String>,
+}
+
+/// The answer to a (validated) `missing` request: the items the server
+/// lacks — a CI item not stored, a claim granted to `caller`, a probe of a
+/// file no CI or upstream file vouches for. `bound_owner`: the tenant a
+/// bound publisher publishes for, which is told a source is there only
+/// when it or everyone published it (another tenant's file is neither
+/// confirmed to it nor a reason not to upload its own).
+pub async fn answer(
+    store: &SymbolStore,
+    items: Vec<WantedItem>,
+    caller: &str,
+    bound_owner: Option<&str>,
+) -> Result<Vec<MissingItem>, ClaimError> {
+    if items.iter().any(|i| i.claim.is_some()) {
+        sweep(store).await;
+    }
+    let mut lacks = store.meta.missing(&items).await?;
+    let mut upload_as = vec![None; items.len()];
+    for (i, item) in items.iter().enumerate() {
+        if item.claim.is_some() && item.probe {
+            lacks[i] = !vouched(store, item).await?;
+        } else if item.claim.is_some() {
+            upload_as[i] = claim(store, item, caller).await?;
+            lacks[i] = upload_as[i].is_some();
+        }
+    }
+    if let Some(owner) = bound_owner {
+        for (item, lacks) in items.iter().zip(lacks.iter_mut()) {
+            if *lacks || item.kind != "source" {
+                continue;
+            }
+            let path = item.path.as_deref().unwrap_or("");
+            let theirs = store.meta.source(&item.build_id, path).await?;
+            if theirs.is_some_and(|s| !s.owner.is_empty() && s.owner != owner) {
+                *lacks = true;
+            }
+        }
+    }
+    Ok(items
+        .into_iter()
+        .zip(lacks)
+        .zip(upload_as)
+        .enumerate()
+        .filter(|(_, ((_, lacks), _))| *lacks)
+        .map(|(index, ((item, _), upload_as))| MissingItem {
+            index,
+            item,
+            upload_as,
+        })
+        .collect())
 }
 
 /// Deletes the claims that ran out, at most once a minute per replica (the

@@ -6,11 +6,7 @@
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-use crate::config::Config;
-use crate::error::ApiError;
 
 /// The slots of one kind of work.
 #[derive(Debug, Clone)]
@@ -54,18 +50,6 @@ impl Slots {
     }
 }
 
-impl From<Busy> for ApiError {
-    fn from(e: Busy) -> Self {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", e.to_string())
-    }
-}
-
-impl From<Busy> for tonic::Status {
-    fn from(e: Busy) -> Self {
-        tonic::Status::unavailable(e.to_string())
-    }
-}
-
 /// The slots of every kind of work a client can start.
 #[derive(Debug, Clone)]
 pub struct Concurrency {
@@ -80,27 +64,21 @@ pub struct Concurrency {
 }
 
 impl Concurrency {
-    pub fn from_config(config: &Config) -> Self {
+    /// Slots for `queries`, `symbolize` requests, `ingest` exports and
+    /// upstream fetches (`federation`) at once.
+    pub fn new(queries: usize, symbolize: usize, ingest: usize, federation: usize) -> Self {
         Self {
-            queries: Slots::new(
-                "queries",
-                "SYMTRACE_MAX_CONCURRENT_QUERIES",
-                config.max_concurrent_queries,
-            ),
+            queries: Slots::new("queries", "SYMTRACE_MAX_CONCURRENT_QUERIES", queries),
             symbolize: Slots::new(
                 "symbolize requests",
                 "SYMTRACE_MAX_CONCURRENT_SYMBOLIZE",
-                config.max_concurrent_symbolize,
+                symbolize,
             ),
-            ingest: Slots::new(
-                "OTLP exports",
-                "SYMTRACE_MAX_CONCURRENT_EXPORTS",
-                config.max_concurrent_exports,
-            ),
+            ingest: Slots::new("OTLP exports", "SYMTRACE_MAX_CONCURRENT_EXPORTS", ingest),
             federation: Slots::new(
                 "upstream fetches",
                 "SYMTRACE_MAX_CONCURRENT_FETCHES",
-                config.max_concurrent_fetches,
+                federation,
             ),
         }
     }
@@ -122,7 +100,5 @@ mod tests {
         );
         drop(a);
         assert!(slots.take().is_ok());
-        let e: ApiError = busy.into();
-        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
     }
 }

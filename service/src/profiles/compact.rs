@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use super::model::SegmentBuilder;
 use super::store::{Content, ProfileStore, ProfileStoreError};
-use crate::config::Config;
 use crate::store::model::{now_ms, SegmentRef};
 
 /// Longest one window's compaction may take before another replica may
@@ -52,19 +51,6 @@ pub struct Settings {
     pub export_key_ttl_ms: i64,
     /// Compressed input bytes one job merges at most.
     pub job_bytes: i64,
-}
-
-impl Settings {
-    pub fn from_config(config: &Config) -> Self {
-        Self {
-            window_ns: (config.compaction_window_secs.max(1) as i64).saturating_mul(1_000_000_000),
-            delay_ns: (config.compaction_delay_secs as i64).saturating_mul(1_000_000_000),
-            retention_ns: (config.profile_retention_hours > 0)
-                .then(|| (config.profile_retention_hours as i64).saturating_mul(3_600_000_000_000)),
-            export_key_ttl_ms: EXPORT_KEY_TTL_MS,
-            job_bytes: i64::try_from(config.compaction_job_bytes.max(1)).unwrap_or(i64::MAX),
-        }
-    }
 }
 
 /// The lease of one tenant's window.
@@ -281,13 +267,17 @@ fn split_by_size(group: Vec<SegmentRef>, max_bytes: i64) -> Vec<Vec<SegmentRef>>
     jobs
 }
 
-/// Runs [`run_once`] every `SYMTRACE_COMPACTION_INTERVAL` seconds (unless
-/// it is 0) and [`expire_once`] every `SYMTRACE_RETENTION_INTERVAL`, as two
+/// Runs [`run_once`] every `compaction_every` (none: never) and
+/// [`expire_once`] every `retention_every`, as two
 /// supervised tasks: turning compaction off leaves retention on, and a
 /// pass that fails or panics is logged and the next one runs on time.
-pub fn spawn(profiles: Arc<ProfileStore>, config: &Config) {
-    let settings = Settings::from_config(config);
-    if config.compaction_interval_secs > 0 {
+pub fn spawn(
+    profiles: Arc<ProfileStore>,
+    settings: Settings,
+    compaction_every: Option<Duration>,
+    retention_every: Duration,
+) {
+    if let Some(compaction_every) = compaction_every {
         let holder = format!(
             "{}:{}:{:x}",
             std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -297,25 +287,19 @@ pub fn spawn(profiles: Arc<ProfileStore>, config: &Config) {
             now_ms()
         );
         let (profiles, settings) = (profiles.clone(), settings.clone());
-        supervise(
-            "compaction",
-            Duration::from_secs(config.compaction_interval_secs),
-            move || {
-                let (profiles, settings, holder) =
-                    (profiles.clone(), settings.clone(), holder.clone());
-                async move {
-                    match run_once(&profiles, &holder, &settings).await {
-                        Ok(r) if r.inputs == 0 && r.quarantined == 0 => {
-                            tracing::debug!(?r, "compaction: nothing to do")
-                        }
-                        Ok(r) => tracing::info!(?r, "compaction"),
-                        Err(e) => tracing::warn!(error = %e, "compaction failed"),
+        supervise("compaction", compaction_every, move || {
+            let (profiles, settings, holder) = (profiles.clone(), settings.clone(), holder.clone());
+            async move {
+                match run_once(&profiles, &holder, &settings).await {
+                    Ok(r) if r.inputs == 0 && r.quarantined == 0 => {
+                        tracing::debug!(?r, "compaction: nothing to do")
                     }
+                    Ok(r) => tracing::info!(?r, "compaction"),
+                    Err(e) => tracing::warn!(error = %e, "compaction failed"),
                 }
-            },
-        );
+            }
+        });
     }
-    let retention_every = Duration::from_secs(config.retention_interval_secs.max(1));
     supervise("retention", retention_every, move || {
         let (profiles, settings) = (profiles.clone(), settings.clone());
         async move {

@@ -20,6 +20,7 @@ pub mod gc;
 pub mod lookup_cache;
 pub mod meta;
 pub mod model;
+mod read;
 pub mod spool;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,7 @@ use model::{now_ms, Artifact, ArtifactKind, NewArtifact, ServedArtifact, SourceF
 use spool::Spooled;
 
 pub use error::{Error, Result};
+pub use read::{Details, Health};
 
 /// Who publishes: the owning tenant (empty: shared by every tenant), and
 /// whether the publisher is bound to tenants (then it may not replace what
@@ -144,8 +146,9 @@ pub enum Misses {
 
 /// Metadata and blobs together.
 pub struct SymbolStore {
-    pub meta: Arc<dyn MetadataStore>,
-    pub blobs: Arc<dyn BlobStore>,
+    // The engine's alone: the edges read through the store's methods.
+    pub(crate) meta: Arc<dyn MetadataStore>,
+    pub(crate) blobs: Arc<dyn BlobStore>,
     spool_dir: PathBuf,
     lookups: LookupCache,
     /// Decompressed bytes one file's compressed debug sections may produce
@@ -524,7 +527,7 @@ impl SymbolStore {
 /// Test hook: `SYMTRACE_CRASH_AT=<name>` aborts the process at that point,
 /// the way a power cut or an OOM kill would. The crash-safety tests use it to
 /// stop between the blob write and the metadata commit.
-pub(crate) fn crash_point(name: &str) {
+pub fn crash_point(name: &str) {
     static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     if AT
         .get_or_init(|| std::env::var("SYMTRACE_CRASH_AT").ok())
@@ -538,7 +541,7 @@ pub(crate) fn crash_point(name: &str) {
 
 /// Test hook: `SYMTRACE_PAUSE_AT=<name>:<ms>` waits that long at that point
 /// (the race tests use it to let the orphan collector run in between).
-pub(crate) async fn pause_point(name: &str) {
+pub async fn pause_point(name: &str) {
     static AT: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
     let at = AT.get_or_init(|| {
         let v = std::env::var("SYMTRACE_PAUSE_AT").ok()?;

@@ -87,15 +87,6 @@ pub enum FindError {
     Busy(#[from] Busy),
 }
 
-impl From<FindError> for crate::error::ApiError {
-    fn from(e: FindError) -> Self {
-        match e {
-            FindError::Store(e) => e.into(),
-            FindError::Busy(e) => e.into(),
-        }
-    }
-}
-
 impl Federation {
     pub fn new(
         upstreams: Vec<String>,

@@ -140,7 +140,7 @@ macro_rules! on_pool {
 }
 
 /// A query's result in the store's error vocabulary.
-pub(crate) fn into_store<T, E: Into<super::Error>>(r: Result<T, E>) -> MetaResult<T> {
+pub fn into_store<T, E: Into<super::Error>>(r: Result<T, E>) -> MetaResult<T> {
     r.map_err(Into::into)
 }
 

@@ -1,0 +1,7 @@
+//! Profiles: the stored model, the segment format, persistence, compaction
+//! and queries.
+
+pub mod compact;
+pub use symtrace_profiles::model;
+pub use symtrace_profiles::segment;
+pub mod store;

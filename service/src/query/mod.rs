@@ -1,0 +1,466 @@
+//! The query path: selections of stored samples become flamegraphs (JSON
+//! tree, flamebearer, folded, pprof, SVG), diffs, and a trace's span
+//! breakdown. Native frames are symbolized here, at query time, through
+//! the symbolizer's indexes — so debug info uploaded after a profile still
+//! names its frames.
+//!
+//! A query lists its segments in the index, reads them (decoded segments
+//! are cached by sha256), aggregates their stacks on the blocking pool,
+//! symbolizes the distinct native frames once per build-ID, and renders.
+//! It is bounded: at most [`QueryLimits::max_bytes`] of segments,
+//! [`aggregate::MAX_STACKS`] distinct stacks and [`QueryLimits::timeout`].
+
+mod cache;
+mod frames;
+mod names;
+pub mod samples;
+pub mod traces;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use symtrace_profiles::aggregate::{self, Aggregate};
+use symtrace_profiles::answer::{Answer, DEFAULT_TYPE};
+use symtrace_profiles::frame_table::FrameTable;
+use symtrace_profiles::selection::Selection;
+
+use crate::federation::Forwarding;
+use crate::profiles::store::ProfileStore;
+use crate::store::meta::MetadataStore;
+use crate::store::model::{part_key, SegmentRef, SeriesQuery};
+use crate::store::SymbolStore;
+use crate::symbolize::SymbolizeService;
+
+pub use cache::{Segment, SegmentCache};
+pub use names::NameCache;
+
+/// Symbolized addresses kept across queries (about 100 bytes each).
+pub const NAME_CACHE_ADDRESSES: usize = 4_000_000;
+
+/// Segments read ahead while the previous one is aggregated.
+const READ_AHEAD: usize = 8;
+/// Parts read ahead when a query lists only small parts (one service's):
+/// each is a small ranged read, and on an object store the time of a query of
+/// hundreds of them is their round trips, not their bytes.
+const PART_READ_AHEAD: usize = 32;
+/// Parts this small are read `PART_READ_AHEAD` at a time (larger ones, a
+/// compacted hour of a busy service, `READ_AHEAD`: memory, not round trips).
+const SMALL_PART: u64 = 4 << 20;
+
+#[derive(Debug, Clone)]
+pub struct QueryLimits {
+    /// Most bytes of (compressed) segments one query reads.
+    pub max_bytes: u64,
+    /// Longest a query runs.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(
+        "the selection reads {bytes} bytes of profile segments, over the limit of \
+         {limit} (SYMTRACE_QUERY_MAX_BYTES); narrow the time range or add a selector"
+    )]
+    TooLarge { bytes: u64, limit: u64 },
+    #[error("the query took longer than {0:?} (SYMTRACE_QUERY_TIMEOUT); narrow the time range")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Internal(String),
+    /// Run the aggregation again (the frame table started over).
+    #[error("the query was interrupted; retry it")]
+    Retry,
+}
+
+fn internal(e: impl std::fmt::Display) -> QueryError {
+    QueryError::Internal(e.to_string())
+}
+
+/// The query engine: what a flamegraph, diff, trace or samples query
+/// needs — the segment index, the segments, the symbolizer, the caches and
+/// the limits — and nothing of HTTP.
+pub struct Engine {
+    meta: Arc<dyn MetadataStore>,
+    profiles: Arc<ProfileStore>,
+    symbolizer: Arc<SymbolizeService>,
+    segments: SegmentCache,
+    names: NameCache,
+    frame_table: Arc<FrameTable>,
+    /// The bounds of every query.
+    pub limits: QueryLimits,
+}
+
+impl Engine {
+    /// An engine with empty caches: `segment_cache_bytes` of decoded
+    /// segments, [`NAME_CACHE_ADDRESSES`] symbolized addresses.
+    pub fn new(
+        store: &SymbolStore,
+        profiles: Arc<ProfileStore>,
+        symbolizer: Arc<SymbolizeService>,
+        segment_cache_bytes: u64,
+        limits: QueryLimits,
+    ) -> Self {
+        Self {
+            meta: store.meta.clone(),
+            profiles,
+            symbolizer,
+            segments: SegmentCache::new(segment_cache_bytes),
+            names: NameCache::new(NAME_CACHE_ADDRESSES),
+            frame_table: Arc::default(),
+            limits,
+        }
+    }
+
+    /// The series the selection's tenant, service, type and time range
+    /// select (its other selectors aside), from the segment index.
+    pub async fn series(
+        &self,
+        sel: &Selection,
+    ) -> Result<Vec<crate::store::model::SeriesInfo>, QueryError> {
+        self.meta
+            .series_rows(&SeriesQuery {
+                tenant: sel.tenant.clone(),
+                service: sel.service.clone(),
+                profile_type: sel.profile_type.clone(),
+                from_ns: sel.from_ns,
+                to_ns: sel.to_ns,
+            })
+            .await
+            .map_err(internal)
+    }
+}
+
+/// Runs one selection (`sides` = 1) or a baseline and a comparison.
+pub async fn run(
+    state: &Engine,
+    sides: &[Selection],
+    from: &Forwarding,
+) -> Result<Answer, QueryError> {
+    let limits = state.limits.clone();
+    tokio::time::timeout(limits.timeout, run_unbounded(state, sides, from))
+        .await
+        .map_err(|_| QueryError::Timeout(limits.timeout))?
+}
+
+async fn run_unbounded(
+    state: &Engine,
+    sides: &[Selection],
+    from: &Forwarding,
+) -> Result<Answer, QueryError> {
+    for sel in sides {
+        check_service(state, sel).await?;
+    }
+    let mut segments: Vec<SegmentRef> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for sel in sides {
+        for s in segments_of(state, sel).await? {
+            if seen.insert(s.key()) {
+                segments.push(s);
+            }
+        }
+    }
+    // A segment one side lists whole is read whole (every part): the other
+    // side's parts of it would be read, and counted, twice.
+    let whole: BTreeSet<String> = segments
+        .iter()
+        .filter(|s| s.part().is_none())
+        .map(|s| s.sha256.clone())
+        .collect();
+    segments.retain(|s| s.part().is_none() || !whole.contains(&s.sha256));
+    let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
+    let limit = state.limits.max_bytes;
+    if bytes > limit {
+        return Err(QueryError::TooLarge { bytes, limit });
+    }
+    let started = std::time::Instant::now();
+    let sides: Arc<Vec<Selection>> = Arc::new(sides.to_vec());
+    let (mut agg, profile_type) = match aggregate(state, &segments, &sides).await {
+        // The frame table started over meanwhile (rare): once more.
+        Err(QueryError::Retry) => aggregate(state, &segments, &sides).await?,
+        other => other?,
+    };
+    let aggregated = started.elapsed();
+    let resolved = frames::resolve(&mut agg, &state.symbolizer, &state.names, from).await;
+    tracing::debug!(
+        segments = agg.segments_read,
+        bytes = agg.bytes_read,
+        stacks = agg.stacks.len(),
+        frames = agg.frames.len(),
+        shown = resolved.shown.len(),
+        aggregate_ms = aggregated.as_millis() as u64,
+        resolve_ms = (started.elapsed() - aggregated).as_millis() as u64,
+        "query selection read"
+    );
+    Ok(Answer {
+        agg,
+        resolved,
+        profile_type,
+    })
+}
+
+/// Reads the segments (a few ahead) and adds each to the aggregate on the
+/// blocking pool; keeps one profile type; copies the frames out.
+async fn aggregate(
+    state: &Engine,
+    segments: &[SegmentRef],
+    sides: &Arc<Vec<Selection>>,
+) -> Result<(Aggregate, Option<String>), QueryError> {
+    let mut agg = Aggregate::default();
+    let owned: Vec<(SegmentRef, u64)> = segments
+        .iter()
+        .map(|s| (s.clone(), s.read_bytes()))
+        .collect();
+    // Reading, decoding and numbering a segment's frames run ahead (on
+    // the other cores) while the previous segment is aggregated.
+    let small_parts = segments
+        .iter()
+        .all(|s| s.part().is_some() && s.read_bytes() <= SMALL_PART);
+    let ahead = if small_parts {
+        PART_READ_AHEAD
+    } else {
+        READ_AHEAD
+    };
+    let mut reads = stream::iter(owned)
+        .map(|(segment, size)| async move {
+            let mut parts = Vec::new();
+            for segment in read_segment(state, &segment).await? {
+                let table = state.frame_table.clone();
+                let frames = match segment.mapped_frames(&table) {
+                    Some(frames) => frames,
+                    None => {
+                        let segment = segment.clone();
+                        tokio::task::spawn_blocking(move || segment.frames(&table))
+                            .await
+                            .map_err(internal)?
+                    }
+                };
+                parts.push((segment, frames));
+            }
+            Ok::<_, QueryError>((size, parts))
+        })
+        .buffered(ahead)
+        // Segments ready together are aggregated in one trip to the pool.
+        .ready_chunks(ahead);
+    let aggregate_error = |e: aggregate::AggregateError| match e {
+        aggregate::AggregateError::GenerationChanged => QueryError::Retry,
+        e => QueryError::BadRequest(e.to_string()),
+    };
+    while let Some(ready) = reads.next().await {
+        let ready = ready.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let sides = sides.clone();
+        agg = tokio::task::spawn_blocking(move || {
+            for (size, parts) in ready {
+                for (segment, frames) in parts {
+                    for (side, sel) in sides.iter().enumerate() {
+                        agg.add_segment(&segment.data, &frames, sel, side)?;
+                    }
+                }
+                agg.segments_read += 1;
+                agg.bytes_read += size;
+            }
+            Ok::<_, aggregate::AggregateError>(agg)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(aggregate_error)?;
+    }
+    let profile_type = agg
+        .choose_type(sides[0].profile_type.as_deref(), DEFAULT_TYPE)
+        .map_err(aggregate_error)?;
+    let table = state.frame_table.clone();
+    let agg = tokio::task::spawn_blocking(move || agg.finish(&table).map(|()| agg))
+        .await
+        .map_err(internal)?
+        .map_err(aggregate_error)?;
+    Ok((agg, profile_type))
+}
+
+/// An unknown service is a mistake worth naming (a typo), unlike a known
+/// one with no samples in the range.
+async fn check_service(state: &Engine, sel: &Selection) -> Result<(), QueryError> {
+    let Some(service) = &sel.service else {
+        return Ok(());
+    };
+    if !state
+        .meta
+        .has_service(&sel.tenant, service)
+        .await
+        .map_err(internal)?
+    {
+        return Err(QueryError::BadRequest(format!(
+            "unknown service {service:?}: tenant {:?} has no profiles of it \
+             (GET /api/v1/services lists the known ones)",
+            sel.tenant
+        )));
+    }
+    Ok(())
+}
+
+async fn segments_of(state: &Engine, sel: &Selection) -> Result<Vec<SegmentRef>, QueryError> {
+    let meta = &state.meta;
+    let found = match &sel.trace_id {
+        Some(trace) => meta
+            .trace_segments(&sel.tenant, trace)
+            .await
+            .map_err(internal)?
+            .into_iter()
+            .filter(|s| s.start_ns < sel.to_ns && s.end_ns >= sel.from_ns)
+            .collect(),
+        None => meta
+            .segments(&SeriesQuery {
+                tenant: sel.tenant.clone(),
+                service: sel.service.clone(),
+                profile_type: sel.profile_type.clone(),
+                from_ns: sel.from_ns,
+                to_ns: sel.to_ns,
+            })
+            .await
+            .map_err(internal)?,
+    };
+    Ok(found)
+}
+
+pub async fn read(state: &Engine, sha256: &str) -> Result<Arc<Segment>, QueryError> {
+    read_cached(state, sha256.to_owned(), state.profiles.read(sha256)).await
+}
+
+/// What a query reads of a segment it lists: its one part, or (a segment
+/// listed whole, as queries without a service and trace lookups list them)
+/// each of its parts apart, never merged: merging a 200-service export's
+/// parts costs more than decoding them. Each part goes through the cache
+/// under the key a one-service query of it uses; once the segment's part
+/// directory is known, only the parts not cached are fetched (ranged).
+pub async fn read_segment(
+    state: &Engine,
+    segment: &SegmentRef,
+) -> Result<Vec<Arc<Segment>>, QueryError> {
+    if segment.part().is_some() {
+        return Ok(vec![read_part(state, segment).await?]);
+    }
+    let sha256 = &segment.sha256;
+    let count = |result: &'static str, n: usize| {
+        metrics::counter!("symtrace_segment_cache_total", "result" => result).increment(n as u64);
+    };
+    // A one-part (version 1) segment is cached whole.
+    if let Some(hit) = state.segments.get(sha256) {
+        count("hit", 1);
+        return Ok(vec![hit]);
+    }
+    let cached_parts = |ranges: &[std::ops::Range<u64>]| -> Vec<Option<Arc<Segment>>> {
+        ranges
+            .iter()
+            .map(|r| state.segments.get(&part_key(sha256, r.start)))
+            .collect()
+    };
+    if let Some(ranges) = state.segments.parts_of(sha256) {
+        let cached = cached_parts(&ranges);
+        let missing = cached.iter().filter(|c| c.is_none()).count();
+        if missing < ranges.len() {
+            // Some are cached: fetch the others alone.
+            count("hit", ranges.len() - missing);
+            let mut parts = Vec::with_capacity(ranges.len());
+            for (part, range) in cached.into_iter().zip(ranges.iter()) {
+                parts.push(match part {
+                    Some(part) => part,
+                    None => {
+                        read_cached(
+                            state,
+                            part_key(sha256, range.start),
+                            state.profiles.read_part(sha256, range.clone()),
+                        )
+                        .await?
+                    }
+                });
+            }
+            return Ok(parts);
+        }
+    }
+    let bytes = state
+        .profiles
+        .store
+        .blob_bytes(sha256)
+        .await
+        .map_err(internal)?;
+    let ranges = symtrace_profiles::segment::part_ranges(&bytes).map_err(internal)?;
+    if ranges.len() == 1 && ranges[0].start == 0 {
+        count("miss", 1);
+        let data = tokio::task::spawn_blocking(move || symtrace_profiles::segment::decode(&bytes))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        let data = Arc::new(Segment::new(data));
+        state.segments.insert(sha256, data.clone());
+        return Ok(vec![data]);
+    }
+    state
+        .segments
+        .set_parts_of(sha256, Arc::new(ranges.clone()));
+    let mut parts = cached_parts(&ranges);
+    let missing: Vec<(usize, std::ops::Range<u64>)> = parts
+        .iter()
+        .zip(&ranges)
+        .enumerate()
+        .filter(|(_, (part, _))| part.is_none())
+        .map(|(i, (_, range))| (i, range.clone()))
+        .collect();
+    count("hit", ranges.len() - missing.len());
+    count("miss", missing.len());
+    let decoded = tokio::task::spawn_blocking(move || {
+        missing
+            .into_iter()
+            .map(|(i, r)| {
+                symtrace_profiles::segment::decode_part(&bytes[r.start as usize..r.end as usize])
+                    .map(|data| (i, r.start, Arc::new(Segment::new(data))))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(internal)?
+    .map_err(internal)?;
+    for (i, offset, data) in decoded {
+        state
+            .segments
+            .insert(&part_key(sha256, offset), data.clone());
+        parts[i] = Some(data);
+    }
+    Ok(parts.into_iter().flatten().collect())
+}
+
+/// A segment's part (one service's), or the whole segment, through the
+/// cache.
+pub async fn read_part(state: &Engine, segment: &SegmentRef) -> Result<Arc<Segment>, QueryError> {
+    match segment.part() {
+        None => read(state, &segment.sha256).await,
+        Some(range) => {
+            read_cached(
+                state,
+                segment.key(),
+                state.profiles.read_part(&segment.sha256, range),
+            )
+            .await
+        }
+    }
+}
+
+async fn read_cached(
+    state: &Engine,
+    key: String,
+    read: impl std::future::Future<
+        Output = Result<
+            symtrace_profiles::model::SegmentData,
+            crate::profiles::store::ProfileStoreError,
+        >,
+    >,
+) -> Result<Arc<Segment>, QueryError> {
+    if let Some(hit) = state.segments.get(&key) {
+        metrics::counter!("symtrace_segment_cache_total", "result" => "hit").increment(1);
+        return Ok(hit);
+    }
+    metrics::counter!("symtrace_segment_cache_total", "result" => "miss").increment(1);
+    let data = Arc::new(Segment::new(read.await.map_err(internal)?));
+    state.segments.insert(&key, data.clone());
+    Ok(data)
+}
