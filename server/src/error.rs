@@ -150,16 +150,20 @@ mod tests {
 
 impl From<crate::query::QueryError> for ApiError {
     fn from(e: crate::query::QueryError) -> Self {
+        use crate::query::QueryError;
         match e {
-            crate::query::QueryError::BadRequest(_) | crate::query::QueryError::TooLarge { .. } => {
+            QueryError::BadRequest(_) | QueryError::TooLarge { .. } => {
                 Self::bad_request(e.to_string())
             }
-            crate::query::QueryError::Timeout(_) => {
+            QueryError::Timeout(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", e.to_string())
             }
-            crate::query::QueryError::Internal(_) | crate::query::QueryError::Retry => {
-                Self::internal(e.to_string())
-            }
+            QueryError::Store(e) => e.into(),
+            QueryError::Segment(crate::profiles::store::ProfileStoreError::Store(e)) => e.into(),
+            QueryError::Segment(_)
+            | QueryError::Decode(_)
+            | QueryError::Cpu(_)
+            | QueryError::Retry => Self::internal(e.to_string()),
         }
     }
 }

@@ -130,6 +130,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 max_bytes: config.query_max_bytes,
                 timeout: Duration::from_secs(config.query_timeout_secs),
             },
+            symtrace_service::cpu::CpuPool::per_cpu("query")
+                .context("starting the query's CPU pool")?,
         ),
         concurrency,
         ingest: ingest::Ingest::new(

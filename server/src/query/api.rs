@@ -219,7 +219,7 @@ async fn flamegraph(
     let from = crate::debuginfod::forwarding(&headers, peer);
     let sides = [sel];
     let answer = super::run(&state.engine, &sides, &from).await?;
-    blocking(answer, move |answer| {
+    blocking(&state, answer, move |answer| {
         render::flamegraph(answer, &sides, &format, max_nodes)
     })
     .await
@@ -240,17 +240,20 @@ fn output(params: &Params, formats: &[&str]) -> Result<(String, usize), ApiError
 }
 
 /// Rendering is CPU work (a tree of up to millions of nodes): it runs on
-/// the blocking pool, not on the workers that serve requests.
+/// the engine's CPU pool, not on the workers that serve requests.
 async fn blocking(
+    state: &SharedState,
     answer: Answer,
     render: impl FnOnce(&Answer) -> Result<Response, ApiError> + Send + 'static,
 ) -> Result<Response, ApiError> {
-    let (response, answer) = tokio::task::spawn_blocking(move || (render(&answer), answer))
-        .await
-        .map_err(|e| ApiError::internal(format!("rendering failed: {e}")))?;
+    let (response, answer) = state
+        .engine
+        .on_cpu("rendering", move || (render(&answer), answer))
+        .await?;
     // Freeing millions of entries takes tens of milliseconds: not on the
     // response's time.
-    tokio::task::spawn_blocking(move || drop(answer));
+    let engine = state.clone();
+    tokio::spawn(async move { engine.engine.on_cpu("freeing", move || drop(answer)).await });
     response
 }
 
@@ -283,7 +286,7 @@ async fn diff(
     }
     let from = crate::debuginfod::forwarding(&headers, peer);
     let answer = super::run(&state.engine, &sides, &from).await?;
-    blocking(answer, move |answer| {
+    blocking(&state, answer, move |answer| {
         render::diff(answer, &sides, &format, max_nodes)
     })
     .await

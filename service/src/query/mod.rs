@@ -26,6 +26,7 @@ use symtrace_profiles::answer::{Answer, DEFAULT_TYPE};
 use symtrace_profiles::frame_table::FrameTable;
 use symtrace_profiles::selection::Selection;
 
+use crate::cpu::CpuPool;
 use crate::federation::Forwarding;
 use crate::profiles::store::ProfileStore;
 use crate::store::meta::MetadataStore;
@@ -68,15 +69,22 @@ pub enum QueryError {
     TooLarge { bytes: u64, limit: u64 },
     #[error("the query took longer than {0:?} (SYMTRACE_QUERY_TIMEOUT); narrow the time range")]
     Timeout(Duration),
-    #[error("{0}")]
-    Internal(String),
+    /// The segment index or the blobs failed (unavailable, or a broken
+    /// invariant: the store says which).
+    #[error("reading profiles: {0}")]
+    Store(#[from] crate::store::Error),
+    /// A stored segment could not be read or decoded.
+    #[error(transparent)]
+    Segment(#[from] crate::profiles::store::ProfileStoreError),
+    /// A stored segment's bytes are not a segment.
+    #[error("decoding a segment: {0}")]
+    Decode(#[from] symtrace_profiles::segment::SegmentError),
+    /// A job of the CPU pool did not finish (a panic, logged).
+    #[error(transparent)]
+    Cpu(#[from] crate::cpu::Panicked),
     /// Run the aggregation again (the frame table started over).
     #[error("the query was interrupted; retry it")]
     Retry,
-}
-
-fn internal(e: impl std::fmt::Display) -> QueryError {
-    QueryError::Internal(e.to_string())
 }
 
 /// The query engine: what a flamegraph, diff, trace or samples query
@@ -89,6 +97,8 @@ pub struct Engine {
     segments: SegmentCache,
     names: NameCache,
     frame_table: Arc<FrameTable>,
+    /// Where a query's CPU work runs (decoding, aggregation, rendering).
+    cpu: CpuPool,
     /// The bounds of every query.
     pub limits: QueryLimits,
 }
@@ -102,6 +112,7 @@ impl Engine {
         symbolizer: Arc<SymbolizeService>,
         segment_cache_bytes: u64,
         limits: QueryLimits,
+        cpu: CpuPool,
     ) -> Self {
         Self {
             meta: store.meta.clone(),
@@ -110,8 +121,20 @@ impl Engine {
             segments: SegmentCache::new(segment_cache_bytes),
             names: NameCache::new(NAME_CACHE_ADDRESSES),
             frame_table: Arc::default(),
+            cpu,
             limits,
         }
+    }
+
+    /// Runs CPU work `f` of a query on the engine's CPU pool (its long-lived
+    /// threads, one per CPU: not tokio's blocking pool, which starts a
+    /// thread per task and lets them time-slice the cores).
+    pub async fn on_cpu<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, QueryError> {
+        Ok(self.cpu.run(what, f).await?)
     }
 
     /// The series the selection's tenant, service, type and time range
@@ -120,7 +143,8 @@ impl Engine {
         &self,
         sel: &Selection,
     ) -> Result<Vec<crate::store::model::SeriesInfo>, QueryError> {
-        self.meta
+        Ok(self
+            .meta
             .series_rows(&SeriesQuery {
                 tenant: sel.tenant.clone(),
                 service: sel.service.clone(),
@@ -128,8 +152,7 @@ impl Engine {
                 from_ns: sel.from_ns,
                 to_ns: sel.to_ns,
             })
-            .await
-            .map_err(internal)
+            .await?)
     }
 }
 
@@ -232,9 +255,9 @@ async fn aggregate(
                     Some(frames) => frames,
                     None => {
                         let segment = segment.clone();
-                        tokio::task::spawn_blocking(move || segment.frames(&table))
-                            .await
-                            .map_err(internal)?
+                        state
+                            .on_cpu("segment frames", move || segment.frames(&table))
+                            .await?
                     }
                 };
                 parts.push((segment, frames));
@@ -251,29 +274,29 @@ async fn aggregate(
     while let Some(ready) = reads.next().await {
         let ready = ready.into_iter().collect::<Result<Vec<_>, _>>()?;
         let sides = sides.clone();
-        agg = tokio::task::spawn_blocking(move || {
-            for (size, parts) in ready {
-                for (segment, frames) in parts {
-                    for (side, sel) in sides.iter().enumerate() {
-                        agg.add_segment(&segment.data, &frames, sel, side)?;
+        agg = state
+            .on_cpu("aggregation", move || {
+                for (size, parts) in ready {
+                    for (segment, frames) in parts {
+                        for (side, sel) in sides.iter().enumerate() {
+                            agg.add_segment(&segment.data, &frames, sel, side)?;
+                        }
                     }
+                    agg.segments_read += 1;
+                    agg.bytes_read += size;
                 }
-                agg.segments_read += 1;
-                agg.bytes_read += size;
-            }
-            Ok::<_, aggregate::AggregateError>(agg)
-        })
-        .await
-        .map_err(internal)?
-        .map_err(aggregate_error)?;
+                Ok::<_, aggregate::AggregateError>(agg)
+            })
+            .await?
+            .map_err(aggregate_error)?;
     }
     let profile_type = agg
         .choose_type(sides[0].profile_type.as_deref(), DEFAULT_TYPE)
         .map_err(aggregate_error)?;
     let table = state.frame_table.clone();
-    let agg = tokio::task::spawn_blocking(move || agg.finish(&table).map(|()| agg))
-        .await
-        .map_err(internal)?
+    let agg = state
+        .on_cpu("aggregation", move || agg.finish(&table).map(|()| agg))
+        .await?
         .map_err(aggregate_error)?;
     Ok((agg, profile_type))
 }
@@ -284,12 +307,7 @@ async fn check_service(state: &Engine, sel: &Selection) -> Result<(), QueryError
     let Some(service) = &sel.service else {
         return Ok(());
     };
-    if !state
-        .meta
-        .has_service(&sel.tenant, service)
-        .await
-        .map_err(internal)?
-    {
+    if !state.meta.has_service(&sel.tenant, service).await? {
         return Err(QueryError::BadRequest(format!(
             "unknown service {service:?}: tenant {:?} has no profiles of it \
              (GET /api/v1/services lists the known ones)",
@@ -304,21 +322,20 @@ async fn segments_of(state: &Engine, sel: &Selection) -> Result<Vec<SegmentRef>,
     let found = match &sel.trace_id {
         Some(trace) => meta
             .trace_segments(&sel.tenant, trace)
-            .await
-            .map_err(internal)?
+            .await?
             .into_iter()
             .filter(|s| s.start_ns < sel.to_ns && s.end_ns >= sel.from_ns)
             .collect(),
-        None => meta
-            .segments(&SeriesQuery {
+        None => {
+            meta.segments(&SeriesQuery {
                 tenant: sel.tenant.clone(),
                 service: sel.service.clone(),
                 profile_type: sel.profile_type.clone(),
                 from_ns: sel.from_ns,
                 to_ns: sel.to_ns,
             })
-            .await
-            .map_err(internal)?,
+            .await?
+        }
     };
     Ok(found)
 }
@@ -378,19 +395,15 @@ pub async fn read_segment(
             return Ok(parts);
         }
     }
-    let bytes = state
-        .profiles
-        .store
-        .blob_bytes(sha256)
-        .await
-        .map_err(internal)?;
-    let ranges = symtrace_profiles::segment::part_ranges(&bytes).map_err(internal)?;
+    let bytes = state.profiles.store.blob_bytes(sha256).await?;
+    let ranges = symtrace_profiles::segment::part_ranges(&bytes)?;
     if ranges.len() == 1 && ranges[0].start == 0 {
         count("miss", 1);
-        let data = tokio::task::spawn_blocking(move || symtrace_profiles::segment::decode(&bytes))
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
+        let data = state
+            .on_cpu("decoding", move || {
+                symtrace_profiles::segment::decode(&bytes)
+            })
+            .await??;
         let data = Arc::new(Segment::new(data));
         state.segments.insert(sha256, data.clone());
         return Ok(vec![data]);
@@ -408,18 +421,19 @@ pub async fn read_segment(
         .collect();
     count("hit", ranges.len() - missing.len());
     count("miss", missing.len());
-    let decoded = tokio::task::spawn_blocking(move || {
-        missing
-            .into_iter()
-            .map(|(i, r)| {
-                symtrace_profiles::segment::decode_part(&bytes[r.start as usize..r.end as usize])
+    let decoded = state
+        .on_cpu("decoding", move || {
+            missing
+                .into_iter()
+                .map(|(i, r)| {
+                    symtrace_profiles::segment::decode_part(
+                        &bytes[r.start as usize..r.end as usize],
+                    )
                     .map(|data| (i, r.start, Arc::new(Segment::new(data))))
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await
-    .map_err(internal)?
-    .map_err(internal)?;
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await??;
     for (i, offset, data) in decoded {
         state
             .segments
@@ -460,7 +474,7 @@ async fn read_cached(
         return Ok(hit);
     }
     metrics::counter!("symtrace_segment_cache_total", "result" => "miss").increment(1);
-    let data = Arc::new(Segment::new(read.await.map_err(internal)?));
+    let data = Arc::new(Segment::new(read.await?));
     state.segments.insert(&key, data.clone());
     Ok(data)
 }

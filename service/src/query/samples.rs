@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{internal, read_segment, Engine, QueryError};
+use super::{read_segment, Engine, QueryError};
 use crate::profiles::model::{BuildIdKind, SegmentData};
 use crate::store::model::{SegmentRef, SeriesQuery};
 
@@ -62,22 +62,19 @@ async fn samples_of(engine: &Engine, tenant: String, q: SamplesQuery) -> Result<
         None => None,
     };
     let segments: Vec<SegmentRef> = match &trace {
-        Some(t) => engine
-            .meta
-            .trace_segments(&tenant, t)
-            .await
-            .map_err(internal)?,
-        None => engine
-            .meta
-            .segments(&SeriesQuery {
-                tenant: tenant.clone(),
-                service: q.service.clone(),
-                profile_type: q.profile_type.clone(),
-                from_ns: from,
-                to_ns: to,
-            })
-            .await
-            .map_err(internal)?,
+        Some(t) => engine.meta.trace_segments(&tenant, t).await?,
+        None => {
+            engine
+                .meta
+                .segments(&SeriesQuery {
+                    tenant: tenant.clone(),
+                    service: q.service.clone(),
+                    profile_type: q.profile_type.clone(),
+                    from_ns: from,
+                    to_ns: to,
+                })
+                .await?
+        }
     };
     let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
     let max_bytes = engine.limits.max_bytes;

@@ -6,15 +6,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use symtrace_profiles::trace::TraceSpans;
 
-use super::{internal, read_segment, Engine, QueryError};
+use super::{read_segment, Engine, QueryError};
 use crate::store::model::SegmentRef;
 
 pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<Value, QueryError> {
-    let segments = state
-        .meta
-        .trace_segments(tenant, &trace_id)
-        .await
-        .map_err(internal)?;
+    let segments = state.meta.trace_segments(tenant, &trace_id).await?;
     let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
     let limit = state.limits.max_bytes;
     if bytes > limit {
