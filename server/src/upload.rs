@@ -29,13 +29,13 @@ use tower_http::decompression::RequestDecompressionLayer;
 use crate::app::SharedState;
 use crate::auth::{Scope, Tenants};
 use crate::error::{ApiError, ApiResult};
-use crate::store::model::{ArtifactKind, ListFilter, WantedItem};
+use crate::store::model::{ArtifactKind, ListFilter};
 use crate::store::spool::{spool, SpoolError, Spooled};
 use crate::store::{Error as StoreError, Origin, Publisher, UploadStatus};
 use crate::zerocopy::PeerAddr;
 
 /// Most entries a `missing` request may ask about.
-const MAX_MISSING_ITEMS: usize = 100_000;
+const MAX_MISSING_ITEMS: usize = symtrace_wire::missing::MAX_ITEMS;
 /// Most claims a `missing` request may make (each costs a few database
 /// round trips; an agent sends at most 256).
 const MAX_CLAIMS: usize = 1024;
@@ -396,16 +396,11 @@ fn extract_bundle(
     Ok((members, rejected))
 }
 
-#[derive(Deserialize)]
-struct MissingRequest {
-    items: Vec<WantedItem>,
-}
-
 async fn missing(
     State(state): State<SharedState>,
     ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
     headers: HeaderMap,
-    Json(request): Json<MissingRequest>,
+    Json(request): Json<symtrace_wire::missing::MissingRequest>,
 ) -> ApiResult<Response> {
     let caller = state.auth.caller(&headers, peer, Scope::Agent)?;
     let agent_token = caller.scope == Some(Scope::Agent);
@@ -458,7 +453,7 @@ async fn missing(
     let bound_owner = bound.then_some(owner.as_str());
     let missing =
         crate::claims::answer(&state.store, request.items, &caller.id, bound_owner).await?;
-    Ok(Json(json!({ "total": total, "missing": missing })).into_response())
+    Ok(Json(symtrace_wire::missing::MissingAnswer { total, missing }).into_response())
 }
 
 async fn list(

@@ -24,6 +24,7 @@ use symtrace_profiles::model::BuildIdKind;
 
 use crate::store::model::{now_ms, WantedItem};
 use crate::store::SymbolStore;
+pub use symtrace_wire::missing::MissingItem;
 
 /// How long a granted claim keeps other agents from uploading the file.
 pub const CLAIM_MS: i64 = 10 * 60 * 1000;
@@ -190,19 +191,6 @@ pub async fn claim(
             .await?;
     }
     Ok(granted.then_some(key))
-}
-
-/// An item the server lacks, in the answer of `missing`.
-#[derive(Debug, serde::Serialize)]
-pub struct MissingItem {
-    /// Its index in the request.
-    pub index: usize,
-    #[serde(flatten)]
-    pub item: WantedItem,
-    /// For a granted claim: the key to upload the file under (its GNU
-    /// build-ID, its htlhash, or the key of the file it is a copy of).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub upload_as: Option<String>,
 }
 
 /// The answer to a (validated) `missing` request: the items the server

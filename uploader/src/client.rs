@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_compression::tokio::bufread::ZstdEncoder;
 use async_compression::Level;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::BufReader;
 use tokio_util::io::{InspectReader, ReaderStream};
 
@@ -122,25 +122,26 @@ impl Client {
 
     /// Indexes (into `items`) of what the server lacks.
     pub async fn missing(&self, items: &[Item]) -> Result<Vec<usize>, ClientError> {
-        let wanted: Vec<Value> = items
+        use symtrace_wire::missing::{MissingAnswer, MissingRequest, WantedItem, PATH};
+        let wanted: Vec<WantedItem> = items
             .iter()
-            .map(|i| {
-                let mut v =
-                    json!({ "build_id": i.build_id.as_str(), "kind": i.kind, "sha256": i.sha256 });
-                if i.kind == "source" {
-                    v["path"] = json!(i.name);
-                }
-                if let Some(q) = i.quality {
-                    v["quality"] = json!(q);
-                }
-                v
+            .map(|i| WantedItem {
+                build_id: i.build_id.as_str().to_owned(),
+                kind: i.kind.to_owned(),
+                sha256: i.sha256.clone(),
+                path: (i.kind == "source").then(|| i.name.clone()),
+                quality: i.quality,
+                ..Default::default()
             })
             .collect();
-        let url = format!("{}/api/v1/debuginfo/missing", self.base);
+        let url = format!("{}{PATH}", self.base);
         let mut missing = Vec::new();
-        // The server takes at most 100,000 items a request.
+        // The server takes at most MAX_ITEMS items a request.
         for (n, chunk) in wanted.chunks(MISSING_CHUNK).enumerate() {
-            let body = json!({ "items": chunk });
+            let body = serde_json::to_value(MissingRequest {
+                items: chunk.to_vec(),
+            })
+            .expect("a request serializes");
             let answer = self
                 .with_retries("asking the server what it lacks", || {
                     let request = self.auth(self.http.post(&url)).json(&body);
@@ -149,31 +150,15 @@ impl Client {
                 .await?;
             // Anything but a well-formed answer (a web page behind a wrong
             // URL, say) must not read as "the server has everything".
-            let (Some(list), Some(total)) =
-                (answer["missing"].as_array(), answer["total"].as_u64())
-            else {
-                return Err(ClientError::Failed(format!(
+            let answer: MissingAnswer = serde_json::from_value(answer).map_err(|_| {
+                ClientError::Failed(format!(
                     "{url} did not answer like a symtrace server (is --server right?)"
-                )));
-            };
-            if total != chunk.len() as u64 {
-                return Err(ClientError::Failed(format!(
-                    "{url} answered for {total} items, not {}",
-                    chunk.len()
-                )));
-            }
-            for m in list {
-                match m["index"].as_u64() {
-                    Some(i) if (i as usize) < chunk.len() => {
-                        missing.push(n * MISSING_CHUNK + i as usize)
-                    }
-                    _ => {
-                        return Err(ClientError::Failed(format!(
-                            "{url} answered with a bad index"
-                        )))
-                    }
-                }
-            }
+                ))
+            })?;
+            answer
+                .check(chunk.len())
+                .map_err(|e| ClientError::Failed(format!("{url} {e}")))?;
+            missing.extend(answer.missing.iter().map(|m| n * MISSING_CHUNK + m.index));
         }
         Ok(missing)
     }

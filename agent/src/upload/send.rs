@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use symtrace_wire::missing::{MissingAnswer, MissingRequest, WantedItem, PATH};
 use tokio::sync::mpsc;
 
 use super::{Offer, Options};
@@ -83,25 +83,17 @@ pub async fn claim(
     } else {
         "debuginfo"
     };
-    let mut item = json!({
-        "build_id": offer.id,
-        "id_kind": if offer.htlhash { "htlhash" } else { "gnu" },
-        "kind": kind,
-        "quality": offer.symbols.rank(),
-        "claim": options.holder,
-    });
-    if let Some(sha) = &offer.content_sha256 {
-        item["content_sha256"] = json!(sha);
-    }
-    let body = ask_missing(client, options, item, Duration::from_secs(30)).await?;
-    let key = body["missing"]
-        .as_array()
-        .and_then(|m| m.iter().find(|i| i["index"] == 0))
-        .and_then(|i| i["upload_as"].as_str())
-        // The key goes into a URL path: hex digits only.
-        .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_hexdigit()))
-        .map(str::to_owned);
-    Ok(key)
+    let item = WantedItem {
+        build_id: offer.id.clone(),
+        id_kind: Some(if offer.htlhash { "htlhash" } else { "gnu" }.into()),
+        kind: kind.into(),
+        quality: Some(offer.symbols.rank()),
+        claim: Some(options.holder.clone()),
+        content_sha256: offer.content_sha256.clone(),
+        ..Default::default()
+    };
+    let answer = ask_missing(client, options, item, Duration::from_secs(30)).await?;
+    Ok(answer.upload_key(0).map(str::to_owned))
 }
 
 /// Asks whether the server holds a CI or upstream file of `id` (of
@@ -116,19 +108,17 @@ pub async fn probe(
     quality: i32,
     timeout: Duration,
 ) -> Result<bool, String> {
-    let item = json!({
-        "build_id": id,
-        "id_kind": if htlhash { "htlhash" } else { "gnu" },
-        "kind": "executable",
-        "quality": quality,
-        "claim": options.holder,
-        "probe": true,
-    });
-    let body = ask_missing(client, options, item, timeout).await?;
-    let missing = body["missing"]
-        .as_array()
-        .ok_or_else(|| format!("no `missing` list: {body}"))?;
-    Ok(!missing.iter().any(|i| i["index"] == 0))
+    let item = WantedItem {
+        build_id: id.to_owned(),
+        id_kind: Some(if htlhash { "htlhash" } else { "gnu" }.into()),
+        kind: "executable".into(),
+        quality: Some(quality),
+        claim: Some(options.holder.clone()),
+        probe: true,
+        ..Default::default()
+    };
+    let answer = ask_missing(client, options, item, timeout).await?;
+    Ok(!answer.lacks(0))
 }
 
 /// Sends one `item` to `POST /api/v1/debuginfo/missing` within `timeout`:
@@ -136,26 +126,28 @@ pub async fn probe(
 async fn ask_missing(
     client: &reqwest::Client,
     options: &Options,
-    item: Value,
+    item: WantedItem,
     timeout: Duration,
-) -> Result<Value, String> {
-    let resp = request(
-        client,
-        options,
-        reqwest::Method::POST,
-        "/api/v1/debuginfo/missing",
-    )
-    .timeout(timeout)
-    .json(&json!({ "items": [item] }))
-    .send()
-    .await
-    .map_err(|e| e.to_string())?;
+) -> Result<MissingAnswer, String> {
+    let resp = request(client, options, reqwest::Method::POST, PATH)
+        .timeout(timeout)
+        .json(&MissingRequest { items: vec![item] })
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
     let status = resp.status();
-    let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
     if !status.is_success() {
-        return Err(format!("{status}: {body}"));
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
     }
-    Ok(body)
+    let answer: MissingAnswer = serde_json::from_slice(&body).map_err(|e| {
+        format!(
+            "not an answer of `missing` ({e}): {}",
+            String::from_utf8_lossy(&body)
+        )
+    })?;
+    answer.check(1)?;
+    Ok(answer)
 }
 
 type Pieces = futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;

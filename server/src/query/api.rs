@@ -144,23 +144,8 @@ async fn label_index(
     params: &Params,
     tenant: &str,
 ) -> Result<BTreeMap<String, Option<BTreeSet<String>>>, ApiError> {
-    let mut out: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
-    for row in series(state, params, tenant).await? {
-        let labels: serde_json::Map<String, Value> =
-            serde_json::from_str(&row.labels).unwrap_or_default();
-        for (name, values) in labels {
-            let entry = out.entry(name).or_insert_with(|| Some(BTreeSet::new()));
-            match (entry.as_mut(), values) {
-                (Some(set), Value::Array(values)) => set.extend(
-                    values
-                        .into_iter()
-                        .filter_map(|v| v.as_str().map(str::to_owned)),
-                ),
-                _ => *entry = None,
-            }
-        }
-    }
-    Ok(out)
+    let sel = selection(params, "", tenant)?;
+    Ok(state.engine.labels(&sel).await?.0)
 }
 
 async fn labels(

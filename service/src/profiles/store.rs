@@ -10,6 +10,7 @@ use super::segment;
 use crate::store::model::{now_ms, NewSegment, SeriesRow, TraceRef};
 use crate::store::SymbolStore;
 use symtrace_profiles::parts::PartKey;
+use symtrace_wire::labels::LabelIndex;
 
 /// zstd level of segments written at ingest (fast) and by the compactor.
 pub const INGEST_LEVEL: i32 = 1;
@@ -297,24 +298,17 @@ fn index_row(
         }
     }
     // Label values per (service, type): from (service, name) sets.
-    let mut by_service: HashMap<&str, serde_json::Map<String, serde_json::Value>> = HashMap::new();
+    let mut by_service: HashMap<&str, LabelIndex> = HashMap::new();
     for ((service, name), values) in labels {
-        let values = if values.len() > max_label_values {
-            serde_json::Value::Null
-        } else {
-            values.into_iter().map(serde_json::Value::from).collect()
-        };
-        by_service
-            .entry(service)
-            .or_default()
-            .insert(name.to_owned(), values);
+        let values =
+            (values.len() <= max_label_values).then(|| values.into_iter().map(str::to_owned));
+        by_service.entry(service).or_default().add(name, values);
     }
     let mut series: Vec<SeriesRow> = series.into_values().collect();
     for row in &mut series {
         row.labels = by_service
             .get(row.service.as_str())
-            .map(|m| serde_json::Value::Object(m.clone()).to_string())
-            .unwrap_or_else(|| "{}".to_owned());
+            .map_or_else(|| LabelIndex::default().encode(), LabelIndex::encode);
     }
     NewSegment {
         tenant: tenant.to_owned(),

@@ -137,6 +137,19 @@ impl Engine {
         Ok(self.cpu.run(what, f).await?)
     }
 
+    /// The label index of the series `sel` selects (its other selectors
+    /// aside), merged.
+    pub async fn labels(
+        &self,
+        sel: &Selection,
+    ) -> Result<symtrace_wire::labels::LabelIndex, QueryError> {
+        let mut index = symtrace_wire::labels::LabelIndex::default();
+        for row in self.series(sel).await? {
+            index.merge(symtrace_wire::labels::LabelIndex::decode(&row.labels));
+        }
+        Ok(index)
+    }
+
     /// The series the selection's tenant, service, type and time range
     /// select (its other selectors aside), from the segment index.
     pub async fn series(

@@ -103,43 +103,9 @@ pub struct NewArtifact {
     pub file_ids: Vec<(symtrace_profiles::model::BuildIdKind, String)>,
 }
 
-/// One entry of a `missing` query.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct WantedItem {
-    pub build_id: String,
-    /// `executable`, `debuginfo` or `source`.
-    pub kind: String,
-    /// The file's SHA-256 (may be empty in a claim).
-    #[serde(default)]
-    pub sha256: String,
-    /// For `source`: the absolute path the DWARF names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// For artifacts: the quality rank the client computed (0–3); when the
-    /// server already serves something strictly better the item is not missing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quality: Option<i32>,
-    /// A claim (an agent publishing what it found on a host): the holder's
-    /// name. The item is missing only when nothing of its quality or
-    /// better is stored for the file, and then only to the first claimant
-    /// for a while (a lease, `claims`), so a fleet uploads a file once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claim: Option<String>,
-    /// In a claim: what `build_id` is — `gnu` (the default) or `htlhash`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id_kind: Option<String>,
-    /// In a claim: the SHA-256 of the file the agent found (what the
-    /// upload will be bound to; a file of other content with the same ID
-    /// is another claim).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_sha256: Option<String>,
-    /// In a claim: only ask, before the agent hashes the file, whether a
-    /// CI or upstream file of its ID and its quality or better is stored
-    /// (then its frames never need an agent's file, and no hash is
-    /// needed). Missing when there is none; nothing is claimed.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub probe: bool,
-}
+/// One entry of a `missing` query (the wire type the uploader and the
+/// agent send).
+pub use symtrace_wire::missing::WantedItem;
 
 /// Filters of the list API.
 #[derive(Debug, Clone, Default, Deserialize)]
