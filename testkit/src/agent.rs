@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -96,18 +96,16 @@ impl Agent {
             stderr,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !agent.stderr().contains("running processes in") {
+        let started = crate::wait_until_ok(Duration::from_secs(30), || {
             if let Some(status) = agent.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("agent exited with {status}:\n{}", agent.stderr());
             }
-            assert!(
-                Instant::now() < deadline,
-                "agent did not start:\n{}",
-                agent.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            match agent.stderr().contains("running processes in") {
+                true => Ok(()),
+                false => Err(()),
+            }
+        });
+        assert!(started.is_ok(), "agent did not start:\n{}", agent.stderr());
         agent
     }
 
@@ -139,19 +137,16 @@ impl Agent {
     /// The address the agent serves `/healthz` on (`--health-addr`, from
     /// its log), waiting up to 10 s for it.
     pub fn health_addr(&self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(a) = self
-                .stderr()
+        let addr = crate::wait_until_ok(Duration::from_secs(10), || {
+            self.stderr()
                 .lines()
                 .find(|l| l.contains("serving /healthz"))
                 .and_then(|l| l.split("addr=").nth(1))
-            {
-                return a.split_whitespace().next().unwrap().to_owned();
-            }
-            assert!(Instant::now() < deadline, "{}", self.stderr());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+                .and_then(|a| a.split_whitespace().next())
+                .map(str::to_owned)
+                .ok_or(())
+        });
+        addr.unwrap_or_else(|()| panic!("no /healthz address:\n{}", self.stderr()))
     }
 
     /// SIGTERM, then wait for the exit (it flushes and reports).
@@ -159,18 +154,10 @@ impl Agent {
         let mut child = self.child.take().unwrap();
         // SAFETY: kill has no memory preconditions.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent did not stop:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let stopped = crate::wait_until_ok(Duration::from_secs(30), || {
+            child.try_wait().unwrap().ok_or(())
+        });
+        stopped.unwrap_or_else(|()| panic!("agent did not stop:\n{}", self.stderr()))
     }
 }
 

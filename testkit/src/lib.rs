@@ -16,6 +16,9 @@ pub mod collector;
 pub mod ebpf_profiler;
 pub mod split;
 pub mod stacks;
+mod wait;
+
+pub use wait::{wait_until, wait_until_ok};
 
 /// The `symtrace-server` binary of this build: `SYMTRACE_SERVER_BIN`, or the
 /// one beside the test executable's `deps/` directory (cargo builds it for
@@ -333,7 +336,10 @@ impl Server {
         }
         cmd.envs(self.backend.env.iter().map(|(k, v)| (k, v)));
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
-        cmd.env("RUST_LOG", "info,symtrace_server=debug");
+        cmd.env(
+            "RUST_LOG",
+            "info,symtrace_server=debug,symtrace_service=debug",
+        );
         cmd.env("NO_COLOR", "1");
         let child = cmd
             .stdout(Stdio::null())

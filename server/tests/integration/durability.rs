@@ -74,8 +74,15 @@ fn an_upload_whose_claimed_blob_is_collected_meanwhile_is_stored_again() {
         log.contains("orphan collection"),
         "the collector did not run:\n{log}"
     );
-    // Committed with its object: the file is served, and stays.
-    std::thread::sleep(Duration::from_secs(2));
+    // Committed with its object: the file is served, and stays — through
+    // two more passes of the collector (every second).
+    let passes = |log: &str| log.matches("orphan collection").count();
+    let after = passes(&server.log_text());
+    wait_until(
+        "two more passes of the orphan collector",
+        Duration::from_secs(30),
+        || (passes(&server.log_text()) >= after + 2).then_some(()),
+    );
     assert!(
         blob_path(&server, &sha).exists(),
         "committed without its object"
