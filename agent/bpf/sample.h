@@ -402,7 +402,8 @@ enum counter {
 	COUNTER_TICKS = 19,        /* runs of the CPU sampler, the idle CPUs' included */
 	COUNTER_STEPS_FP = 20,     /* user frames stepped out of by frame pointer */
 	COUNTER_STEPS_CFI = 21,    /* ... by a CFI rule */
-	COUNTER_COUNT = 22,
+	COUNTER_WALKS_EARLY = 22,  /* user stacks walked before their process's unwind ranges were set (by frame pointer alone) */
+	COUNTER_COUNT = 23,
 };
 
 #endif

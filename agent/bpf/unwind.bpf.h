@@ -243,8 +243,10 @@ static __always_inline void walk_user_stack(__u32 tgid, __u64 ip, __u64 sp, __u6
 		.s = s,
 		.proc = bpf_map_lookup_elem(&unwind_procs, &tgid),
 	};
-	if (!c.proc)
+	if (!c.proc) {
 		ask_for_ranges(tgid);
+		count(COUNTER_WALKS_EARLY);
+	}
 	long loops = bpf_loop(USER_STACK_DEPTH + 1, walk_step, &c, 0);
 	if (loops <= 0) {
 		s->user[0] = ip;

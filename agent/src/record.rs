@@ -428,19 +428,6 @@ fn frames(all: &[u64], bytes: i32) -> &[u64] {
     &frames[..end]
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of the BPF program's `bpf_ktime_get_ns`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the one timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

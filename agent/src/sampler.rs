@@ -69,6 +69,9 @@ pub struct Counters {
     /// User frames stepped out of by frame pointer, and by a CFI rule.
     pub steps_fp: u64,
     pub steps_cfi: u64,
+    /// User stacks walked before their process's unwind ranges were set
+    /// (a new process's first samples: by frame pointer alone).
+    pub walks_early: u64,
 }
 
 pub struct Sampler {
@@ -611,6 +614,7 @@ impl Sampler {
             off_cpu_throttled: sum(record::COUNTER_OFF_CPU_THROTTLED),
             steps_fp: sum(record::COUNTER_STEPS_FP),
             steps_cfi: sum(record::COUNTER_STEPS_CFI),
+            walks_early: sum(record::COUNTER_WALKS_EARLY),
         }
     }
 

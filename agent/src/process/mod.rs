@@ -746,7 +746,7 @@ impl Context {
         {
             // A library loaded now publishes contexts: its threads' spans
             // are read from now on, this long after ld.so reported it.
-            let late = crate::record::monotonic_ns().saturating_sub(since);
+            let late = monotonic_ns().saturating_sub(since);
             self.ctx_after_load.0 += 1;
             self.ctx_after_load.1 = self.ctx_after_load.1.max(late);
         }
@@ -860,6 +860,19 @@ fn evict_one(by_pid: &mut HashMap<u32, Process>, ctx: &mut Context) {
         }
         ctx.forget_unwind(pid);
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the BPF program's `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the one timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
