@@ -542,7 +542,7 @@ mod tests {
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
         assert!(
-            text.contains("unwind tables: frames stepped by frame pointer 0, by CFI 0, leaves stepped in BPF 0, files 3, rows 1000,"),
+            text.contains("unwind tables: frames stepped by frame pointer 0, by CFI 0, leaves stepped in BPF 0, stacks walked before their process's ranges 0, files 3, rows 1000,"),
             "{text}"
         );
         assert!(

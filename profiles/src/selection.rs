@@ -57,14 +57,30 @@ pub struct RawSelection<'a> {
     pub gauge: Option<&'a str>,
 }
 
+/// What a selection without `from` (or `to`) covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultRange {
+    /// The hour before `to` (before now without one): the query API's.
+    LastHour,
+    /// All time: the raw samples listing's, and any selection of a trace.
+    AllTime,
+}
+
 impl RawSelection<'_> {
     /// Validates the parameters into a selection of `tenant`'s samples; the
-    /// error says what was wrong.
+    /// error says what was wrong. Without `from`, the last hour.
     pub fn parse(&self, tenant: &str) -> Result<Selection, String> {
+        self.parse_with(tenant, DefaultRange::LastHour)
+    }
+
+    /// [`Self::parse`], with `default` as the range a missing `from` or
+    /// `to` leaves.
+    pub fn parse_with(&self, tenant: &str, default: DefaultRange) -> Result<Selection, String> {
         let now = now_ns();
         // A trace is found through the index whenever it ran: its default
         // range is all time.
-        let by_trace = self.trace_id.is_some_and(|t| !t.is_empty());
+        let by_trace =
+            self.trace_id.is_some_and(|t| !t.is_empty()) || default == DefaultRange::AllTime;
         let to = match self.to.filter(|t| !t.is_empty()) {
             Some(t) => parse_time("to", t, now)?,
             None if by_trace => i64::MAX,
@@ -208,6 +224,22 @@ mod tests {
         for bad in ["yesterday", "now-1y", "now-h", "-5", "now--1h"] {
             assert!(parse_time("from", bad, now).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_missing_range_is_the_last_hour_or_all_time() {
+        let none = RawSelection::default();
+        let hour = none.parse("t").unwrap();
+        assert_eq!(hour.to_ns - hour.from_ns, DEFAULT_RANGE_NS);
+        let all = none.parse_with("t", DefaultRange::AllTime).unwrap();
+        assert_eq!((all.from_ns, all.to_ns), (0, i64::MAX));
+        // A bound given is kept; the other stays open.
+        let from = RawSelection {
+            from: Some("5"),
+            ..Default::default()
+        };
+        let all = from.parse_with("t", DefaultRange::AllTime).unwrap();
+        assert_eq!((all.from_ns, all.to_ns), (5, i64::MAX));
     }
 
     #[test]

@@ -234,6 +234,80 @@ fn the_samples_listing_takes_the_time_forms_every_query_takes() {
     alive(&server);
 }
 
+/// Every endpoint that selects samples takes the same time forms (`now-1h`,
+/// Unix nanoseconds) and trace ID, and refuses a bad one in the same words
+/// (one parser under all of them).
+#[test]
+fn every_selecting_endpoint_takes_the_same_forms_and_refuses_the_same_way() {
+    let server = Server::start(&Backend::local(), &[]);
+    let tenant = "forms-all";
+    let now = now_ns();
+    let response = export(
+        &server,
+        tenant,
+        &deep_request("recent", 3, now - 60_000_000_000),
+    );
+    assert!(response.partial_success.is_none(), "{response:?}");
+    let hour = 3_600_000_000_000u64;
+    let trace = hex::encode(TRACE);
+    let unix = format!("from={}&to={}", now - hour, now + 1);
+    // (endpoint with its own parameters, what a good answer holds)
+    let endpoints: [(&str, &str); 7] = [
+        ("/api/v1/services?", "\"recent\""),
+        (
+            "/api/v1/profile-types?service=recent&",
+            "samples:count:cpu:nanoseconds",
+        ),
+        ("/api/v1/labels?service=recent&", "labels"),
+        (
+            "/api/v1/labels/service.name/values?service=recent&",
+            "values",
+        ),
+        ("/api/v1/flamegraph?service=recent&format=folded&", "f0"),
+        ("/api/v1/diff?service=recent&", "tree"),
+        ("/api/v1/profiles/samples?service=recent&", "\"stack\""),
+    ];
+    for (endpoint, holds) in endpoints {
+        for form in ["from=now-1h", "from=now-1h&to=now", unix.as_str()] {
+            let (status, body) = get(&server, tenant, &format!("{endpoint}{form}"));
+            assert_eq!(status, 200, "{endpoint}{form}: {body}");
+            assert!(body.contains(holds), "{endpoint}{form}: {body}");
+        }
+        let (status, body) = get(&server, tenant, &format!("{endpoint}from=yesterday"));
+        assert_eq!(status, 400, "{endpoint}: {body}");
+        assert!(body.contains("now-<n><unit>"), "{endpoint}: {body}");
+        let (status, body) = get(&server, tenant, &format!("{endpoint}from=now-1h&to=now-2h"));
+        assert_eq!(status, 400, "{endpoint}: {body}");
+        assert!(body.contains("must be before"), "{endpoint}: {body}");
+    }
+    // The trace forms, where a trace selects.
+    for endpoint in [
+        "/api/v1/flamegraph?format=folded&",
+        "/api/v1/diff?",
+        "/api/v1/profiles/samples?",
+    ] {
+        for form in [
+            format!("trace_id={trace}"),
+            format!("trace_id={trace}&from=now-1h"),
+        ] {
+            let (status, body) = get(&server, tenant, &format!("{endpoint}{form}"));
+            assert_eq!(status, 200, "{endpoint}{form}: {body}");
+            assert!(body.len() > 2, "{endpoint}{form}: {body}");
+        }
+        for (bad, says) in [("5b5b", "32 hex digits"), (&*"0".repeat(32), "all zeros")] {
+            let (status, body) = get(&server, tenant, &format!("{endpoint}trace_id={bad}"));
+            assert_eq!(status, 400, "{endpoint}{bad}: {body}");
+            assert!(body.contains(says), "{endpoint}{bad}: {body}");
+        }
+    }
+    let (status, body) = get(&server, tenant, &format!("/api/v1/traces/{trace}"));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = get(&server, tenant, "/api/v1/traces/5b5b");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("32 hex digits"), "{body}");
+    alive(&server);
+}
+
 #[test]
 fn exports_over_the_element_limit_are_refused_before_decoding_and_others_are_served() {
     let server = Server::start(&Backend::local(), &["--max-export-elements", "5000"]);

@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use symtrace_profiles::selection::{DefaultRange, RawSelection};
 
 use super::{read_segment, Engine, QueryError};
 use crate::profiles::model::{BuildIdKind, SegmentData};
@@ -43,24 +44,21 @@ pub async fn samples(
 }
 
 async fn samples_of(engine: &Engine, tenant: String, q: SamplesQuery) -> Result<Value, QueryError> {
-    use symtrace_profiles::selection::{now_ns, parse_time, parse_trace_id};
-    let now = now_ns();
-    let time = |name: &str, text: &Option<String>, default: i64| match text.as_deref() {
-        Some(t) if !t.is_empty() => parse_time(name, t, now).map_err(QueryError::BadRequest),
-        _ => Ok(default),
-    };
-    let from = time("from", &q.from, 0)?;
-    let to = time("to", &q.to, i64::MAX)?;
-    if from >= to {
-        return Err(QueryError::BadRequest(format!(
-            "from ({from}) must be before to ({to})"
-        )));
+    // The selection's forms, limits and errors are every query's; all
+    // time by default.
+    let sel = RawSelection {
+        service: q.service.as_deref(),
+        profile_type: q.profile_type.as_deref(),
+        from: q.from.as_deref(),
+        to: q.to.as_deref(),
+        trace_id: q.trace_id.as_deref(),
+        ..Default::default()
     }
+    .parse_with(&tenant, DefaultRange::AllTime)
+    .map_err(QueryError::BadRequest)?;
+    let (from, to) = (sel.from_ns, sel.to_ns);
     let limit = q.limit.unwrap_or(MAX_SAMPLES).min(MAX_SAMPLES);
-    let trace = match &q.trace_id {
-        Some(t) => Some(parse_trace_id(t).map_err(QueryError::BadRequest)?.to_vec()),
-        None => None,
-    };
+    let trace = sel.trace_id.map(|t| t.to_vec());
     let segments: Vec<SegmentRef> = match &trace {
         Some(t) => engine.meta.trace_segments(&tenant, t).await?,
         None => {
@@ -68,8 +66,8 @@ async fn samples_of(engine: &Engine, tenant: String, q: SamplesQuery) -> Result<
                 .meta
                 .segments(&SeriesQuery {
                     tenant: tenant.clone(),
-                    service: q.service.clone(),
-                    profile_type: q.profile_type.clone(),
+                    service: sel.service.clone(),
+                    profile_type: sel.profile_type.clone(),
                     from_ns: from,
                     to_ns: to,
                 })
@@ -94,10 +92,12 @@ async fn samples_of(engine: &Engine, tenant: String, q: SamplesQuery) -> Result<
             let data = &part.data;
             for sample in &data.samples {
                 let series = &data.series[sample.series as usize];
-                if q.service
+                if sel
+                    .service
                     .as_deref()
                     .is_some_and(|s| s != data.str(series.service))
-                    || q.profile_type
+                    || sel
+                        .profile_type
                         .as_deref()
                         .is_some_and(|t| t != data.profile_type(series))
                     || trace.as_deref().is_some_and(|t| {
