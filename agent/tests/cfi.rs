@@ -181,6 +181,13 @@ fn check_whole(
     let ok = samples_where(stacks, |s| of(s) && whole(s, path));
     let early = profiled.early.min(n - ok.min(n));
     let share = (ok + early) as f64 / n.max(1) as f64;
+    // The excuse is for a new process's first moments, never for a run
+    // whose ranges did not come (a run of 2 s: most samples are after).
+    assert!(
+        early * 2 <= n,
+        "{what}: {early} of {n} samples walked before the process's unwind ranges were set\n{}",
+        evidence(agent, stacks)
+    );
     let cut = samples_where(stacks, |s| of(s) && s.first().is_some_and(|f| f == MARKER));
     assert!(
         n >= 20,
