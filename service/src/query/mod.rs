@@ -156,16 +156,7 @@ impl Engine {
         &self,
         sel: &Selection,
     ) -> Result<Vec<crate::store::model::SeriesInfo>, QueryError> {
-        Ok(self
-            .meta
-            .series_rows(&SeriesQuery {
-                tenant: sel.tenant.clone(),
-                service: sel.service.clone(),
-                profile_type: sel.profile_type.clone(),
-                from_ns: sel.from_ns,
-                to_ns: sel.to_ns,
-            })
-            .await?)
+        Ok(self.meta.series_rows(&series_query(sel)).await?)
     }
 }
 
@@ -206,11 +197,7 @@ async fn run_unbounded(
         .map(|s| s.sha256.clone())
         .collect();
     segments.retain(|s| s.part().is_none() || !whole.contains(&s.sha256));
-    let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
-    let limit = state.limits.max_bytes;
-    if bytes > limit {
-        return Err(QueryError::TooLarge { bytes, limit });
-    }
+    within_bytes(state, &segments)?;
     let started = std::time::Instant::now();
     let sides: Arc<Vec<Selection>> = Arc::new(sides.to_vec());
     let (mut agg, profile_type) = match aggregate(state, &segments, &sides).await {
@@ -339,18 +326,30 @@ async fn segments_of(state: &Engine, sel: &Selection) -> Result<Vec<SegmentRef>,
             .into_iter()
             .filter(|s| s.start_ns < sel.to_ns && s.end_ns >= sel.from_ns)
             .collect(),
-        None => {
-            meta.segments(&SeriesQuery {
-                tenant: sel.tenant.clone(),
-                service: sel.service.clone(),
-                profile_type: sel.profile_type.clone(),
-                from_ns: sel.from_ns,
-                to_ns: sel.to_ns,
-            })
-            .await?
-        }
+        None => meta.segments(&series_query(sel)).await?,
     };
     Ok(found)
+}
+
+/// The index query of a selection's tenant, service, type and range.
+fn series_query(sel: &Selection) -> SeriesQuery {
+    SeriesQuery {
+        tenant: sel.tenant.clone(),
+        service: sel.service.clone(),
+        profile_type: sel.profile_type.clone(),
+        from_ns: sel.from_ns,
+        to_ns: sel.to_ns,
+    }
+}
+
+/// Refuses a listing over the bytes one query may read.
+fn within_bytes(state: &Engine, segments: &[SegmentRef]) -> Result<(), QueryError> {
+    let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
+    let limit = state.limits.max_bytes;
+    if bytes > limit {
+        return Err(QueryError::TooLarge { bytes, limit });
+    }
+    Ok(())
 }
 
 pub async fn read(state: &Engine, sha256: &str) -> Result<Arc<Segment>, QueryError> {

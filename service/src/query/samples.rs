@@ -6,9 +6,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use symtrace_profiles::selection::{DefaultRange, RawSelection};
 
-use super::{read_segment, Engine, QueryError};
+use super::{read_segment, segments_of, within_bytes, Engine, QueryError};
 use crate::profiles::model::{BuildIdKind, SegmentData};
-use crate::store::model::{SegmentRef, SeriesQuery};
+use crate::store::model::SegmentRef;
 
 /// Most samples one answer holds.
 const MAX_SAMPLES: usize = 100_000;
@@ -59,29 +59,8 @@ async fn samples_of(engine: &Engine, tenant: String, q: SamplesQuery) -> Result<
     let (from, to) = (sel.from_ns, sel.to_ns);
     let limit = q.limit.unwrap_or(MAX_SAMPLES).min(MAX_SAMPLES);
     let trace = sel.trace_id.map(|t| t.to_vec());
-    let segments: Vec<SegmentRef> = match &trace {
-        Some(t) => engine.meta.trace_segments(&tenant, t).await?,
-        None => {
-            engine
-                .meta
-                .segments(&SeriesQuery {
-                    tenant: tenant.clone(),
-                    service: sel.service.clone(),
-                    profile_type: sel.profile_type.clone(),
-                    from_ns: from,
-                    to_ns: to,
-                })
-                .await?
-        }
-    };
-    let bytes: u64 = segments.iter().map(SegmentRef::read_bytes).sum();
-    let max_bytes = engine.limits.max_bytes;
-    if bytes > max_bytes {
-        return Err(QueryError::TooLarge {
-            bytes,
-            limit: max_bytes,
-        });
-    }
+    let segments = segments_of(engine, &sel).await?;
+    within_bytes(engine, &segments)?;
     let mut out = Vec::new();
     let mut truncated = false;
     // Each reference's own parts (a one-service or trace listing names
