@@ -376,6 +376,55 @@ static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, 
 		s->window_bytes = 64; /* near the top of the stack mapping */
 }
 
+/* Set by the loader when unwind tables are on: a sample of a process whose
+ * unwind ranges are not set yet comes with a copy of its user stack. */
+volatile const __u32 stack_snapshots = 0;
+
+/* Writes the struct stack_snapshot of an on-CPU sample of process `tgid`
+ * at `now` when the process has no unwind ranges yet (its first moments,
+ * before the agent read it: its frameless frames would cut the walk by
+ * frame pointer). No flag in the sample says so (a value the verifier
+ * would follow down both paths of all that comes after): the snapshot is
+ * the one of the same CPU and time. As much of STACK_SNAPSHOT_BYTES as can
+ * be read: the stack's top may be nearer, or a page not resident. A
+ * global function: the verifier checks it once, on its own, and its
+ * branches do not multiply the paths of the sample program after it. */
+__attribute__((noinline)) int stack_snapshot(__u32 tgid, __u64 now, __u64 sp)
+{
+	if (!stack_snapshots || bpf_map_lookup_elem(&unwind_procs, &tgid))
+		return 0;
+	struct stack_snapshot *snap = bpf_ringbuf_reserve(&records, sizeof(*snap), 0);
+	if (!snap) {
+		count(COUNTER_LOST);
+		return 0;
+	}
+	snap->kind = RECORD_STACK_SNAPSHOT;
+	snap->cpu = bpf_get_smp_processor_id();
+	snap->boot_ns = now;
+	snap->sp = sp;
+	snap->pad = 0;
+	void *at = (void *)sp;
+	__u32 n = 0;
+	if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES, at))
+		n = STACK_SNAPSHOT_BYTES;
+	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 2, at))
+		n = STACK_SNAPSHOT_BYTES / 2;
+	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 4, at))
+		n = STACK_SNAPSHOT_BYTES / 4;
+	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 8, at))
+		n = STACK_SNAPSHOT_BYTES / 8;
+	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 32, at))
+		n = STACK_SNAPSHOT_BYTES / 32;
+	if (!n) {
+		bpf_ringbuf_discard(snap, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	snap->bytes = n;
+	bpf_ringbuf_submit(snap, BPF_RB_NO_WAKEUP);
+	count(COUNTER_SNAPSHOTS);
+	return 1;
+}
+
 /* The common part of a sample record: who, when, the thread context. */
 static __always_inline void sample_header(struct cpu_sample *s, __u32 kind, __u64 id,
 					  struct task_struct *task, __u64 now)
@@ -407,14 +456,17 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		count(COUNTER_KERNEL_THREAD);
 		return 0;
 	}
+	__u64 ip = 0, sp = 0, bp = 0;
+	int have = user_regs(ctx, &ip, &sp, &bp);
+	__u64 now = bpf_ktime_get_boot_ns();
+	if (have > 0)
+		stack_snapshot((__u32)(id >> 32), now, sp);
 	struct cpu_sample *s = bpf_ringbuf_reserve(&records, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_LOST);
 		return 0;
 	}
-	sample_header(s, RECORD_SAMPLE, id, task, bpf_ktime_get_boot_ns());
-	__u64 ip = 0, sp = 0, bp = 0;
-	int have = user_regs(ctx, &ip, &sp, &bp);
+	sample_header(s, RECORD_SAMPLE, id, task, now);
 	user_stack(ctx, have, ip, sp, bp, s);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	/* Userspace drains on a timer: no wakeup per sample. */

@@ -15,6 +15,11 @@
  * leaf (or a function in its prologue or epilogue) keeps its return address.
  * Userspace finds it with the leaf's .eh_frame CFI. */
 #define USER_STACK_WINDOW 256
+/* Bytes of user stack copied from %rsp for a sample of a process whose
+ * unwind ranges are not set yet (its first moments: the agent has not read
+ * it): userspace walks it by CFI once the process's files are read, so a
+ * new process's first stacks are whole too. A power of two. */
+#define STACK_SNAPSHOT_BYTES 16384
 /* Slots of the scheduler program's filter of publishing processes (a power
  * of two). */
 #define PUBLISHING_SLOTS 65536
@@ -106,6 +111,7 @@ enum record_kind {
 	RECORD_OFF_CPU_END = 5,   /* it ran again: struct off_cpu_end */
 	RECORD_ALLOC = 6,  /* a sampled allocation: struct alloc_sample */
 	RECORD_FREE = 7,   /* a tracked sampled allocation was freed: struct alloc_free */
+	RECORD_STACK_SNAPSHOT = 8, /* the user stack of the on-CPU sample of the same cpu and boot_ns, written next: struct stack_snapshot */
 };
 
 
@@ -168,6 +174,18 @@ struct cpu_sample {
 	 * frame-pointer chain, leaf first */
 	__u64 user[USER_STACK_DEPTH];
 	__u64 kernel[KERNEL_STACK_DEPTH];
+};
+
+/* The user stack from %rsp of an on-CPU sample walked before its process's
+ * unwind ranges were set (the sample of the same cpu and boot_ns). */
+struct stack_snapshot {
+	__u32 kind;          /* RECORD_STACK_SNAPSHOT */
+	__u32 cpu;
+	__u64 boot_ns;       /* the sample's */
+	__u64 sp;            /* the address of data[0] */
+	__u32 bytes;         /* of data[] read */
+	__u32 pad;
+	__u8 data[STACK_SNAPSHOT_BYTES];
 };
 
 struct process_event_record {
@@ -274,6 +292,11 @@ struct live_key {
 #define LAYOUT_CPU_SAMPLE_WINDOW 200
 #define LAYOUT_CPU_SAMPLE_USER 456
 #define LAYOUT_CPU_SAMPLE_KERNEL 1472
+#define LAYOUT_STACK_SNAPSHOT_SIZE 16416
+#define LAYOUT_STACK_SNAPSHOT_BOOT_NS 8
+#define LAYOUT_STACK_SNAPSHOT_SP 16
+#define LAYOUT_STACK_SNAPSHOT_BYTES 24
+#define LAYOUT_STACK_SNAPSHOT_DATA 32
 #define LAYOUT_PROCESS_EVENT_SIZE 8
 #define LAYOUT_PROCESS_EVENT_KIND 0
 #define LAYOUT_PROCESS_EVENT_PID 4
@@ -344,6 +367,11 @@ LAYOUT_CHECK("cpu_sample.trace", __builtin_offsetof(struct cpu_sample, trace), L
 LAYOUT_CHECK("cpu_sample.window", __builtin_offsetof(struct cpu_sample, window), LAYOUT_CPU_SAMPLE_WINDOW);
 LAYOUT_CHECK("cpu_sample.user", __builtin_offsetof(struct cpu_sample, user), LAYOUT_CPU_SAMPLE_USER);
 LAYOUT_CHECK("cpu_sample.kernel", __builtin_offsetof(struct cpu_sample, kernel), LAYOUT_CPU_SAMPLE_KERNEL);
+LAYOUT_CHECK("sizeof(struct stack_snapshot)", sizeof(struct stack_snapshot), LAYOUT_STACK_SNAPSHOT_SIZE);
+LAYOUT_CHECK("stack_snapshot.boot_ns", __builtin_offsetof(struct stack_snapshot, boot_ns), LAYOUT_STACK_SNAPSHOT_BOOT_NS);
+LAYOUT_CHECK("stack_snapshot.sp", __builtin_offsetof(struct stack_snapshot, sp), LAYOUT_STACK_SNAPSHOT_SP);
+LAYOUT_CHECK("stack_snapshot.bytes", __builtin_offsetof(struct stack_snapshot, bytes), LAYOUT_STACK_SNAPSHOT_BYTES);
+LAYOUT_CHECK("stack_snapshot.data", __builtin_offsetof(struct stack_snapshot, data), LAYOUT_STACK_SNAPSHOT_DATA);
 LAYOUT_CHECK("sizeof(struct process_event_record)", sizeof(struct process_event_record), LAYOUT_PROCESS_EVENT_SIZE);
 LAYOUT_CHECK("process_event_record.kind", __builtin_offsetof(struct process_event_record, kind), LAYOUT_PROCESS_EVENT_KIND);
 LAYOUT_CHECK("process_event_record.pid", __builtin_offsetof(struct process_event_record, pid), LAYOUT_PROCESS_EVENT_PID);
@@ -403,7 +431,8 @@ enum counter {
 	COUNTER_STEPS_FP = 20,     /* user frames stepped out of by frame pointer */
 	COUNTER_STEPS_CFI = 21,    /* ... by a CFI rule */
 	COUNTER_WALKS_EARLY = 22,  /* user stacks walked before their process's unwind ranges were set (by frame pointer alone) */
-	COUNTER_COUNT = 23,
+	COUNTER_SNAPSHOTS = 23,    /* ... of them, with their stack copied for userspace (struct stack_snapshot) */
+	COUNTER_COUNT = 24,
 };
 
 #endif

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Parser;
 
 /// symtrace-agent: samples the on-CPU stacks of every process on this host
-/// with eBPF (a CPU-clock perf event per CPU, frame-pointer unwinding),
+/// with eBPF (a CPU-clock perf event per CPU, frame pointers where code keeps them, each file's CFI where it does not),
 /// with the trace and span each thread published (OpenTelemetry thread
 /// context), and ships them, unsymbolized with their build-IDs, to a
 /// symtrace server (or any OTLP profiles receiver) over OTLP/gRPC.
@@ -68,6 +68,16 @@ pub struct Args {
     /// does not fit is walked by frame pointer.
     #[arg(long, env = "SYMTRACE_AGENT_UNWIND_TABLE_BYTES", default_value_t = 16 << 20)]
     pub unwind_table_bytes: u64,
+
+    /// Do not copy the user stack (up to 16 KiB) of a sample taken before
+    /// the agent has read its process (a new process's first moments, or
+    /// one whose files are still being read). With the copy, the agent
+    /// walks such a stack by each file's CFI once the files are read, so
+    /// new and short-lived processes' stacks are whole through code
+    /// without frame pointers; without it they are walked by frame pointer
+    /// alone.
+    #[arg(long, env = "SYMTRACE_AGENT_NO_STACK_SNAPSHOTS")]
+    pub no_stack_snapshots: bool,
 
     /// Bytes of JIT symbols (from perf maps and jitdump files) kept per
     /// process; beyond it the oldest entries are dropped (counted in the

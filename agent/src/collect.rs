@@ -15,7 +15,7 @@ use crate::kallsyms::KernelSymbols;
 use crate::memory;
 use crate::offcpu::{self, Waiting, Waits};
 use crate::process::{ProcessInfo, Processes, UserFrame, UserStack};
-use crate::record::{self, CpuSample, Record};
+use crate::record::{self, CpuSample, Record, StackSnapshot};
 use crate::sampler::{CtxOffsets, OffCpu, Sampler};
 use crate::stats;
 use crate::unwind::Cut;
@@ -153,6 +153,8 @@ impl Collector {
         let mut waits = Waits::new(self.off_cpu.max_waiting as usize);
         let mut boot_to_unix = boot_to_unix_ns();
         let mut user = Vec::with_capacity(128);
+        // Each CPU's last stack snapshot, for the sample written after it.
+        let mut snapshots = Snapshots::default();
         let mut kernel_frames: Vec<(u64, Option<&str>)> = Vec::with_capacity(64);
         let start = Instant::now();
         let mut next_flush = start + self.interval;
@@ -228,10 +230,13 @@ impl Collector {
                 let pid = record.pid();
                 let exited = matches!(record, Record::Exit(_));
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match record {
+                Record::Snapshot(snap) => snapshots.keep(snap),
                 Record::Sample(s) => {
                     let comm = s.thread_name();
                     user.clear();
-                    let (process, cut) = resolve(&mut procs, offsets, &s, &comm, &mut user);
+                    let snap = snapshots.take(&s);
+                    let (process, cut) =
+                        resolve(&mut procs, offsets, &s, snap.as_ref(), &comm, &mut user);
                     kernel_frames.clear();
                     for (depth, &ret) in s.kernel_stack().iter().enumerate() {
                         let address = record::call_site(depth, ret);
@@ -255,7 +260,7 @@ impl Collector {
                     // surely there; emitted when the thread runs again.
                     let comm = s.thread_name();
                     let mut frames = Vec::new();
-                    let (process, cut) = resolve(&mut procs, offsets, &s, &comm, &mut frames);
+                    let (process, cut) = resolve(&mut procs, offsets, &s, None, &comm, &mut frames);
                     // The stack was taken inside the scheduler's tracepoint:
                     // its leaf frames are the BPF program and the tracing
                     // glue, not the thread's.
@@ -309,7 +314,7 @@ impl Collector {
                             let mut frames = Vec::new();
                             let comm = s.thread_name();
                             let (process, cut) =
-                                resolve(&mut procs, offsets, s, &comm, &mut frames);
+                                resolve(&mut procs, offsets, s, None, &comm, &mut frames);
                             let stack = Arc::new(memory::Stack {
                                 process,
                                 user: frames,
@@ -537,10 +542,41 @@ fn hand_over(sampler: &mut Sampler, procs: &mut Processes) -> usize {
 /// Resolves a record's user stack into `out` (see `Processes::resolve`),
 /// and hands the BPF program the trace-context offsets of any process read
 /// for it, so its next records carry their spans.
+/// The stack snapshots read, one per CPU at most, until the sample
+/// written after each (same CPU, same time) takes it: a snapshot and its
+/// sample are written by one run of the BPF program, which nothing else on
+/// its CPU interrupts.
+#[derive(Default)]
+struct Snapshots(Vec<StackSnapshot>);
+
+impl Snapshots {
+    fn keep(&mut self, snap: StackSnapshot) {
+        match self.0.iter_mut().find(|s| s.cpu == snap.cpu) {
+            Some(old) => *old = snap,
+            // At most one per CPU the BPF program runs on.
+            None => self.0.push(snap),
+        }
+    }
+
+    /// The snapshot of sample `s`, when it has one (a snapshot whose
+    /// sample was lost, the ring full, is replaced by its CPU's next).
+    fn take(&mut self, s: &CpuSample) -> Option<StackSnapshot> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let i = self
+            .0
+            .iter()
+            .position(|snap| snap.cpu == s.cpu && snap.boot_ns == s.boot_ns)?;
+        Some(self.0.swap_remove(i))
+    }
+}
+
 fn resolve(
     procs: &mut Processes,
     offsets: &mut CtxOffsets<'_>,
     s: &CpuSample,
+    snapshot: Option<&StackSnapshot>,
     comm: &str,
     out: &mut Vec<UserFrame>,
 ) -> (Arc<ProcessInfo>, Option<Cut>) {
@@ -549,6 +585,7 @@ fn resolve(
         end: s.user_end,
         bp: s.user_bp,
         window: s.window(),
+        snapshot: snapshot.map(|snap| (snap.sp, snap.data.as_slice())),
     };
     let resolved = procs.resolve(s.pid, comm, &stack, out);
     for (pid, offset) in procs.take_tls_changes() {

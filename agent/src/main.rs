@@ -18,6 +18,7 @@ mod process;
 mod reaper;
 mod record;
 mod sampler;
+mod snapshot;
 mod stats;
 mod threadctx;
 mod unwind;
@@ -81,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         memory_max_live_per_process: args.memory_max_live_per_process,
         off_cpu_max_process_rate: args.off_cpu_max_process_rate,
         unwind_table_bytes: args.unwind_table_bytes,
+        stack_snapshots: !args.no_stack_snapshots,
     })?;
     tracing::info!(
         "sampling {} CPUs at {} Hz (BPF loaded and attached in {:?}); exporting every {:?} to {}",

@@ -137,6 +137,23 @@ layout_check!(offset_of!(CpuSample, trace), LAYOUT_CPU_SAMPLE_TRACE);
 layout_check!(offset_of!(CpuSample, window), LAYOUT_CPU_SAMPLE_WINDOW);
 layout_check!(offset_of!(CpuSample, user), LAYOUT_CPU_SAMPLE_USER);
 layout_check!(offset_of!(CpuSample, kernel), LAYOUT_CPU_SAMPLE_KERNEL);
+layout_check!(size_of::<StackSnapshotHeader>(), LAYOUT_STACK_SNAPSHOT_DATA);
+layout_check!(
+    offset_of!(StackSnapshotHeader, boot_ns),
+    LAYOUT_STACK_SNAPSHOT_BOOT_NS
+);
+layout_check!(
+    offset_of!(StackSnapshotHeader, sp),
+    LAYOUT_STACK_SNAPSHOT_SP
+);
+layout_check!(
+    offset_of!(StackSnapshotHeader, bytes),
+    LAYOUT_STACK_SNAPSHOT_BYTES
+);
+layout_check!(
+    LAYOUT_STACK_SNAPSHOT_DATA + STACK_SNAPSHOT_BYTES,
+    LAYOUT_STACK_SNAPSHOT_SIZE
+);
 layout_check!(size_of::<ProcessEvent>(), LAYOUT_PROCESS_EVENT_SIZE);
 layout_check!(offset_of!(ProcessEvent, kind), LAYOUT_PROCESS_EVENT_KIND);
 layout_check!(offset_of!(ProcessEvent, pid), LAYOUT_PROCESS_EVENT_PID);
@@ -233,6 +250,29 @@ pub struct UnwindProc {
     pub ranges: [UnwindRange; UNWIND_PROC_RANGES],
 }
 
+/// `struct stack_snapshot` up to its data: the user stack of the on-CPU
+/// sample that follows it (same CPU and time), from `sp` up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackSnapshotHeader {
+    pub kind: u32,
+    pub cpu: u32,
+    pub boot_ns: u64,
+    pub sp: u64,
+    pub bytes: u32,
+    pub pad: u32,
+}
+
+/// A stack snapshot as read: its header and the bytes read (at most
+/// `STACK_SNAPSHOT_BYTES`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackSnapshot {
+    pub cpu: u32,
+    pub boot_ns: u64,
+    pub sp: u64,
+    pub data: Vec<u8>,
+}
+
 /// `struct process_event_record`: an exec or exit.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -327,6 +367,9 @@ pub enum Record {
     Alloc(Box<AllocSample>),
     /// A tracked allocation was freed.
     Free(AllocFree),
+    /// The user stack of the on-CPU sample that follows it (same CPU and
+    /// time).
+    Snapshot(StackSnapshot),
 }
 
 impl Record {
@@ -339,6 +382,7 @@ impl Record {
             Record::OffCpuEnd(_) => 0,
             Record::Alloc(a) => a.sample.pid,
             Record::Free(f) => f.pid,
+            Record::Snapshot(_) => 0,
         }
     }
 
@@ -375,6 +419,20 @@ impl Record {
                 // SAFETY: integers only.
                 let f = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<AllocFree>()) };
                 Some(Record::Free(f))
+            }
+            RECORD_STACK_SNAPSHOT if bytes.len() == LAYOUT_STACK_SNAPSHOT_SIZE => {
+                // SAFETY: the header is integers only, and `bytes` is longer.
+                let h = unsafe {
+                    std::ptr::read_unaligned(bytes.as_ptr().cast::<StackSnapshotHeader>())
+                };
+                let n = (h.bytes as usize).min(STACK_SNAPSHOT_BYTES);
+                let data = bytes.get(LAYOUT_STACK_SNAPSHOT_DATA..)?.get(..n)?.to_vec();
+                Some(Record::Snapshot(StackSnapshot {
+                    cpu: h.cpu,
+                    boot_ns: h.boot_ns,
+                    sp: h.sp,
+                    data,
+                }))
             }
             RECORD_EXEC => Some(Record::Exec(word(offset_of!(ProcessEvent, pid))?)),
             RECORD_EXIT => Some(Record::Exit(word(offset_of!(ProcessEvent, pid))?)),
@@ -552,6 +610,34 @@ mod tests {
         };
         assert!(matches!(Record::parse(bytes), Some(Record::Free(g)) if g == f));
         assert!(Record::parse(&bytes[..12]).is_none());
+    }
+
+    #[test]
+    fn parses_stack_snapshots_up_to_the_bytes_read() {
+        let mut bytes = vec![0u8; LAYOUT_STACK_SNAPSHOT_SIZE];
+        let header = StackSnapshotHeader {
+            kind: RECORD_STACK_SNAPSHOT,
+            cpu: 1,
+            boot_ns: 42,
+            sp: 0x7fff_0000,
+            bytes: 16,
+            pad: 0,
+        };
+        // SAFETY: the header is integers only; `bytes` is longer.
+        unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr().cast(), header) };
+        bytes[LAYOUT_STACK_SNAPSHOT_DATA..][..16].copy_from_slice(&[9; 16]);
+        let Some(Record::Snapshot(snap)) = Record::parse(&bytes) else {
+            panic!("not a snapshot");
+        };
+        assert_eq!((snap.cpu, snap.boot_ns, snap.sp), (1, 42, 0x7fff_0000));
+        assert_eq!(snap.data, [9; 16]);
+        // A count beyond the array is the array; a short record is none.
+        bytes[LAYOUT_STACK_SNAPSHOT_BYTES..][..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        let Some(Record::Snapshot(snap)) = Record::parse(&bytes) else {
+            panic!("not a snapshot");
+        };
+        assert_eq!(snap.data.len(), STACK_SNAPSHOT_BYTES);
+        assert!(Record::parse(&bytes[..100]).is_none());
     }
 
     #[test]

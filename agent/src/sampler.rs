@@ -72,6 +72,8 @@ pub struct Counters {
     /// User stacks walked before their process's unwind ranges were set
     /// (a new process's first samples: by frame pointer alone).
     pub walks_early: u64,
+    /// Of them, those whose stack was copied (`struct stack_snapshot`).
+    pub snapshots: u64,
 }
 
 pub struct Sampler {
@@ -204,6 +206,9 @@ pub struct Options {
     pub off_cpu_max_process_rate: u32,
     /// Bytes of BPF memory for unwind tables (`--unwind-table-bytes`).
     pub unwind_table_bytes: u64,
+    /// Copy the user stack of samples of processes without unwind ranges
+    /// (`struct stack_snapshot`).
+    pub stack_snapshots: bool,
 }
 
 /// Off-CPU sampling: the probability that a blocked thread's switch-out is
@@ -291,6 +296,7 @@ impl Sampler {
             .map_max_entries("live_allocs", options.memory_max_live.unwrap_or(1).max(1))
             .map_max_entries("unwind_rows", unwind_rows(options.unwind_table_bytes))
             .override_global("record_kernel_threads", &kernel_threads, true)
+            .override_global("stack_snapshots", &u32::from(options.stack_snapshots), true)
             .override_global("off_cpu_threshold", &plain, true)
             .override_global("off_cpu_span_threshold", &span, true)
             .override_global(
@@ -615,6 +621,7 @@ impl Sampler {
             steps_fp: sum(record::COUNTER_STEPS_FP),
             steps_cfi: sum(record::COUNTER_STEPS_CFI),
             walks_early: sum(record::COUNTER_WALKS_EARLY),
+            snapshots: sum(record::COUNTER_SNAPSHOTS),
         }
     }
 

@@ -179,6 +179,12 @@ pub struct UnwindStats {
     /// Processes read as soon as a walk found no unwind ranges for them
     /// (not at the next drain).
     pub read_early: u64,
+    /// Samples taken before their process's ranges were set whose stack
+    /// copy was walked to its end here (by each file's CFI).
+    pub snapshots_whole: u64,
+    /// ... whose copy's walk did not reach the end (the BPF walk's chain
+    /// was used).
+    pub snapshots_cut: u64,
     /// Samples cut, by `Cut::index`.
     pub cut: [u64; 5],
 }

@@ -109,17 +109,22 @@ struct Case<'a> {
 }
 
 /// The stacks of one run, and how many stacks the agent walked meanwhile
-/// before their process's unwind ranges were set.
+/// before their process's unwind ranges were set and could not make whole
+/// from their stack's copy (the copy failed, or its walk did not reach
+/// the stack's end).
 struct Profiled {
     stacks: Vec<(Vec<String>, u64)>,
     early: u64,
 }
 
-/// Stacks walked before their process's ranges, so far (the agent's
-/// latest stats line).
+/// Stacks walked before their process's ranges and not made whole from
+/// their copy, so far (the agent's latest stats line).
 fn walks_early(agent: &Agent) -> u64 {
     agent.last_line("stats:").map_or(0, |l| {
-        number_after(&l, "stacks walked before their process's ranges")
+        let early = number_after(&l, "stacks walked before their process's ranges");
+        let copied = number_after(&l, &format!("ranges {early} ("));
+        let not_whole = number_after(&l, "walked whole from it,");
+        early.saturating_sub(copied) + not_whole
     })
 }
 

@@ -574,11 +574,15 @@ impl Tables {
     }
 
     /// Sets process `pid`'s ranges: (file, start, length, adjust) of each
-    /// executable mapping of a loaded file, in any order.
+    /// executable mapping of a loaded file, in any order. `complete`: every
+    /// file's table that was going to be built is in; a complete process
+    /// without ranges gets an empty entry (the BPF walk then knows it was
+    /// read: no stack snapshots, no wakeups), an incomplete one none yet.
     pub fn set_process(
         &mut self,
         pid: u32,
         mut ranges: Vec<(FileKey, UnwindRange)>,
+        complete: bool,
         sink: &mut dyn Sink,
     ) {
         ranges.sort_unstable_by_key(|(_, r)| r.start);
@@ -586,7 +590,7 @@ impl Tables {
             self.stats.ranges_dropped += (ranges.len() - UNWIND_PROC_RANGES) as u64;
             ranges.truncate(UNWIND_PROC_RANGES);
         }
-        if ranges.is_empty() {
+        if ranges.is_empty() && !complete {
             self.forget_process(pid, sink);
             return;
         }

@@ -125,7 +125,7 @@ fn a_process_finds_each_mappings_rule_through_its_file() {
             len: 0x1000,
             file: slot,
         };
-        t.set_process(pid, vec![(lib, range)], &mut mem);
+        t.set_process(pid, vec![(lib, range)], true, &mut mem);
         // Function 5 (i mod 3 = 2): its body at CFA = %rsp + 32.
         let body = start + 5 * 16 + 6;
         assert_eq!(mem.rule(pid, body).unwrap().cfa, 32);
@@ -166,7 +166,7 @@ fn files_nobody_maps_make_room_and_mapped_ones_stay() {
         len: 0x1000,
         file: sa,
     };
-    t.set_process(1, vec![(a, range)], &mut mem);
+    t.set_process(1, vec![(a, range)], true, &mut mem);
     // c needs room: b (unused) goes, a stays.
     let later = now + Duration::from_secs(5);
     let sc = slot_of(t.lookup(c, later, &mut mem, || ready(table(0, 100))));
@@ -184,7 +184,7 @@ fn files_nobody_maps_make_room_and_mapped_ones_stay() {
         len: 0x1000,
         file: sc,
     };
-    t.set_process(2, vec![(c, range_c)], &mut mem);
+    t.set_process(2, vec![(c, range_c)], true, &mut mem);
     let d = (1, 4, 0);
     assert_eq!(
         t.lookup(d, later, &mut mem, || ready(table(0, 100))),
@@ -231,7 +231,7 @@ fn a_process_with_too_many_mappings_keeps_the_lowest_and_counts_the_rest() {
             )
         })
         .collect();
-    t.set_process(3, ranges, &mut mem);
+    t.set_process(3, ranges, true, &mut mem);
     assert_eq!(t.stats().ranges_dropped, 10);
     let p = mem.procs[&3];
     assert_eq!(p.count as usize, UNWIND_PROC_RANGES);
@@ -315,7 +315,7 @@ fn a_table_looked_up_for_the_process_being_settled_is_not_evicted_for_its_next_f
         len: 0x1000,
         file: sa,
     };
-    t.set_process(1, vec![(a, range)], &mut mem);
+    t.set_process(1, vec![(a, range)], true, &mut mem);
     // a's rows are a's (not another file's in its slot).
     assert_eq!(mem.rule(1, 0x10000 + 5 * 16 + 6).unwrap().cfa, 32);
     // b is not built again at once, nor while a is mapped...
@@ -357,8 +357,8 @@ fn a_mapped_frame_pointer_files_table_makes_room_for_frameless_code() {
         file,
     };
     // Two processes map it; one of them maps more (here, nothing loaded).
-    t.set_process(1, vec![(fp, range(0x10000, slot))], &mut mem);
-    t.set_process(2, vec![(fp, range(0x20000, slot))], &mut mem);
+    t.set_process(1, vec![(fp, range(0x10000, slot))], true, &mut mem);
+    t.set_process(2, vec![(fp, range(0x20000, slot))], true, &mut mem);
     assert!(mem.rule(1, 0x10000 + 6).is_some());
     // Another framed file finds no room: framed tables do not displace
     // each other.
@@ -382,7 +382,7 @@ fn a_mapped_frame_pointer_files_table_makes_room_for_frameless_code() {
     // While a process maps the frameless file, the framed one is not
     // built again (no room), and the frameless table in use is never
     // given up for a framed one.
-    t.set_process(3, vec![(frameless, range(0x30000, s2))], &mut mem);
+    t.set_process(3, vec![(frameless, range(0x30000, s2))], true, &mut mem);
     assert_eq!(
         t.lookup(fp, t1 + NO_ROOM_RETRY, &mut mem, || panic!(
             "rebuilt with no room"
@@ -412,7 +412,7 @@ fn frameless_tables_outlive_framed_ones_when_room_is_needed() {
         len: 0x1000,
         file: slot,
     };
-    t.set_process(1, vec![(fp, range)], &mut mem);
+    t.set_process(1, vec![(fp, range)], true, &mut mem);
     let t1 = t0 + Duration::from_secs(1);
     assert!(matches!(
         t.lookup(gone, t1, &mut mem, || ready(table(0x5000, 100))),
@@ -444,7 +444,7 @@ fn frameless_tables_outlive_framed_ones_when_room_is_needed() {
         file: gone_slot,
         ..range
     };
-    t.set_process(2, vec![(gone, gone_range)], &mut mem);
+    t.set_process(2, vec![(gone, gone_range)], true, &mut mem);
     let late = (1, 4, 0);
     let t3 = t2 + Duration::from_secs(1);
     assert_eq!(t.lookup(late, t3, &mut mem, framed), Lookup::Absent);

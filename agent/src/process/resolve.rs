@@ -65,6 +65,10 @@ pub struct UserStack<'a> {
     pub bp: u64,
     /// The stack bytes from `%rsp` up.
     pub window: &'a [u8],
+    /// A copy of the stack from `%rsp` (`sp`, bytes), longer than the
+    /// window, when the BPF walk found no unwind ranges for the process:
+    /// walked here by CFI (see `snapshot`).
+    pub snapshot: Option<(u64, &'a [u8])>,
 }
 
 /// A leaf frame resolved, with what its CFI lookup needs.
@@ -142,6 +146,17 @@ impl Context {
             out.push(r.unknown_frame(ip));
             return (info, None);
         };
+        if let Some((sp, data)) = stack.snapshot {
+            let snap = crate::snapshot::Snapshot {
+                ip,
+                sp,
+                bp: stack.bp,
+                data,
+            };
+            if let Some(cut) = r.walk_snapshot(&snap, leaf.frame.clone(), out) {
+                return (info, cut);
+            }
+        }
         let end = stack.end & USER_END_MASK as u32;
         // Step out of the leaf with its CFI, unless the BPF walk did.
         let rule = if stack.end & USER_END_LEAF_CFI as u32 != 0 {
@@ -434,6 +449,47 @@ impl Resolver<'_> {
         ctx.cfi.rule(leaf.key, address, &mut ctx.waiting, || {
             binaries.load_cfi(pid, &map, &binary)
         })
+    }
+
+    /// The stack walked from its snapshot by each file's CFI (frame
+    /// pointers where a file has none), into `out` after `leaf`, when the
+    /// walk reaches the stack's end; `None` (nothing pushed) when it does
+    /// not: the BPF walk's chain is used then. The cut, if a return address
+    /// fails its check.
+    fn walk_snapshot(
+        &mut self,
+        snap: &crate::snapshot::Snapshot<'_>,
+        leaf: UserFrame,
+        out: &mut Vec<UserFrame>,
+    ) -> Option<Option<Cut>> {
+        let (returns, end) =
+            crate::snapshot::walk(snap, record::USER_STACK_DEPTH - 1, |depth, ip| {
+                let frame = self.frame(record::call_site(depth, ip))?;
+                self.leaf_rule(&frame)
+            });
+        if !end.whole() {
+            self.ctx.unwind.snapshots_cut += 1;
+            tracing::debug!(
+                pid = self.pid,
+                ?end,
+                depth = returns.len(),
+                bytes = snap.data.len(),
+                "a stack copy's walk did not reach the stack's end: {:x?}",
+                &returns[..returns.len().min(6)]
+            );
+            return None;
+        }
+        self.ctx.unwind.snapshots_whole += 1;
+        out.push(leaf);
+        self.prefetch_code(&returns);
+        let mut cut = None;
+        let last = returns.len().saturating_sub(1);
+        for (i, &ret) in returns.iter().enumerate() {
+            if !self.check_and_push(ret, i == last, out, &mut cut) {
+                break;
+            }
+        }
+        Some(cut)
     }
 
     /// The cache key of the check of return address `ret` in frame

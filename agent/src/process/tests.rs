@@ -35,6 +35,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         end: USER_END_ROOT,
         bp: 0,
         window: &[],
+        snapshot: None,
     };
     let (info, cut) = procs.resolve(pid, "test", &stack, &mut out);
     let exe = std::fs::read("/proc/self/exe").unwrap();
@@ -58,6 +59,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         end: USER_END_ROOT,
         bp: 0,
         window: &ret.to_le_bytes(),
+        snapshot: None,
     };
     let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!((cut, out.len()), (None, 2), "{out:?}");
@@ -72,6 +74,7 @@ fn resolves_our_own_stack_to_our_build_id() {
             end: USER_END_ROOT,
             bp: 0,
             window: &[],
+            snapshot: None,
         };
         let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
         assert_eq!((cut, out.len()), (Some(why), 1), "{out:?}");
@@ -83,6 +86,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         end: USER_END_ROOT,
         bp: 0,
         window: &[],
+        snapshot: None,
     };
     procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!(
@@ -96,6 +100,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         end: crate::record::USER_END_NOT_INCREASING,
         bp: 0,
         window: &[],
+        snapshot: None,
     };
     let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!((cut, out.len()), (Some(Cut::NotIncreasing), 2));

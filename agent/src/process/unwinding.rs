@@ -87,7 +87,8 @@ impl Context {
                 ranges.push((key, range(map, &binary, slot, base)));
             }
         }
-        u.tables.set_process(pid, ranges, &mut *u.maps);
+        u.tables
+            .set_process(pid, ranges, !out.pending, &mut *u.maps);
         let state = &mut process.unwind;
         state.settled = !out.pending;
         state.retry_at = out.pending.then_some(now + RETRY);
