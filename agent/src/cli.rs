@@ -5,7 +5,8 @@ use std::time::Duration;
 use clap::Parser;
 
 /// symtrace-agent: samples the on-CPU stacks of every process on this host
-/// with eBPF (a CPU-clock perf event per CPU, frame pointers where code keeps them, each file's CFI where it does not),
+/// with eBPF (a CPU-clock perf event per CPU; stacks walked by frame
+/// pointer where code keeps them, by each file's CFI where it does not),
 /// with the trace and span each thread published (OpenTelemetry thread
 /// context), and ships them, unsymbolized with their build-IDs, to a
 /// symtrace server (or any OTLP profiles receiver) over OTLP/gRPC.

@@ -86,6 +86,17 @@ pub struct Ticket<T> {
 }
 
 impl<T> Ticket<T> {
+    /// A ticket whose job failed already.
+    #[cfg(test)]
+    pub fn failed(e: JobError) -> Self {
+        Ticket {
+            slot: Arc::new(Slot {
+                value: Mutex::new(Some(Err(e))),
+                ready: Condvar::new(),
+            }),
+        }
+    }
+
     /// A ticket whose answer is already there (work done in place).
     pub fn ready(value: T) -> Self {
         Ticket {

@@ -90,7 +90,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
          unwind tables: frames stepped by frame pointer {steps_fp}, by CFI {steps_cfi}, leaves stepped in BPF {leaf_bpf}, stacks walked before their process's ranges {walks_early} ({snapshots} with their stack copied: {snap_whole} walked whole from it, {snap_cut} not), files {t_files}, rows {t_rows}, rules {t_rules}, \
-         {t_kib} of {t_cap_kib} KiB, processes {t_procs} ({t_early} read at their first sample's wakeup), builds {t_builds} (failed {t_failed}), evictions {t_evicted} ({t_framed} of mapped files keeping frame pointers), refused for room {t_full}, mappings left out {t_dropped} | \
+         {t_kib} of {t_cap_kib} KiB, processes {t_procs} ({t_early} read at their first sample's wakeup), builds {t_builds} (failed {t_failed}: no CFI {t_no_cfi}, too large {t_too_large}, unreadable {t_unreadable}, jobs refused or hung {t_jobs}), evictions {t_evicted} ({t_framed} of mapped files keeping frame pointers), refused for room {t_full}, mappings left out {t_dropped} | \
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
          probe files {probe_files} ({probe_idle} mapped by none), probe sites {probe_sites}, detaching {detaching}, sites refused {refused} | \
@@ -164,6 +164,10 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         t_early = g.unwind.read_early,
         t_builds = g.tables.builds,
         t_failed = g.tables.build_failures,
+        t_no_cfi = g.tables.no_cfi,
+        t_too_large = g.tables.too_large,
+        t_unreadable = g.tables.unreadable,
+        t_jobs = g.tables.jobs_failed,
         t_evicted = g.tables.evictions,
         t_framed = g.tables.framed_given_up,
         t_full = g.tables.refused_full,

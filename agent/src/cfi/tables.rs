@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::deltas::{CfaBase, Rule, SavedRbp, Table};
-use crate::jobs::Ticket;
+use crate::jobs::{JobError, Ticket};
 use crate::record::{
     UnwindFile, UnwindProc, UnwindRange, UnwindRow, UnwindRule, RULE_OUTERMOST, RULE_RBP, RULE_RSP,
     RULE_UNKNOWN, UNWIND_FILES, UNWIND_FILE_FRAMED, UNWIND_PROC_RANGES, UNWIND_RULES,
@@ -60,6 +60,25 @@ pub struct SinkError {
     pub reason: String,
 }
 
+/// How long a file whose build job was refused (the job queue full: a
+/// busy host) waits before a process mapping it may have it built again.
+pub const REFUSED_RETRY: Duration = Duration::from_secs(2);
+
+/// Why a file got no unwind table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoTable {
+    /// No `.eh_frame` or (uncompressed) `.debug_frame` with anything in it.
+    NoCfi,
+    /// Its CFI is larger than the agent reads, or its table than a table
+    /// may be.
+    TooLarge,
+    /// The file could not be read through the process, or changed.
+    Unreadable,
+}
+
+/// A build job's answer.
+pub type BuildAnswer = Result<Built, NoTable>;
+
 /// A file's table as built in a job.
 pub struct Built {
     pub table: Table,
@@ -80,10 +99,15 @@ pub enum Lookup {
 }
 
 enum Entry {
-    Building(Ticket<Option<Built>>),
+    Building(Ticket<BuildAnswer>),
     Loaded(Loaded),
     /// No usable CFI (or a table no pool of this size holds): for good.
     Absent,
+    /// Its build job was refused at `at` (the queue full): built again
+    /// after [`REFUSED_RETRY`].
+    Refused {
+        at: Instant,
+    },
     /// Refused for room (or given up for frameless code) at `at`, `rows`
     /// long: built again once the pool could hold it.
     NoRoom {
@@ -127,7 +151,13 @@ pub struct TableStats {
     pub capacity_bytes: u64,
     pub processes: u64,
     pub builds: u64,
+    /// Builds that ended without a table: all causes, then by cause.
     pub build_failures: u64,
+    pub no_cfi: u64,
+    pub too_large: u64,
+    pub unreadable: u64,
+    /// Jobs refused (queue full: built again later), hung or panicked.
+    pub jobs_failed: u64,
     pub evictions: u64,
     /// Files that got no table: no room even after evicting the unused.
     pub refused_full: u64,
@@ -190,9 +220,15 @@ impl Tables {
         key: FileKey,
         now: Instant,
         sink: &mut dyn Sink,
-        build: impl FnOnce() -> Option<Ticket<Option<Built>>>,
+        build: impl FnOnce() -> Option<Ticket<BuildAnswer>>,
     ) -> Lookup {
         let retry = match self.files.get(&key) {
+            Some(&Entry::Refused { at }) => {
+                if now.saturating_duration_since(at) < REFUSED_RETRY {
+                    return Lookup::Absent;
+                }
+                true
+            }
             Some(&Entry::NoRoom { at, rows, framed }) => {
                 if now.saturating_duration_since(at) < NO_ROOM_RETRY
                     || !self.could_hold(rows, framed, now)
@@ -218,12 +254,12 @@ impl Tables {
                         self.files.insert(key, Entry::Building(ticket));
                         return Lookup::Pending;
                     }
-                    Some(answer) => answer.ok().flatten(),
+                    Some(answer) => answer,
                 }
             }
             Some(Entry::Building(ticket)) => match ticket.try_take() {
                 None => return Lookup::Pending,
-                Some(answer) => answer.ok().flatten(),
+                Some(answer) => answer,
             },
             Some(Entry::Loaded(l)) => {
                 l.last_used = now;
@@ -232,14 +268,30 @@ impl Tables {
                     base: l.base,
                 };
             }
-            Some(Entry::Absent | Entry::NoRoom { .. }) => return Lookup::Absent,
+            Some(Entry::Absent | Entry::NoRoom { .. } | Entry::Refused { .. }) => {
+                return Lookup::Absent
+            }
         };
         let entry = match built {
-            None => {
+            Err(job) => {
                 self.stats.build_failures += 1;
+                self.stats.jobs_failed += 1;
+                match job {
+                    JobError::Refused => Entry::Refused { at: now },
+                    // It would hang or panic again.
+                    JobError::Hung | JobError::Panicked(_) => Entry::Absent,
+                }
+            }
+            Ok(Err(why)) => {
+                self.stats.build_failures += 1;
+                *match why {
+                    NoTable::NoCfi => &mut self.stats.no_cfi,
+                    NoTable::TooLarge => &mut self.stats.too_large,
+                    NoTable::Unreadable => &mut self.stats.unreadable,
+                } += 1;
                 Entry::Absent
             }
-            Some(built) => match self.load(&built, now, sink) {
+            Ok(Ok(built)) => match self.load(&built, now, sink) {
                 Ok(loaded) => Entry::Loaded(Loaded {
                     unpaid: built.cpu,
                     ..loaded

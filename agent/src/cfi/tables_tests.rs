@@ -84,12 +84,12 @@ fn table(base: u64, n: u64) -> Built {
     }
 }
 
-fn ready(b: Built) -> Option<Ticket<Option<Built>>> {
-    Some(Ticket::ready(Some(b)))
+fn ready(b: Built) -> Option<Ticket<BuildAnswer>> {
+    Some(Ticket::ready(Ok(b)))
 }
 
 /// [`table`]`(0, 100)` of a file that keeps frame pointers, built.
-fn framed() -> Option<Ticket<Option<Built>>> {
+fn framed() -> Option<Ticket<BuildAnswer>> {
     ready(Built {
         framed: true,
         ..table(0, 100)
@@ -246,14 +246,55 @@ fn a_failed_build_is_remembered_not_retried() {
     let mut t = Tables::new(64);
     let now = Instant::now();
     assert_eq!(
-        t.lookup((9, 9, 9), now, &mut mem, || Some(Ticket::ready(None))),
+        t.lookup((9, 9, 9), now, &mut mem, || {
+            Some(Ticket::ready(Err(NoTable::TooLarge)))
+        }),
         Lookup::Absent
     );
     assert_eq!(
-        t.lookup((9, 9, 9), now, &mut mem, || panic!("retried")),
+        t.lookup((9, 9, 9), now + Duration::from_secs(60), &mut mem, || {
+            panic!("retried")
+        }),
         Lookup::Absent
     );
-    assert_eq!(t.stats().build_failures, 1);
+    let stats = t.stats();
+    assert_eq!((stats.build_failures, stats.too_large), (1, 1));
+}
+
+#[test]
+fn a_build_refused_by_a_full_job_queue_is_tried_again_later() {
+    let mut mem = Memory::new(64);
+    let mut t = Tables::new(64);
+    let now = Instant::now();
+    let refused = || Some(Ticket::failed(crate::jobs::JobError::Refused));
+    assert_eq!(t.lookup((9, 9, 9), now, &mut mem, refused), Lookup::Absent);
+    // Not at once (a busy host is not asked again at every sample)...
+    let soon = now + REFUSED_RETRY / 2;
+    assert_eq!(
+        t.lookup((9, 9, 9), soon, &mut mem, || panic!("retried at once")),
+        Lookup::Absent
+    );
+    // ... but once the retry delay is over: a busy moment does not leave
+    // the file walked by frame pointer for good.
+    let later = now + REFUSED_RETRY;
+    assert!(matches!(
+        t.lookup((9, 9, 9), later, &mut mem, || ready(table(0, 10))),
+        Lookup::Loaded { .. }
+    ));
+    let stats = t.stats();
+    assert_eq!(
+        (stats.builds, stats.build_failures, stats.jobs_failed),
+        (2, 1, 1)
+    );
+    // A hung build is not tried again.
+    let hung = || Some(Ticket::failed(crate::jobs::JobError::Hung));
+    assert_eq!(t.lookup((8, 8, 8), now, &mut mem, hung), Lookup::Absent);
+    assert_eq!(
+        t.lookup((8, 8, 8), now + Duration::from_secs(600), &mut mem, || {
+            panic!("a hung build retried")
+        }),
+        Lookup::Absent
+    );
 }
 
 #[test]

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 pub use elf::Binary;
 pub use open::Skip;
 
+use crate::cfi::tables::NoTable;
 use crate::cfi::FileCfi;
 use crate::jobs::{About, JobError, Lane, Pool, Ticket, Waiting};
 use crate::process::maps::MapEntry;
@@ -526,7 +527,7 @@ impl Binaries {
         pid: u32,
         map: &MapEntry,
         binary: &Arc<Binary>,
-    ) -> Ticket<Option<crate::cfi::tables::Built>> {
+    ) -> Ticket<Result<crate::cfi::tables::Built, NoTable>> {
         let (root, map, binary) = (self.proc_root.clone(), map.clone(), binary.clone());
         self.pool.submit(About { pid, dev: map.dev }, move || {
             let started = crate::jobs::thread_cpu();
@@ -544,12 +545,23 @@ impl Binaries {
                 binary.text_address,
                 crate::cfi::deltas::Limits::default(),
             )
-            .map_err(|e| tracing::debug!(pid, path = %map.path, "no unwind table: {e}"))
-            .ok()?;
+            .map_err(|e| {
+                tracing::debug!(pid, path = %map.path, "no unwind table: {e}");
+                no_table(&e)
+            })?;
             let framed = table.framed();
             let cpu = crate::jobs::thread_cpu().saturating_sub(started);
-            Some(crate::cfi::tables::Built { table, framed, cpu })
+            Ok(crate::cfi::tables::Built { table, framed, cpu })
         })
+    }
+}
+
+/// Why a table could not be built from these sections.
+fn no_table(e: &crate::cfi::deltas::Error) -> NoTable {
+    use crate::cfi::deltas::Error;
+    match e {
+        Error::Empty => NoTable::NoCfi,
+        Error::TooLarge { .. } | Error::TooWide { .. } => NoTable::TooLarge,
     }
 }
 
@@ -560,7 +572,7 @@ fn read_frames(
     pid: u32,
     map: &MapEntry,
     binary: &Binary,
-) -> Option<Vec<(crate::cfi::deltas::Kind, Vec<u8>, u64)>> {
+) -> Result<Vec<(crate::cfi::deltas::Kind, Vec<u8>, u64)>, NoTable> {
     use crate::cfi::deltas::Kind;
     use std::os::unix::fs::FileExt;
     let wanted: Vec<_> = [
@@ -574,18 +586,28 @@ fn read_frames(
     // sum may even wrap).
     let total = wanted
         .iter()
-        .try_fold(0u64, |sum, (_, s)| sum.checked_add(s.size))?;
-    if wanted.is_empty() || total > MAX_CFI_FILE_BYTES || total > binary.size {
-        return None;
+        .try_fold(0u64, |sum, (_, s)| sum.checked_add(s.size))
+        .ok_or(NoTable::TooLarge)?;
+    if wanted.is_empty() {
+        return Err(NoTable::NoCfi);
     }
-    let opened = open::open_mapped(root, pid, map).ok()?;
+    if total > MAX_CFI_FILE_BYTES || total > binary.size {
+        return Err(NoTable::TooLarge);
+    }
+    let opened = open::open_mapped(root, pid, map).map_err(|_| NoTable::Unreadable)?;
     let mut read = Vec::with_capacity(wanted.len());
     for (kind, s) in wanted {
-        let mut bytes = vec![0; usize::try_from(s.size).ok()?];
-        opened.file.read_exact_at(&mut bytes, s.offset).ok()?;
+        let mut bytes = vec![0; usize::try_from(s.size).map_err(|_| NoTable::TooLarge)?];
+        opened
+            .file
+            .read_exact_at(&mut bytes, s.offset)
+            .map_err(|_| NoTable::Unreadable)?;
         read.push((kind, bytes, s.address));
     }
-    opened.unchanged().then_some(read)
+    opened
+        .unchanged()
+        .then_some(read)
+        .ok_or(NoTable::Unreadable)
 }
 
 /// The facts of a read file, with its content hash once computed.
