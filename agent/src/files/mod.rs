@@ -718,3 +718,57 @@ fn read_cfi(root: &Path, pid: u32, map: &MapEntry, binary: &Binary) -> Option<Fi
     }
     FileCfi::new(eh_frame, hdr, binary.text_address)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cfi::SectionRef;
+
+    /// Our own executable's facts and its first mapping.
+    fn ours() -> (Binary, MapEntry) {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let mut binary = Binary::parse(&exe[..]).unwrap();
+        binary.size = exe.len() as u64;
+        let maps = crate::process::maps::read(Path::new("/proc"), std::process::id()).unwrap();
+        let map = maps.into_iter().find(|m| m.is_file()).unwrap();
+        (binary, map)
+    }
+
+    #[test]
+    fn section_sizes_a_file_states_are_bounded_before_anything_is_read() {
+        let (mut binary, map) = ours();
+        let pid = std::process::id();
+        let root = Path::new("/proc");
+        let huge = |size| SectionRef {
+            offset: 0,
+            size,
+            address: 0,
+        };
+        // Sizes whose sum wraps, one beyond the bound, one beyond the file:
+        // refused as too large, nothing allocated for them.
+        for (eh, debug) in [
+            (Some(huge(0x40)), Some(huge(u64::MAX - 0x10))),
+            (None, Some(huge(MAX_CFI_FILE_BYTES + 1))),
+            (Some(huge(binary.size + 1)), None),
+        ] {
+            (binary.eh_frame, binary.debug_frame) = (eh, debug);
+            let read = read_frames(root, pid, &map, &binary);
+            assert_eq!(read.err(), Some(NoTable::TooLarge), "{eh:?} {debug:?}");
+        }
+        (binary.eh_frame, binary.debug_frame) = (None, None);
+        assert_eq!(
+            read_frames(root, pid, &map, &binary).err(),
+            Some(NoTable::NoCfi)
+        );
+        // A mapping of another file than the facts say: unreadable.
+        (binary.eh_frame, binary.debug_frame) = (Some(huge(64)), None);
+        let gone = MapEntry {
+            inode: map.inode.wrapping_add(1),
+            ..map.clone()
+        };
+        assert_eq!(
+            read_frames(root, pid, &gone, &binary).err(),
+            Some(NoTable::Unreadable)
+        );
+    }
+}
