@@ -150,6 +150,7 @@ fn main() -> anyhow::Result<()> {
         let stats = offers.stats();
         (offers, stats)
     });
+    let upload_stats = uploads.as_ref().map(|(_, stats)| stats.clone());
     let collector = collect::Collector {
         sampler,
         queue: queue.clone(),
@@ -214,11 +215,23 @@ fn main() -> anyhow::Result<()> {
         ),
     }
     totals.gauges.delivery = queue.stats();
+    if let Some(stats) = upload_stats {
+        // An upload under way when the sampler stopped is counted once it
+        // ends (the server may have taken it already), within a bound.
+        let deadline = std::time::Instant::now() + UPLOAD_GRACE;
+        if !runtime.block_on(stats.settled(deadline)) {
+            tracing::warn!("gave up after {UPLOAD_GRACE:?} on a binary still being uploaded");
+        }
+        totals.gauges.uploads = Some(stats.snapshot());
+    }
     let total = stats::line(&totals.first, &totals.last, &totals.gauges);
     println!("{}", total.replacen("stats:", "total:", 1));
     tracing::info!("stopped");
     Ok(())
 }
+
+/// How long a stopping agent waits for an upload under way.
+const UPLOAD_GRACE: Duration = Duration::from_secs(10);
 
 fn host_name() -> String {
     let mut buf = [0u8; 256];

@@ -75,7 +75,10 @@ fn a_service_never_uploaded_is_named_from_what_two_agents_published_once() {
     ];
     let service = kit::unique("vendor-");
     let mut child = run_for(&service_exe, &service, "6");
-    let stacks = wait_for(&server, &service, |s| samples_with(s, "publish_heavy") > 0);
+    // Both functions named: the first batch may hold samples of one only.
+    let stacks = wait_for(&server, &service, |s| {
+        samples_with(s, "publish_heavy") > 0 && samples_with(s, "publish_light") > 0
+    });
     assert!(
         samples_with(&stacks, "publish_heavy") > 0 && samples_with(&stacks, "publish_light") > 0,
         "the symbol table the agent published names the service:\n{}",

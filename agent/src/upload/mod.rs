@@ -220,6 +220,26 @@ pub struct Stats {
     /// Offers refused a place in the queue (its owner's share or the
     /// whole queue full).
     pub over_budget: AtomicU64,
+    /// Files being claimed or uploaded right now (a stopping agent waits
+    /// for them before its `total:` line).
+    pub in_flight: AtomicU64,
+}
+
+/// Counts a file as in flight while it lives (dropped on every way out,
+/// a cancelled task's too).
+struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    fn new(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Relaxed);
+        InFlight(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 /// The counts of [`Stats`] at one moment.
@@ -236,6 +256,19 @@ pub struct Snapshot {
 }
 
 impl Stats {
+    /// Waits until no file is being claimed or uploaded, or `deadline`:
+    /// whether none is. What a stopping agent does before its final
+    /// counts, so they include the uploads the server already took.
+    pub async fn settled(&self, deadline: Instant) -> bool {
+        while self.in_flight.load(Relaxed) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             offered: self.offered.load(Relaxed),
@@ -370,6 +403,7 @@ impl Lane {
                     continue;
                 }
             };
+            let _in_flight = InFlight::new(&self.offers.stats.in_flight);
             let key = match send::claim(
                 &self.client,
                 &self.options,
