@@ -11,42 +11,13 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::frame_table::{FrameTable, SegmentFrames};
 use crate::gauge::{self, GaugeMode, Gauges};
-use crate::model::{BuildIdKind, SegmentData};
+use crate::model::SegmentData;
+pub use crate::model::{RawFrame, Side};
 use crate::selection::Selection;
 use crate::strings::Strings;
 
 /// Most distinct stacks one query holds in memory.
 pub const MAX_STACKS: usize = 2_000_000;
-
-/// A frame as stored, renumbered into the aggregate's string table.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RawFrame {
-    /// `profile.frame.type` (native, kernel, …).
-    pub kind: u32,
-    /// The mapping's build-ID (a string index, 0 = none).
-    pub build_id: u32,
-    /// How the build-ID was given (only GNU ones can be looked up).
-    pub build_id_kind: BuildIdKind,
-    /// The mapping's file name.
-    pub module: u32,
-    /// The mapping's content hash (a string index, 0 = none).
-    pub content: u32,
-    /// The ELF virtual address (native frames) as stored.
-    pub address: u64,
-    /// (function, system name, file, line), leaf first; empty for native
-    /// frames left for the symbolizer.
-    pub lines: Box<[(u32, u32, u32, i64)]>,
-}
-
-impl RawFrame {
-    /// A native frame the sender did not name: the symbolizer's to name.
-    pub fn is_native_unsymbolized(&self) -> bool {
-        self.lines.is_empty() && self.build_id != 0
-    }
-}
-
-/// Which of two selections a sample belongs to (a diff has both).
-pub type Side = usize;
 
 /// Stacks with their values, per side.
 #[derive(Default)]

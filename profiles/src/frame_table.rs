@@ -14,7 +14,7 @@ use std::sync::{RwLock, RwLockReadGuard};
 use indexmap::IndexSet;
 use rustc_hash::FxBuildHasher;
 
-use crate::aggregate::RawFrame;
+use crate::model::RawFrame;
 use crate::model::SegmentData;
 use crate::strings::Strings;
 

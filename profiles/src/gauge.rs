@@ -7,7 +7,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::aggregate::Side;
+use crate::model::Side;
 
 /// How a gauge type's snapshots in a range become one value per stack.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,16 +22,19 @@ pub enum GaugeMode {
 
 impl GaugeMode {
     /// `latest` or `average`.
-    pub fn parse(text: &str) -> Result<GaugeMode, String> {
+    pub fn parse(text: &str) -> Result<GaugeMode, GaugeError> {
         match text {
             "" | "latest" => Ok(GaugeMode::Latest),
             "average" | "avg" => Ok(GaugeMode::Average),
-            other => Err(format!(
-                "gauge {other:?} is not latest or average (how in-use snapshots in the range are combined)"
-            )),
+            other => Err(GaugeError(other.to_owned())),
         }
     }
 }
+
+/// A `gauge` parameter that is neither `latest` nor `average`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("gauge {0:?} is not latest or average (how in-use snapshots in the range are combined)")]
+pub struct GaugeError(pub String);
 
 /// Whether a sample type is a gauge: the in-use memory types
 /// (`inuse_space`, `inuse_objects`, as pprof and the OpenTelemetry eBPF

@@ -3,8 +3,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::gauge::GaugeMode;
-use crate::selector::Selector;
+use crate::gauge::{GaugeError, GaugeMode};
+use crate::selector::{Selector, SelectorError};
 
 /// Default time range when `from` is absent: the last hour.
 const DEFAULT_RANGE_NS: i64 = 3600 * 1_000_000_000;
@@ -12,6 +12,73 @@ const DEFAULT_RANGE_NS: i64 = 3600 * 1_000_000_000;
 pub const DEFAULT_MAX_NODES: usize = 8192;
 /// The largest `max_nodes`.
 pub const MAX_MAX_NODES: usize = 100_000;
+
+/// Why a selection's parameters were refused: the message says what was
+/// wrong (a 400 at every edge).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectionError {
+    /// A time given as negative Unix nanoseconds.
+    #[error("{name} ({ns}) is negative")]
+    Negative {
+        /// The parameter (`from`, `to`).
+        name: &'static str,
+        /// Its value.
+        ns: i64,
+    },
+    /// A time in neither form.
+    #[error(
+        "{name} {text:?} is neither unix nanoseconds nor now-<n><unit> \
+         (unit s, m, h or d, e.g. now-1h)"
+    )]
+    Time {
+        /// The parameter.
+        name: &'static str,
+        /// Its text.
+        text: String,
+    },
+    /// `from` not before `to`.
+    #[error("the time range is empty or inverted: from ({from}) must be before to ({to})")]
+    EmptyRange {
+        /// Unix nanoseconds.
+        from: i64,
+        /// Unix nanoseconds.
+        to: i64,
+    },
+    /// An ID that is not `digits` hex digits.
+    #[error("{name} {text:?} is not {digits} hex digits")]
+    NotHex {
+        /// The parameter (`trace_id`, `span_id`).
+        name: &'static str,
+        /// Its text.
+        text: String,
+        /// The digits it must have.
+        digits: usize,
+    },
+    /// An ID of zeros (no trace or span has it).
+    #[error("{name} is all zeros (not a valid ID)")]
+    ZeroId {
+        /// The parameter.
+        name: &'static str,
+    },
+    /// A span without its trace.
+    #[error("span_id needs a trace_id")]
+    SpanWithoutTrace,
+    /// A profile type not of four parts.
+    #[error(
+        "type {0:?} is not sample_type:unit:period_type:unit \
+         (for example samples:count:cpu:nanoseconds)"
+    )]
+    ProfileType(String),
+    /// A `max_nodes` out of its range.
+    #[error("max_nodes {0:?} must be a whole number from 1 to {MAX_MAX_NODES}")]
+    MaxNodes(String),
+    /// The label selector.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// The gauge mode.
+    #[error(transparent)]
+    Gauge(#[from] GaugeError),
+}
 
 /// What samples a query aggregates.
 #[derive(Debug, Clone, Default)]
@@ -69,13 +136,17 @@ pub enum DefaultRange {
 impl RawSelection<'_> {
     /// Validates the parameters into a selection of `tenant`'s samples; the
     /// error says what was wrong. Without `from`, the last hour.
-    pub fn parse(&self, tenant: &str) -> Result<Selection, String> {
+    pub fn parse(&self, tenant: &str) -> Result<Selection, SelectionError> {
         self.parse_with(tenant, DefaultRange::LastHour)
     }
 
     /// [`Self::parse`], with `default` as the range a missing `from` or
     /// `to` leaves.
-    pub fn parse_with(&self, tenant: &str, default: DefaultRange) -> Result<Selection, String> {
+    pub fn parse_with(
+        &self,
+        tenant: &str,
+        default: DefaultRange,
+    ) -> Result<Selection, SelectionError> {
         let now = now_ns();
         // A trace is found through the index whenever it ran: its default
         // range is all time.
@@ -92,9 +163,7 @@ impl RawSelection<'_> {
             None => to.saturating_sub(DEFAULT_RANGE_NS),
         };
         if from >= to {
-            return Err(format!(
-                "the time range is empty or inverted: from ({from}) must be before to ({to})"
-            ));
+            return Err(SelectionError::EmptyRange { from, to });
         }
         let trace_id = self
             .trace_id
@@ -107,7 +176,7 @@ impl RawSelection<'_> {
             .map(|t| hex_id::<8>("span_id", t))
             .transpose()?;
         if span_id.is_some() && trace_id.is_none() {
-            return Err("span_id needs a trace_id".into());
+            return Err(SelectionError::SpanWithoutTrace);
         }
         Ok(Selection {
             tenant: tenant.to_owned(),
@@ -119,10 +188,7 @@ impl RawSelection<'_> {
                     if t.split(':').count() == 4 {
                         Ok(t.to_owned())
                     } else {
-                        Err(format!(
-                            "type {t:?} is not sample_type:unit:period_type:unit \
-                             (for example samples:count:cpu:nanoseconds)"
-                        ))
+                        Err(SelectionError::ProfileType(t.to_owned()))
                     }
                 })
                 .transpose()?,
@@ -145,22 +211,20 @@ pub fn now_ns() -> i64 {
 }
 
 /// Unix nanoseconds, `now`, or `now-<n><unit>` with unit s, m, h or d.
-pub fn parse_time(name: &str, text: &str, now: i64) -> Result<i64, String> {
+pub fn parse_time(name: &'static str, text: &str, now: i64) -> Result<i64, SelectionError> {
     let text = text.trim();
     if let Ok(ns) = text.parse::<i64>() {
         if ns < 0 {
-            return Err(format!("{name} ({ns}) is negative"));
+            return Err(SelectionError::Negative { name, ns });
         }
         return Ok(ns);
     }
     if text == "now" {
         return Ok(now);
     }
-    let bad = || {
-        format!(
-            "{name} {text:?} is neither unix nanoseconds nor now-<n><unit> \
-             (unit s, m, h or d, e.g. now-1h)"
-        )
+    let bad = || SelectionError::Time {
+        name,
+        text: text.to_owned(),
     };
     let ago = text.strip_prefix("now-").ok_or_else(bad)?;
     let (n, unit) = ago.split_at(ago.len().saturating_sub(1));
@@ -178,32 +242,34 @@ pub fn parse_time(name: &str, text: &str, now: i64) -> Result<i64, String> {
         .ok_or_else(bad)
 }
 
-fn hex_id<const N: usize>(name: &str, text: &str) -> Result<[u8; N], String> {
+fn hex_id<const N: usize>(name: &'static str, text: &str) -> Result<[u8; N], SelectionError> {
     let bytes = hex::decode(text.trim())
         .ok()
         .and_then(|b| <[u8; N]>::try_from(b).ok())
-        .ok_or_else(|| format!("{name} {text:?} is not {} hex digits", N * 2))?;
+        .ok_or_else(|| SelectionError::NotHex {
+            name,
+            text: text.to_owned(),
+            digits: N * 2,
+        })?;
     if bytes == [0; N] {
-        return Err(format!("{name} is all zeros (not a valid ID)"));
+        return Err(SelectionError::ZeroId { name });
     }
     Ok(bytes)
 }
 
 /// A trace ID from 32 hex digits (not all zeros).
-pub fn parse_trace_id(text: &str) -> Result<[u8; 16], String> {
+pub fn parse_trace_id(text: &str) -> Result<[u8; 16], SelectionError> {
     hex_id::<16>("trace_id", text)
 }
 
 /// `max_nodes` (default [`DEFAULT_MAX_NODES`], 1 to [`MAX_MAX_NODES`]).
-pub fn parse_max_nodes(value: Option<&str>) -> Result<usize, String> {
+pub fn parse_max_nodes(value: Option<&str>) -> Result<usize, SelectionError> {
     let Some(v) = value.filter(|v| !v.is_empty()) else {
         return Ok(DEFAULT_MAX_NODES);
     };
     match v.parse::<usize>() {
         Ok(n) if (1..=MAX_MAX_NODES).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "max_nodes {v:?} must be a whole number from 1 to {MAX_MAX_NODES}"
-        )),
+        _ => Err(SelectionError::MaxNodes(v.to_owned())),
     }
 }
 
@@ -249,22 +315,34 @@ mod tests {
             to: Some("100"),
             ..Default::default()
         };
-        assert!(raw.parse("t").unwrap_err().contains("inverted"));
+        assert!(matches!(
+            raw.parse("t").unwrap_err(),
+            SelectionError::EmptyRange { from: 200, to: 100 }
+        ));
         let raw = RawSelection {
             span_id: Some("0102030405060708"),
             ..Default::default()
         };
-        assert!(raw.parse("t").unwrap_err().contains("needs a trace_id"));
+        assert!(matches!(
+            raw.parse("t").unwrap_err(),
+            SelectionError::SpanWithoutTrace
+        ));
         let raw = RawSelection {
             trace_id: Some("abc"),
             ..Default::default()
         };
-        assert!(raw.parse("t").unwrap_err().contains("32 hex digits"));
+        assert!(matches!(
+            raw.parse("t").unwrap_err(),
+            SelectionError::NotHex { digits: 32, .. }
+        ));
         let raw = RawSelection {
             profile_type: Some("cpu"),
             ..Default::default()
         };
-        assert!(raw.parse("t").unwrap_err().contains("sample_type:unit"));
+        assert!(matches!(
+            raw.parse("t").unwrap_err(),
+            SelectionError::ProfileType(_)
+        ));
         assert_eq!(parse_max_nodes(None), Ok(DEFAULT_MAX_NODES));
         assert!(parse_max_nodes(Some("0")).is_err());
         assert!(parse_max_nodes(Some("100000000")).is_err());

@@ -49,11 +49,53 @@ pub struct Selector {
 /// Longest selector text accepted.
 const MAX_SELECTOR: usize = 4096;
 
+/// Why a selector's text was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectorError {
+    /// Longer than [`MAX_SELECTOR`] bytes.
+    #[error("selector longer than {MAX_SELECTOR} bytes")]
+    TooLong,
+    /// Not `{…}`.
+    #[error("selector {0:?} must be enclosed in {{ and }}")]
+    NotEnclosed(String),
+    /// Something else than a separator after a matcher.
+    #[error("selector: expected ',' or '}}' at byte {at} of {inner:?}")]
+    ExpectedSeparator {
+        /// The byte offset in `inner`.
+        at: usize,
+        /// The text between the braces.
+        inner: String,
+    },
+    /// No label name where a matcher starts (at this byte).
+    #[error("selector: expected a label name at byte {0}")]
+    ExpectedName(usize),
+    /// No operator after this label.
+    #[error("selector: expected =, !=, =~ or !~ after label {0:?}")]
+    ExpectedOperator(String),
+    /// This label's value is not a double-quoted string.
+    #[error("selector: the value of {0:?} must be a double-quoted string")]
+    NotQuoted(String),
+    /// This label's string does not end.
+    #[error("selector: unterminated string for {0:?}")]
+    Unterminated(String),
+    /// This label's value is not UTF-8.
+    #[error("selector: value of {0:?} is not UTF-8")]
+    NotUtf8(String),
+    /// This label's regular expression does not compile.
+    #[error("selector: bad regex for {name:?}: {source}")]
+    Regex {
+        /// The label.
+        name: String,
+        /// Why.
+        source: regex::Error,
+    },
+}
+
 impl Selector {
     /// Parses `{…}` (or the empty string, which matches everything).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
         if text.len() > MAX_SELECTOR {
-            return Err(format!("selector longer than {MAX_SELECTOR} bytes"));
+            return Err(SelectorError::TooLong);
         }
         let text = text.trim();
         if text.is_empty() {
@@ -62,7 +104,7 @@ impl Selector {
         let inner = text
             .strip_prefix('{')
             .and_then(|t| t.strip_suffix('}'))
-            .ok_or_else(|| format!("selector {text:?} must be enclosed in {{ and }}"))?;
+            .ok_or_else(|| SelectorError::NotEnclosed(text.to_owned()))?;
         let mut p = Parser {
             s: inner.as_bytes(),
             i: 0,
@@ -79,10 +121,10 @@ impl Selector {
                 break;
             }
             if !p.eat(b",") {
-                return Err(format!(
-                    "selector: expected ',' or '}}' at byte {} of {inner:?}",
-                    p.i
-                ));
+                return Err(SelectorError::ExpectedSeparator {
+                    at: p.i,
+                    inner: inner.to_owned(),
+                });
             }
         }
         Ok(Self { matchers })
@@ -124,7 +166,7 @@ impl Parser<'_> {
         }
     }
 
-    fn matcher(&mut self) -> Result<Matcher, String> {
+    fn matcher(&mut self) -> Result<Matcher, SelectorError> {
         let start = self.i;
         while self
             .s
@@ -134,7 +176,7 @@ impl Parser<'_> {
             self.i += 1;
         }
         if self.i == start {
-            return Err(format!("selector: expected a label name at byte {start}"));
+            return Err(SelectorError::ExpectedName(start));
         }
         let name = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
         self.skip_space();
@@ -147,16 +189,16 @@ impl Parser<'_> {
         } else if self.eat(b"=") {
             "="
         } else {
-            return Err(format!(
-                "selector: expected =, !=, =~ or !~ after label {name:?}"
-            ));
+            return Err(SelectorError::ExpectedOperator(name));
         };
         self.skip_space();
         let value = self.string(&name)?;
         let regex = |v: &str| {
             // Anchored, as in PromQL.
-            Regex::new(&format!("^(?:{v})$"))
-                .map_err(|e| format!("selector: bad regex for {name:?}: {e}"))
+            Regex::new(&format!("^(?:{v})$")).map_err(|source| SelectorError::Regex {
+                name: name.clone(),
+                source,
+            })
         };
         let op = match op {
             "=" => Op::Eq(value),
@@ -167,23 +209,21 @@ impl Parser<'_> {
         Ok(Matcher { name, op })
     }
 
-    fn string(&mut self, name: &str) -> Result<String, String> {
+    fn string(&mut self, name: &str) -> Result<String, SelectorError> {
         if !self.eat(b"\"") {
-            return Err(format!(
-                "selector: the value of {name:?} must be a double-quoted string"
-            ));
+            return Err(SelectorError::NotQuoted(name.to_owned()));
         }
         let mut out = Vec::new();
         loop {
             let Some(&c) = self.s.get(self.i) else {
-                return Err(format!("selector: unterminated string for {name:?}"));
+                return Err(SelectorError::Unterminated(name.to_owned()));
             };
             self.i += 1;
             match c {
                 b'"' => break,
                 b'\\' => {
                     let Some(&e) = self.s.get(self.i) else {
-                        return Err(format!("selector: unterminated string for {name:?}"));
+                        return Err(SelectorError::Unterminated(name.to_owned()));
                     };
                     self.i += 1;
                     out.push(match e {
@@ -195,7 +235,7 @@ impl Parser<'_> {
                 c => out.push(c),
             }
         }
-        String::from_utf8(out).map_err(|_| format!("selector: value of {name:?} is not UTF-8"))
+        String::from_utf8(out).map_err(|_| SelectorError::NotUtf8(name.to_owned()))
     }
 }
 
@@ -234,7 +274,7 @@ mod tests {
             ("{=\"x\"}", "label name"),
             ("{a=~\"(\"}", "bad regex"),
         ] {
-            let err = Selector::parse(bad).unwrap_err();
+            let err = Selector::parse(bad).unwrap_err().to_string();
             assert!(err.contains(needle), "{bad}: {err}");
         }
     }

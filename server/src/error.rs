@@ -148,11 +148,18 @@ mod tests {
 // The engine's errors, each mapped to HTTP here (and to gRPC where the
 // gRPC edge meets them).
 
+impl From<symtrace_profiles::selection::SelectionError> for ApiError {
+    /// A selection's parameters: always the client's mistake.
+    fn from(e: symtrace_profiles::selection::SelectionError) -> Self {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
 impl From<crate::query::QueryError> for ApiError {
     fn from(e: crate::query::QueryError) -> Self {
         use crate::query::QueryError;
         match e {
-            QueryError::BadRequest(_) | QueryError::TooLarge { .. } => {
+            QueryError::BadRequest(_) | QueryError::Selection(_) | QueryError::TooLarge { .. } => {
                 Self::bad_request(e.to_string())
             }
             QueryError::Timeout(_) => {

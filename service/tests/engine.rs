@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
-use symtrace_profiles::selection::{now_ns, RawSelection, Selection};
+use symtrace_profiles::selection::{now_ns, RawSelection, Selection, SelectionError};
 use symtrace_profiles::testing;
 use symtrace_profiles::{render, tree};
 use symtrace_proto::profiles::{Link, Sample};
@@ -186,9 +186,14 @@ async fn the_samples_listing_takes_every_time_form_of_a_selection() {
     assert_eq!(count(&v), 1, "{v}");
     assert_eq!(v["samples"][0]["span_id"], hex::encode(SPAN));
     // Bad forms are the request's fault, named.
-    for (from, trace) in [("yesterday", None), ("now-1h", Some("xyz"))] {
+    for (from, trace, field) in [
+        ("yesterday", None, "from"),
+        ("now-1h", Some("xyz"), "trace_id"),
+    ] {
         match query::samples::samples(engine, TENANT.into(), list(Some(from), trace)).await {
-            Err(QueryError::BadRequest(m)) => assert!(!m.is_empty()),
+            Err(QueryError::Selection(
+                SelectionError::Time { name, .. } | SelectionError::NotHex { name, .. },
+            )) => assert_eq!(name, field),
             other => panic!("from={from} trace={trace:?}: {other:?}"),
         }
     }

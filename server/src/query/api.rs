@@ -79,7 +79,7 @@ fn selection(params: &Params, prefix: &str, tenant: &str) -> Result<Selection, A
     .parse(tenant)
     .map_err(|e| {
         if prefix.is_empty() {
-            ApiError::bad_request(e)
+            ApiError::from(e)
         } else {
             ApiError::bad_request(format!("{}: {e}", prefix.trim_end_matches('_')))
         }
@@ -219,8 +219,7 @@ fn output(params: &Params, formats: &[&str]) -> Result<(String, usize), ApiError
             formats.join(", ")
         )));
     }
-    let max_nodes = params::parse_max_nodes(params.get("max_nodes").map(String::as_str))
-        .map_err(ApiError::bad_request)?;
+    let max_nodes = params::parse_max_nodes(params.get("max_nodes").map(String::as_str))?;
     Ok((format.to_owned(), max_nodes))
 }
 
@@ -285,7 +284,7 @@ async fn trace(
 ) -> Result<Json<Value>, ApiError> {
     let tenant = crate::tenant::reader(&state.auth, &headers, peer)?;
     let _slot = state.concurrency.queries.take()?;
-    let id = params::parse_trace_id(&trace_id).map_err(ApiError::bad_request)?;
+    let id = params::parse_trace_id(&trace_id)?;
     let out = tokio::time::timeout(
         state.engine.limits.timeout,
         traces::trace(&state.engine, &tenant, id),

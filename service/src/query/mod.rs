@@ -62,6 +62,9 @@ pub struct QueryLimits {
 pub enum QueryError {
     #[error("{0}")]
     BadRequest(String),
+    /// The selection's parameters (times, IDs, selector, type, gauge).
+    #[error(transparent)]
+    Selection(#[from] symtrace_profiles::selection::SelectionError),
     #[error(
         "the selection reads {bytes} bytes of profile segments, over the limit of \
          {limit} (SYMTRACE_QUERY_MAX_BYTES); narrow the time range or add a selector"

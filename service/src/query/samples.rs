@@ -54,8 +54,7 @@ async fn samples_of(engine: &Engine, tenant: String, q: SamplesQuery) -> Result<
         trace_id: q.trace_id.as_deref(),
         ..Default::default()
     }
-    .parse_with(&tenant, DefaultRange::AllTime)
-    .map_err(QueryError::BadRequest)?;
+    .parse_with(&tenant, DefaultRange::AllTime)?;
     let (from, to) = (sel.from_ns, sel.to_ns);
     let limit = q.limit.unwrap_or(MAX_SAMPLES).min(MAX_SAMPLES);
     let trace = sel.trace_id.map(|t| t.to_vec());
