@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::model::SegmentBuilder;
+use super::reader::SegmentReader;
 use super::store::{Content, ProfileStore, ProfileStoreError};
+use crate::cpu::CpuPool;
 use crate::store::model::{now_ms, SegmentRef};
 
 /// Longest one window's compaction may take before another replica may
@@ -129,6 +131,14 @@ async fn pass(
             windows.into_iter().collect();
         queues.push((tenant, windows));
     }
+    if queues.is_empty() {
+        return Ok(report);
+    }
+    // The pass's inputs are decoded and merged on a thread of its own
+    // (one core at most, however many windows wait), never cached.
+    let cpu = CpuPool::new("compaction", 1)
+        .map_err(|e| ProfileStoreError::Internal(format!("starting a compaction thread: {e}")))?;
+    let reader = SegmentReader::new(profiles.store.clone(), cpu, 0);
     while !queues.is_empty() {
         for (tenant, windows) in &mut queues {
             let Some((window, segments)) = windows.pop_front() else {
@@ -144,6 +154,7 @@ async fn pass(
             }
             let result = compact_window(
                 profiles,
+                &reader,
                 tenant,
                 &lease,
                 holder,
@@ -163,6 +174,7 @@ async fn pass(
 /// Merges one window, under its lease, job by job.
 async fn compact_window(
     profiles: &ProfileStore,
+    reader: &SegmentReader,
     tenant: &str,
     lease: &str,
     holder: &str,
@@ -181,7 +193,7 @@ async fn compact_window(
             report.skipped += 1;
             return Ok(());
         }
-        compact_job(profiles, tenant, job, report).await?;
+        compact_job(profiles, reader, tenant, job, report).await?;
     }
     Ok(())
 }
@@ -191,6 +203,7 @@ async fn compact_window(
 /// rest are merged; a database or object-store outage ends the pass.
 async fn compact_job(
     profiles: &ProfileStore,
+    reader: &SegmentReader,
     tenant: &str,
     job: Vec<SegmentRef>,
     report: &mut Report,
@@ -199,18 +212,19 @@ async fn compact_job(
     let mut builder = SegmentBuilder::default();
     let mut inputs: Vec<String> = Vec::with_capacity(job.len());
     for input in &job {
-        match profiles.read_parts(&input.sha256).await {
+        match reader.parts_uncached(&input.sha256).await {
             Ok(parts) => {
                 // Merging is CPU work: off the async workers, part by part
                 // (a merged copy of the input would be built for nothing).
-                builder = tokio::task::spawn_blocking(move || {
-                    for part in &parts {
-                        builder.merge(part);
-                    }
-                    builder
-                })
-                .await
-                .map_err(|e| ProfileStoreError::Internal(format!("merging segments: {e}")))?;
+                builder = reader
+                    .cpu()
+                    .run("merging segments", move || {
+                        for part in &parts {
+                            builder.merge(part);
+                        }
+                        builder
+                    })
+                    .await?;
                 inputs.push(input.sha256.clone());
             }
             Err(e) if unreadable(&e) => {
@@ -227,9 +241,10 @@ async fn compact_job(
     if inputs.is_empty() {
         return Ok(());
     }
-    let merged = tokio::task::spawn_blocking(move || builder.finish())
-        .await
-        .map_err(|e| ProfileStoreError::Internal(format!("merging segments: {e}")))?;
+    let merged = reader
+        .cpu()
+        .run("merging segments", move || builder.finish())
+        .await?;
     let row = profiles.put(tenant, Content::Whole(merged), 1).await?;
     crate::store::crash_point("compaction-before-swap");
     if meta.swap_segments(tenant, &inputs, &[row]).await? {

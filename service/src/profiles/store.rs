@@ -28,6 +28,9 @@ pub enum ProfileStoreError {
     /// A task that encodes or decodes failed (a bug, never the input's fault).
     #[error("internal: {0}")]
     Internal(String),
+    /// A job of the CPU pool did not finish (a panic, logged).
+    #[error(transparent)]
+    Cpu(#[from] crate::cpu::Panicked),
 }
 
 /// Profiles on top of the symbol store's blobs and database.
@@ -147,49 +150,6 @@ impl ProfileStore {
             max_label_values: self.max_label_values,
             by_series: self.ingest_parts,
         }
-    }
-
-    /// Reads and decodes one part of a segment (a ranged read).
-    pub async fn read_part(
-        &self,
-        sha256: &str,
-        range: std::ops::Range<u64>,
-    ) -> Result<SegmentData, ProfileStoreError> {
-        let bytes = self.store.blob_range(sha256, range).await?;
-        let sha = sha256.to_owned();
-        tokio::task::spawn_blocking(move || segment::decode_part(&bytes))
-            .await
-            .map_err(|e| ProfileStoreError::Internal(format!("decoding segment {sha256}: {e}")))?
-            .map_err(|source| ProfileStoreError::Segment {
-                sha256: sha,
-                source,
-            })
-    }
-
-    /// Reads and decodes one segment (its parts merged).
-    pub async fn read(&self, sha256: &str) -> Result<SegmentData, ProfileStoreError> {
-        self.decode_with(sha256, segment::decode).await
-    }
-
-    /// Reads and decodes one segment's parts, each on its own.
-    pub async fn read_parts(&self, sha256: &str) -> Result<Vec<SegmentData>, ProfileStoreError> {
-        self.decode_with(sha256, segment::decode_parts).await
-    }
-
-    async fn decode_with<T: Send + 'static>(
-        &self,
-        sha256: &str,
-        decode: fn(&[u8]) -> Result<T, segment::SegmentError>,
-    ) -> Result<T, ProfileStoreError> {
-        let bytes = self.store.blob_bytes(sha256).await?;
-        let sha = sha256.to_owned();
-        tokio::task::spawn_blocking(move || decode(&bytes))
-            .await
-            .map_err(|e| ProfileStoreError::Internal(format!("decoding segment {sha256}: {e}")))?
-            .map_err(|source| ProfileStoreError::Segment {
-                sha256: sha,
-                source,
-            })
     }
 }
 

@@ -4,13 +4,13 @@
 //! the symbolizer's indexes — so debug info uploaded after a profile still
 //! names its frames.
 //!
-//! A query lists its segments in the index, reads them (decoded segments
-//! are cached by sha256), aggregates their stacks on the blocking pool,
+//! A query lists its segments in the index, reads them through the
+//! [`SegmentReader`] (decoded on the engine's CPU pool, cached by sha256 or
+//! part), aggregates their stacks on the same pool,
 //! symbolizes the distinct native frames once per build-ID, and renders.
 //! It is bounded: at most [`QueryLimits::max_bytes`] of segments,
 //! [`aggregate::MAX_STACKS`] distinct stacks and [`QueryLimits::timeout`].
 
-mod cache;
 mod frames;
 mod names;
 pub mod samples;
@@ -28,13 +28,14 @@ use symtrace_profiles::selection::Selection;
 
 use crate::cpu::CpuPool;
 use crate::federation::Forwarding;
+use crate::profiles::reader::SegmentReader;
 use crate::profiles::store::ProfileStore;
 use crate::store::meta::MetadataStore;
-use crate::store::model::{part_key, SegmentRef, SeriesQuery};
+use crate::store::model::{SegmentRef, SeriesQuery};
 use crate::store::SymbolStore;
 use crate::symbolize::SymbolizeService;
 
-pub use cache::{Segment, SegmentCache};
+pub use crate::profiles::cache::{Segment, SegmentCache};
 pub use names::NameCache;
 
 /// Symbolized addresses kept across queries (about 100 bytes each).
@@ -95,9 +96,9 @@ pub enum QueryError {
 /// the limits — and nothing of HTTP.
 pub struct Engine {
     meta: Arc<dyn MetadataStore>,
-    profiles: Arc<ProfileStore>,
     symbolizer: Arc<SymbolizeService>,
-    segments: SegmentCache,
+    /// Where segments are read, decoded and cached.
+    pub reader: SegmentReader,
     names: NameCache,
     frame_table: Arc<FrameTable>,
     /// Where a query's CPU work runs (decoding, aggregation, rendering).
@@ -119,9 +120,8 @@ impl Engine {
     ) -> Self {
         Self {
             meta: store.meta.clone(),
-            profiles,
+            reader: SegmentReader::new(profiles.store.clone(), cpu.clone(), segment_cache_bytes),
             symbolizer,
-            segments: SegmentCache::new(segment_cache_bytes),
             names: NameCache::new(NAME_CACHE_ADDRESSES),
             frame_table: Arc::default(),
             cpu,
@@ -252,7 +252,7 @@ async fn aggregate(
     let mut reads = stream::iter(owned)
         .map(|(segment, size)| async move {
             let mut parts = Vec::new();
-            for segment in read_segment(state, &segment).await? {
+            for segment in state.reader.listed(&segment).await? {
                 let table = state.frame_table.clone();
                 let frames = match segment.mapped_frames(&table) {
                     Some(frames) => frames,
@@ -353,143 +353,4 @@ fn within_bytes(state: &Engine, segments: &[SegmentRef]) -> Result<(), QueryErro
         return Err(QueryError::TooLarge { bytes, limit });
     }
     Ok(())
-}
-
-pub async fn read(state: &Engine, sha256: &str) -> Result<Arc<Segment>, QueryError> {
-    read_cached(state, sha256.to_owned(), state.profiles.read(sha256)).await
-}
-
-/// What a query reads of a segment it lists: its one part, or (a segment
-/// listed whole, as queries without a service and trace lookups list them)
-/// each of its parts apart, never merged: merging a 200-service export's
-/// parts costs more than decoding them. Each part goes through the cache
-/// under the key a one-service query of it uses; once the segment's part
-/// directory is known, only the parts not cached are fetched (ranged).
-pub async fn read_segment(
-    state: &Engine,
-    segment: &SegmentRef,
-) -> Result<Vec<Arc<Segment>>, QueryError> {
-    if segment.part().is_some() {
-        return Ok(vec![read_part(state, segment).await?]);
-    }
-    let sha256 = &segment.sha256;
-    let count = |result: &'static str, n: usize| {
-        metrics::counter!("symtrace_segment_cache_total", "result" => result).increment(n as u64);
-    };
-    // A one-part (version 1) segment is cached whole.
-    if let Some(hit) = state.segments.get(sha256) {
-        count("hit", 1);
-        return Ok(vec![hit]);
-    }
-    let cached_parts = |ranges: &[std::ops::Range<u64>]| -> Vec<Option<Arc<Segment>>> {
-        ranges
-            .iter()
-            .map(|r| state.segments.get(&part_key(sha256, r.start)))
-            .collect()
-    };
-    if let Some(ranges) = state.segments.parts_of(sha256) {
-        let cached = cached_parts(&ranges);
-        let missing = cached.iter().filter(|c| c.is_none()).count();
-        if missing < ranges.len() {
-            // Some are cached: fetch the others alone.
-            count("hit", ranges.len() - missing);
-            let mut parts = Vec::with_capacity(ranges.len());
-            for (part, range) in cached.into_iter().zip(ranges.iter()) {
-                parts.push(match part {
-                    Some(part) => part,
-                    None => {
-                        read_cached(
-                            state,
-                            part_key(sha256, range.start),
-                            state.profiles.read_part(sha256, range.clone()),
-                        )
-                        .await?
-                    }
-                });
-            }
-            return Ok(parts);
-        }
-    }
-    let bytes = state.profiles.store.blob_bytes(sha256).await?;
-    let ranges = symtrace_profiles::segment::part_ranges(&bytes)?;
-    if ranges.len() == 1 && ranges[0].start == 0 {
-        count("miss", 1);
-        let data = state
-            .on_cpu("decoding", move || {
-                symtrace_profiles::segment::decode(&bytes)
-            })
-            .await??;
-        let data = Arc::new(Segment::new(data));
-        state.segments.insert(sha256, data.clone());
-        return Ok(vec![data]);
-    }
-    state
-        .segments
-        .set_parts_of(sha256, Arc::new(ranges.clone()));
-    let mut parts = cached_parts(&ranges);
-    let missing: Vec<(usize, std::ops::Range<u64>)> = parts
-        .iter()
-        .zip(&ranges)
-        .enumerate()
-        .filter(|(_, (part, _))| part.is_none())
-        .map(|(i, (_, range))| (i, range.clone()))
-        .collect();
-    count("hit", ranges.len() - missing.len());
-    count("miss", missing.len());
-    let decoded = state
-        .on_cpu("decoding", move || {
-            missing
-                .into_iter()
-                .map(|(i, r)| {
-                    symtrace_profiles::segment::decode_part(
-                        &bytes[r.start as usize..r.end as usize],
-                    )
-                    .map(|data| (i, r.start, Arc::new(Segment::new(data))))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await??;
-    for (i, offset, data) in decoded {
-        state
-            .segments
-            .insert(&part_key(sha256, offset), data.clone());
-        parts[i] = Some(data);
-    }
-    Ok(parts.into_iter().flatten().collect())
-}
-
-/// A segment's part (one service's), or the whole segment, through the
-/// cache.
-pub async fn read_part(state: &Engine, segment: &SegmentRef) -> Result<Arc<Segment>, QueryError> {
-    match segment.part() {
-        None => read(state, &segment.sha256).await,
-        Some(range) => {
-            read_cached(
-                state,
-                segment.key(),
-                state.profiles.read_part(&segment.sha256, range),
-            )
-            .await
-        }
-    }
-}
-
-async fn read_cached(
-    state: &Engine,
-    key: String,
-    read: impl std::future::Future<
-        Output = Result<
-            symtrace_profiles::model::SegmentData,
-            crate::profiles::store::ProfileStoreError,
-        >,
-    >,
-) -> Result<Arc<Segment>, QueryError> {
-    if let Some(hit) = state.segments.get(&key) {
-        metrics::counter!("symtrace_segment_cache_total", "result" => "hit").increment(1);
-        return Ok(hit);
-    }
-    metrics::counter!("symtrace_segment_cache_total", "result" => "miss").increment(1);
-    let data = Arc::new(Segment::new(read.await?));
-    state.segments.insert(&key, data.clone());
-    Ok(data)
 }

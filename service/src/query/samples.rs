@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use symtrace_profiles::selection::{DefaultRange, RawSelection};
 
-use super::{read_segment, segments_of, within_bytes, Engine, QueryError};
+use super::{segments_of, within_bytes, Engine, QueryError};
 use crate::profiles::model::{BuildIdKind, SegmentData};
 use crate::store::model::SegmentRef;
 
@@ -66,7 +66,7 @@ async fn samples_of(engine: &Engine, tenant: String, q: SamplesQuery) -> Result<
     // parts; reading their segment whole would give its samples once per
     // part), read as they are needed.
     'segments: for listed in &segments {
-        for part in read_segment(engine, listed).await? {
+        for part in engine.reader.listed(listed).await? {
             let data = &part.data;
             for sample in &data.samples {
                 let series = &data.series[sample.series as usize];

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use symtrace_profiles::trace::TraceSpans;
 
-use super::{read_segment, Engine, QueryError};
+use super::{Engine, QueryError};
 use crate::store::model::SegmentRef;
 
 pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<Value, QueryError> {
@@ -18,7 +18,7 @@ pub async fn trace(state: &Engine, tenant: &str, trace_id: [u8; 16]) -> Result<V
     }
     let mut spans = TraceSpans::default();
     for segment in &segments {
-        for part in read_segment(state, segment).await? {
+        for part in state.reader.listed(segment).await? {
             spans.add_segment(&part.data, &trace_id);
         }
     }
