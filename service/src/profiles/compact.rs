@@ -138,7 +138,10 @@ async fn pass(
     // (one core at most, however many windows wait), never cached.
     let cpu = CpuPool::new("compaction", 1)
         .map_err(|e| ProfileStoreError::Internal(format!("starting a compaction thread: {e}")))?;
-    let reader = SegmentReader::new(profiles.store.clone(), cpu, 0);
+    let inputs = Inputs {
+        profiles,
+        reader: SegmentReader::new(profiles.store.clone(), cpu, 0),
+    };
     while !queues.is_empty() {
         for (tenant, windows) in &mut queues {
             let Some((window, segments)) = windows.pop_front() else {
@@ -153,8 +156,7 @@ async fn pass(
                 continue;
             }
             let result = compact_window(
-                profiles,
-                &reader,
+                &inputs,
                 tenant,
                 &lease,
                 holder,
@@ -171,10 +173,15 @@ async fn pass(
     Ok(report)
 }
 
+/// Where a pass's inputs are listed and read.
+struct Inputs<'a> {
+    profiles: &'a ProfileStore,
+    reader: SegmentReader,
+}
+
 /// Merges one window, under its lease, job by job.
 async fn compact_window(
-    profiles: &ProfileStore,
-    reader: &SegmentReader,
+    inputs: &Inputs<'_>,
     tenant: &str,
     lease: &str,
     holder: &str,
@@ -182,7 +189,7 @@ async fn compact_window(
     settings: &Settings,
     report: &mut Report,
 ) -> Result<(), ProfileStoreError> {
-    let meta = &profiles.store.meta;
+    let meta = &inputs.profiles.store.meta;
     crate::store::pause_point("compaction-window").await;
     for job in split_by_size(segments, settings.job_bytes) {
         // Renewed before each job: a window of many jobs keeps its lease.
@@ -193,7 +200,7 @@ async fn compact_window(
             report.skipped += 1;
             return Ok(());
         }
-        compact_job(profiles, reader, tenant, job, report).await?;
+        compact_job(inputs, tenant, job, report).await?;
     }
     Ok(())
 }
@@ -202,8 +209,7 @@ async fn compact_window(
 /// decoded is quarantined (left out from now on, and reported) and the
 /// rest are merged; a database or object-store outage ends the pass.
 async fn compact_job(
-    profiles: &ProfileStore,
-    reader: &SegmentReader,
+    Inputs { profiles, reader }: &Inputs<'_>,
     tenant: &str,
     job: Vec<SegmentRef>,
     report: &mut Report,
