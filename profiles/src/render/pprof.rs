@@ -97,6 +97,55 @@ struct Function {
     pub filename: i64,
 }
 
+/// A gzipped pprof profile as text: its sample types and period, then one
+/// `values  root;…;leaf` line per sample (inlined functions as their own
+/// frames), sorted — what a test compares or snapshots. Reads what
+/// [`encode`] writes; panics on anything else.
+#[cfg(any(test, feature = "testing"))]
+pub fn describe(gz: &[u8]) -> String {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut raw)
+        .expect("a gzipped pprof profile");
+    let p = Profile::decode(raw.as_slice()).expect("a pprof profile");
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let vt = |t: &ValueType| format!("{}:{}", s(t.r#type), s(t.unit));
+    let functions: FxHashMap<u64, &str> = p.function.iter().map(|f| (f.id, s(f.name))).collect();
+    let locations: FxHashMap<u64, &Location> = p.location.iter().map(|l| (l.id, l)).collect();
+    let mut lines: Vec<String> = p
+        .sample
+        .iter()
+        .map(|sample| {
+            let mut frames: Vec<&str> = Vec::new();
+            // Root first (pprof lists leaf first), and within a location
+            // the caller before what it inlined.
+            for id in sample.location_id.iter().rev() {
+                let location = locations[id];
+                frames.extend(
+                    location
+                        .line
+                        .iter()
+                        .rev()
+                        .map(|l| functions[&l.function_id]),
+                );
+            }
+            let values: Vec<String> = sample.value.iter().map(i64::to_string).collect();
+            format!("{}  {}", values.join(","), frames.join(";"))
+        })
+        .collect();
+    lines.sort();
+    let types: Vec<String> = p.sample_type.iter().map(vt).collect();
+    let period = p.period_type.as_ref().map(vt).unwrap_or_default();
+    format!(
+        "types {}\nperiod {} {}\n{}\n",
+        types.join(" "),
+        period,
+        p.period,
+        lines.join("\n")
+    )
+}
+
 struct Strings {
     table: Vec<String>,
     ids: FxHashMap<String, i64>,
