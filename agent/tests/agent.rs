@@ -148,7 +148,6 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
     let mut server = Server::start(&Backend::local(), &[]);
     server.upload(&kit::build_id_of(&bin), "debuginfo", &bin);
     server.kill9();
-    let down_at = Instant::now();
 
     // Two agents, two tenants: one with room for the whole outage, one
     // with room for a few batches only.
@@ -159,7 +158,20 @@ fn buffers_while_the_server_is_down_and_delivers_after() {
     );
     let service = kit::unique("outage-");
     let used = run_workload(&bin, &service, 1.0, 0.5);
-    std::thread::sleep(Duration::from_secs(30).saturating_sub(down_at.elapsed()));
+    // Down until the tight agent has dropped batches and the roomy one
+    // holds its own (and says the export fails).
+    kit::wait_until(
+        "the tight agent to drop batches",
+        Duration::from_secs(60),
+        || {
+            let tight_stats = tight.last_line("stats:")?;
+            let roomy_stats = roomy.last_line("stats:")?;
+            (number_after(&tight_stats, "dropped") > 0
+                && number_after(&roomy_stats, "buffered") > 0
+                && roomy.stderr().contains("retrying"))
+            .then_some(())
+        },
+    );
 
     // It kept sampling and is holding batches; it says the export fails.
     let stats = roomy.last_line("stats:").unwrap();

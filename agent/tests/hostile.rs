@@ -297,7 +297,8 @@ fn binaries_offered_during_another_upload_are_published() {
     while !agent.stderr().contains("binaries") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_secs(2));
+    // Its body arriving at the server.
+    kit::wait_until_spooled(&server);
     let mut svc = Command::new(&service)
         .args(["burn", "2"])
         .stdout(Stdio::null())
@@ -592,7 +593,13 @@ fn a_forgery_under_a_real_build_id_names_no_one_elses_frames() {
         .env("OTEL_SERVICE_NAME", "forger")
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    kit::wait_until("the forgery published", Duration::from_secs(60), || {
+        server
+            .get(&format!("/api/v1/debuginfo/{id}"))
+            .status()
+            .is_success()
+            .then_some(())
+    });
     let name = kit::unique("vendor-");
     let mut svc = Command::new(&service)
         .args(["burn", "5"])

@@ -205,8 +205,16 @@ fn hotspot_methods_are_named_from_the_perf_map_jcmd_writes() {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "started");
-    // Compiled by then; the perf map written while it runs.
-    std::thread::sleep(Duration::from_secs(3));
+    // Both methods compiled, then the perf map written while it runs.
+    kit::wait_until("JitHot's methods compiled", Duration::from_secs(60), || {
+        let out = Command::new("jcmd")
+            .arg(pid.to_string())
+            .arg("Compiler.codelist")
+            .output()
+            .ok()?;
+        let list = String::from_utf8_lossy(&out.stdout);
+        (list.contains("JitHot.heavy") && list.contains("JitHot.light")).then_some(())
+    });
     kit::run(
         Command::new("jcmd")
             .arg(pid.to_string())

@@ -782,6 +782,22 @@ pub fn partial_upload(
     stream
 }
 
+/// Whether the server's spool, where an upload's body is written as it
+/// arrives, holds no file.
+pub fn spool_is_empty(server: &Server) -> bool {
+    std::fs::read_dir(server.data_dir.join("spool")).map_or(true, |mut d| d.next().is_none())
+}
+
+/// Waits until the server spools what [`partial_upload`] sent (the body's
+/// first bytes are the server's).
+pub fn wait_until_spooled(server: &Server) {
+    wait_until(
+        "the body's first bytes spooled",
+        Duration::from_secs(30),
+        || (!spool_is_empty(server)).then_some(()),
+    );
+}
+
 /// Regular files below `dir` (0 when it does not exist): how many objects a
 /// local blob store holds.
 pub fn count_files(dir: &Path) -> usize {

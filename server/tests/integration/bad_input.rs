@@ -22,13 +22,6 @@ fn still_served(server: &Server, fx: &Fixture) {
     assert_eq!(got.bytes().unwrap(), std::fs::read(&fx.stripped).unwrap());
 }
 
-fn spool_is_empty(server: &Server) -> bool {
-    std::fs::read_dir(server.data_dir.join("spool"))
-        .unwrap()
-        .next()
-        .is_none()
-}
-
 #[test]
 fn bad_uploads_are_refused_clearly_and_change_nothing() {
     if !tools() {
@@ -147,15 +140,16 @@ fn a_connection_dropped_mid_body_stores_nothing() {
     let url = format!("/api/v1/debuginfo/{}/debuginfo", fx.build_id);
     let stream = partial_upload(&server, &url, &replacement, 1.0 / 3.0);
     let addr = server.url.trim_start_matches("http://").to_owned();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until_spooled(&server);
     drop(stream);
-    std::thread::sleep(Duration::from_millis(500));
+    // The cut upload's file goes (a partial upload is never left behind).
+    symtrace_testkit::wait_until(
+        "the partial upload's file removed",
+        Duration::from_secs(30),
+        || spool_is_empty(&server).then_some(()),
+    );
 
     still_served(&server, &fx);
-    assert!(
-        spool_is_empty(&server),
-        "a partial upload was left in the spool"
-    );
     let (_, details) = json_of(server.get(&format!("/api/v1/debuginfo/{}", fx.build_id)));
     assert_eq!(
         details["artifacts"].as_array().unwrap().len(),

@@ -26,7 +26,7 @@ fn kill_9_mid_upload_leaves_the_earlier_version() {
         let body = std::fs::read(&fx.unstripped).unwrap();
         let url = format!("/api/v1/debuginfo/{}/debuginfo", fx.build_id);
         let stream = partial_upload(&server, &url, &body, 0.5);
-        std::thread::sleep(Duration::from_millis(300));
+        wait_until_spooled(&server);
         server.kill9();
         drop(stream);
 

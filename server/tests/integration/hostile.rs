@@ -665,7 +665,10 @@ fn an_unreadable_segment_is_quarantined_and_the_rest_compacted() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    std::thread::sleep(Duration::from_secs(3));
+    // Counted once (the metric comes after the swap: wait for it).
+    symtrace_testkit::wait_until("the quarantine counted", Duration::from_secs(30), || {
+        (compactor.metric("symtrace_compaction_quarantined_total", &[]) >= 1.0).then_some(())
+    });
     assert_eq!(
         compactor.metric("symtrace_compaction_quarantined_total", &[]),
         1.0

@@ -122,7 +122,6 @@ fn kill_9_while_exporting_loses_no_acknowledged_export() {
                 std::thread::sleep(Duration::from_millis(20));
             }
             server.kill9();
-            std::thread::sleep(Duration::from_millis(300));
             let _ = child.kill();
             let _ = child.wait();
             reader.join().unwrap();
@@ -183,7 +182,10 @@ fn compaction_by_two_servers_at_once_preserves_every_sample() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    symtrace_testkit::wait_until("ten exports stored", Duration::from_secs(60), || {
+        let listed = dump_query(&ingest, "loop", "?limit=0");
+        (listed["segments"].as_array().unwrap().len() >= 10).then_some(())
+    });
     let _ = child.kill();
     let _ = child.wait();
     run(&mut client_cmd(
