@@ -64,6 +64,10 @@ pub struct SinkError {
 /// busy host) waits before a process mapping it may have it built again.
 pub const REFUSED_RETRY: Duration = Duration::from_secs(2);
 
+/// Builds of one file that could not read it before it is given up (a
+/// file no process can let the agent read: a hostile FUSE mount, say).
+pub const UNREADABLE_TRIES: u8 = 5;
+
 /// Why a file got no unwind table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoTable {
@@ -99,14 +103,21 @@ pub enum Lookup {
 }
 
 enum Entry {
-    Building(Ticket<BuildAnswer>),
+    /// Its build job, and how many builds before it could not read the
+    /// file.
+    Building(Ticket<BuildAnswer>, u8),
     Loaded(Loaded),
     /// No usable CFI (or a table no pool of this size holds): for good.
     Absent,
-    /// Its build job was refused at `at` (the queue full): built again
-    /// after [`REFUSED_RETRY`].
+    /// Its build job was refused at `at` (the queue full), or could not
+    /// read the file (the process it was read through gone, as a
+    /// compile's short-lived ones are, or the file replaced): built again,
+    /// through whichever process maps it next, after [`REFUSED_RETRY`].
+    /// `unreadable` counts the builds that could not read it; after
+    /// [`UNREADABLE_TRIES`] it is absent for good.
     Refused {
         at: Instant,
+        unreadable: u8,
     },
     /// Refused for room (or given up for frameless code) at `at`, `rows`
     /// long: built again once the pool could hold it.
@@ -222,11 +233,13 @@ impl Tables {
         sink: &mut dyn Sink,
         build: impl FnOnce() -> Option<Ticket<BuildAnswer>>,
     ) -> Lookup {
+        let mut unreadable = 0;
         let retry = match self.files.get(&key) {
-            Some(&Entry::Refused { at }) => {
+            Some(&Entry::Refused { at, unreadable: n }) => {
                 if now.saturating_duration_since(at) < REFUSED_RETRY {
                     return Lookup::Absent;
                 }
+                unreadable = n;
                 true
             }
             Some(&Entry::NoRoom { at, rows, framed }) => {
@@ -251,16 +264,19 @@ impl Tables {
                 tracing::debug!(?key, "building an unwind table");
                 match ticket.try_take() {
                     None => {
-                        self.files.insert(key, Entry::Building(ticket));
+                        self.files.insert(key, Entry::Building(ticket, unreadable));
                         return Lookup::Pending;
                     }
                     Some(answer) => answer,
                 }
             }
-            Some(Entry::Building(ticket)) => match ticket.try_take() {
-                None => return Lookup::Pending,
-                Some(answer) => answer,
-            },
+            Some(Entry::Building(ticket, n)) => {
+                unreadable = *n;
+                match ticket.try_take() {
+                    None => return Lookup::Pending,
+                    Some(answer) => answer,
+                }
+            }
             Some(Entry::Loaded(l)) => {
                 l.last_used = now;
                 return Lookup::Loaded {
@@ -277,7 +293,10 @@ impl Tables {
                 self.stats.build_failures += 1;
                 self.stats.jobs_failed += 1;
                 match job {
-                    JobError::Refused => Entry::Refused { at: now },
+                    JobError::Refused => Entry::Refused {
+                        at: now,
+                        unreadable,
+                    },
                     // It would hang or panic again.
                     JobError::Hung | JobError::Panicked(_) => Entry::Absent,
                 }
@@ -289,7 +308,15 @@ impl Tables {
                     NoTable::TooLarge => &mut self.stats.too_large,
                     NoTable::Unreadable => &mut self.stats.unreadable,
                 } += 1;
-                Entry::Absent
+                match why {
+                    // Not the file's fault, as a rule: the process it was
+                    // read through ended. Another process maps it.
+                    NoTable::Unreadable if unreadable + 1 < UNREADABLE_TRIES => Entry::Refused {
+                        at: now,
+                        unreadable: unreadable + 1,
+                    },
+                    _ => Entry::Absent,
+                }
             }
             Ok(Ok(built)) => match self.load(&built, now, sink) {
                 Ok(loaded) => Entry::Loaded(Loaded {
@@ -335,7 +362,7 @@ impl Tables {
         let done: Vec<FileKey> = self
             .files
             .iter()
-            .filter(|(_, e)| matches!(e, Entry::Building(t) if t.is_done()))
+            .filter(|(_, e)| matches!(e, Entry::Building(t, _) if t.is_done()))
             .map(|(k, _)| *k)
             .collect();
         for key in done {

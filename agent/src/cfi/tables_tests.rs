@@ -298,6 +298,44 @@ fn a_build_refused_by_a_full_job_queue_is_tried_again_later() {
 }
 
 #[test]
+fn a_file_unreadable_through_a_gone_process_is_read_again_through_another() {
+    let mut mem = Memory::new(64);
+    let mut t = Tables::new(64);
+    let now = Instant::now();
+    // A compile's short-lived process maps libc first and is gone before
+    // its build reads the file.
+    let gone = || Some(Ticket::ready(Err(NoTable::Unreadable)));
+    assert_eq!(t.lookup((7, 7, 7), now, &mut mem, gone), Lookup::Absent);
+    assert_eq!(
+        t.lookup((7, 7, 7), now + REFUSED_RETRY / 2, &mut mem, || {
+            panic!("retried at once")
+        }),
+        Lookup::Absent
+    );
+    // The next process that maps it, after the delay: loaded.
+    assert!(matches!(
+        t.lookup((7, 7, 7), now + REFUSED_RETRY, &mut mem, || ready(table(
+            0, 10
+        ))),
+        Lookup::Loaded { .. }
+    ));
+    // A file no process lets the agent read is given up after
+    // UNREADABLE_TRIES builds.
+    let mut at = now;
+    for _ in 0..UNREADABLE_TRIES {
+        assert_eq!(t.lookup((6, 6, 6), at, &mut mem, gone), Lookup::Absent);
+        at += REFUSED_RETRY;
+    }
+    assert_eq!(
+        t.lookup((6, 6, 6), at + Duration::from_secs(600), &mut mem, || {
+            panic!("an unreadable file built again after its tries")
+        }),
+        Lookup::Absent
+    );
+    assert_eq!(t.stats().unreadable, 1 + u64::from(UNREADABLE_TRIES));
+}
+
+#[test]
 fn rules_are_shared_between_files() {
     let mut mem = Memory::new(1 << 12);
     let mut t = Tables::new(1 << 12);
