@@ -96,7 +96,7 @@ impl Federation {
         hop_limit: usize,
         max_bytes: u64,
         slots: Slots,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .connect_timeout(timeout)
             .read_timeout(timeout)

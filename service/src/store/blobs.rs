@@ -131,7 +131,7 @@ impl ObjectBlobStore {
     /// Credentials and endpoints come from the usual environment variables
     /// (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`,
     /// `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, …).
-    pub fn from_url(url: &str) -> anyhow::Result<Self> {
+    pub fn from_url(url: &str) -> Result<Self, StorageUrlError> {
         if let Some(dir) = url.strip_prefix("file://") {
             return Ok(Self::local(Path::new(dir))?);
         }
@@ -155,9 +155,7 @@ impl ObjectBlobStore {
                     .with_container_name(&parsed.bucket)
                     .build()?,
             ),
-            other => anyhow::bail!(
-                "unsupported storage URL scheme {other:?}: use a directory, file://, s3://, gs:// or az://"
-            ),
+            other => return Err(StorageUrlError::Scheme(other.to_owned())),
         };
         let store: Arc<dyn ObjectStore> = if parsed.prefix.is_empty() {
             store
@@ -374,6 +372,25 @@ fn map_local(path: &Path) -> std::io::Result<Bytes> {
     Ok(Bytes::from_owner(crate::zerocopy::FileMapping::new(file)?))
 }
 
+/// Why a storage URL opened no blob store.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageUrlError {
+    #[error("storage URL {0:?} has no scheme")]
+    NoScheme(String),
+    #[error("storage URL {0:?} names no bucket")]
+    NoBucket(String),
+    #[error(
+        "unsupported storage URL scheme {0:?}: use a directory, file://, s3://, gs:// or az://"
+    )]
+    Scheme(String),
+    /// The object store's client refused its configuration.
+    #[error(transparent)]
+    ObjectStore(#[from] object_store::Error),
+    /// The local directory could not be opened.
+    #[error("opening the local blob directory: {0}")]
+    Local(#[from] Error),
+}
+
 /// Minimal parsing of `scheme://bucket/prefix` storage URLs.
 mod url_lite {
     pub struct Url {
@@ -383,13 +400,13 @@ mod url_lite {
     }
 
     impl Url {
-        pub fn parse(url: &str) -> anyhow::Result<Self> {
+        pub fn parse(url: &str) -> Result<Self, super::StorageUrlError> {
             let (scheme, rest) = url
                 .split_once("://")
-                .ok_or_else(|| anyhow::anyhow!("storage URL {url:?} has no scheme"))?;
+                .ok_or_else(|| super::StorageUrlError::NoScheme(url.to_owned()))?;
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                anyhow::bail!("storage URL {url:?} names no bucket");
+                return Err(super::StorageUrlError::NoBucket(url.to_owned()));
             }
             Ok(Self {
                 scheme: scheme.to_ascii_lowercase(),

@@ -65,6 +65,15 @@ impl From<sqlx::Error> for Error {
     }
 }
 
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        Self::Internal {
+            what: "database migration",
+            source: Box::new(e),
+        }
+    }
+}
+
 impl From<object_store::Error> for Error {
     fn from(e: object_store::Error) -> Self {
         match e {

@@ -35,7 +35,7 @@ pub struct GcReport {
 }
 
 /// One collection pass.
-pub async fn collect(store: &SymbolStore, grace: Duration) -> anyhow::Result<GcReport> {
+pub async fn collect(store: &SymbolStore, grace: Duration) -> super::Result<GcReport> {
     let mut report = GcReport::default();
     let now = now_ms();
     let cutoff = now - grace.as_millis() as i64;
@@ -44,7 +44,7 @@ pub async fn collect(store: &SymbolStore, grace: Duration) -> anyhow::Result<GcR
     for sha in store.meta.expired_orphans(cutoff).await? {
         let blobs = store.blobs.clone();
         let object = sha.clone();
-        let delete = Box::pin(async move { Ok(blobs.delete(&object).await?) });
+        let delete = Box::pin(async move { blobs.delete(&object).await });
         if store.meta.delete_orphan(&sha, cutoff, delete).await? {
             report.deleted_rows += 1;
         }

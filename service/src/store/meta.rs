@@ -104,8 +104,8 @@ pub trait MetadataStore: ProfileMetadata + FileIdMetadata + Send + Sync + 'stati
         &'a self,
         sha256: &'a str,
         cutoff: i64,
-        delete_object: futures::future::BoxFuture<'a, anyhow::Result<()>>,
-    ) -> anyhow::Result<bool>;
+        delete_object: futures::future::BoxFuture<'a, MetaResult<()>>,
+    ) -> MetaResult<bool>;
     /// Which of these hashes have a blob row.
     async fn known_blobs(&self, hashes: &[String]) -> MetaResult<Vec<bool>>;
 }
@@ -188,7 +188,7 @@ fn kind_filter(kind: ArtifactKind) -> &'static str {
 impl SqlMetadata {
     /// Opens the embedded SQLite database in `data_dir` (WAL mode, full sync:
     /// an acknowledged upload survives a power cut) and migrates it.
-    pub async fn open_sqlite(file: &Path) -> anyhow::Result<Self> {
+    pub async fn open_sqlite(file: &Path) -> MetaResult<Self> {
         let options = SqliteConnectOptions::new()
             .filename(file)
             .create_if_missing(true)
@@ -209,7 +209,7 @@ impl SqlMetadata {
 
     /// Connects to PostgreSQL and migrates it (migrations take an advisory
     /// lock, so replicas starting together are safe).
-    pub async fn open_postgres(url: &str) -> anyhow::Result<Self> {
+    pub async fn open_postgres(url: &str) -> MetaResult<Self> {
         let options = PgConnectOptions::from_str(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(16)
@@ -225,7 +225,7 @@ impl SqlMetadata {
 
     /// Opens by URL: `postgres://…`/`postgresql://…`, `sqlite://PATH`, or a
     /// plain path to a SQLite file.
-    pub async fn open(url: &str) -> anyhow::Result<Self> {
+    pub async fn open(url: &str) -> MetaResult<Self> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Self::open_postgres(url).await
         } else {
@@ -656,8 +656,8 @@ impl MetadataStore for SqlMetadata {
         &'a self,
         sha256: &'a str,
         cutoff: i64,
-        delete_object: futures::future::BoxFuture<'a, anyhow::Result<()>>,
-    ) -> anyhow::Result<bool> {
+        delete_object: futures::future::BoxFuture<'a, MetaResult<()>>,
+    ) -> MetaResult<bool> {
         let sql = "DELETE FROM blobs WHERE sha256 = $1 AND orphaned_at IS NOT NULL \
                    AND orphaned_at < $2 \
                    AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256) \
