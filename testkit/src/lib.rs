@@ -877,6 +877,32 @@ pub fn artifacts_dir() -> PathBuf {
 }
 
 /// CPU seconds (user + system) process `pid` has used so far.
+/// Waits for `child` to end and returns its exit status and the CPU
+/// seconds (user + system) it used in all, read from its zombie before it
+/// is reaped: what a workload that runs by the clock really got, on a busy
+/// machine less than its wall time.
+pub fn wait_with_cpu(child: &mut std::process::Child) -> (std::process::ExitStatus, f64) {
+    let pid = child.id();
+    loop {
+        // SAFETY: an all-zero siginfo_t is valid; waitid writes into it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid out-pointer; WNOWAIT leaves the child
+        // a zombie, so its /proc entry (and times) stay until `wait`.
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::Interrupted,
+            "waitid {pid}: {e}"
+        );
+    }
+    let cpu = process_cpu_seconds(pid);
+    (child.wait().unwrap(), cpu)
+}
+
 pub fn process_cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // The fields after the command (which may hold spaces and parentheses):
