@@ -876,7 +876,6 @@ pub fn artifacts_dir() -> PathBuf {
     dir
 }
 
-/// CPU seconds (user + system) process `pid` has used so far.
 /// Waits for `child` to end and returns its exit status and the CPU
 /// seconds (user + system) it used in all, read from its zombie before it
 /// is reaped: what a workload that runs by the clock really got, on a busy
@@ -903,6 +902,7 @@ pub fn wait_with_cpu(child: &mut std::process::Child) -> (std::process::ExitStat
     (child.wait().unwrap(), cpu)
 }
 
+/// CPU seconds (user + system) process `pid` has used so far.
 pub fn process_cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // The fields after the command (which may hold spaces and parentheses):
