@@ -67,7 +67,7 @@ pub struct Args {
     /// the per-process mapping tables (6 MiB at most) included. Files no
     /// process maps any more are evicted when room is needed; a file that
     /// does not fit is walked by frame pointer.
-    #[arg(long, env = "SYMTRACE_AGENT_UNWIND_TABLE_BYTES", default_value_t = 32 << 20)]
+    #[arg(long, env = "SYMTRACE_AGENT_UNWIND_TABLE_BYTES", default_value_t = 16 << 20)]
     pub unwind_table_bytes: u64,
 
     /// Do not copy the user stack (up to 16 KiB) of a sample taken before
