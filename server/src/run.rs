@@ -122,8 +122,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         symbolizer: symbolizer.clone(),
         profiles: profiles.clone(),
         engine: query::Engine::new(
-            &store,
-            profiles.clone(),
+            store.clone(),
             symbolizer.clone(),
             config.segment_cache_bytes,
             query::QueryLimits {

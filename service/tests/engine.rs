@@ -57,8 +57,7 @@ async fn fixture(max_bytes: u64) -> Fixture {
     let symbolizer = SymbolizeService::new(store.clone(), None, 16 << 20, 1);
     let ingest = Ingest::new(profiles.clone(), Default::default(), 64 << 20).unwrap();
     let engine = Engine::new(
-        &store,
-        profiles.clone(),
+        store.clone(),
         symbolizer,
         16 << 20,
         QueryLimits {
@@ -219,6 +218,15 @@ async fn the_samples_listing_takes_every_time_form_of_a_selection() {
     }
 }
 
+/// `checkout`'s samples listing over all time.
+async fn checkout_samples(f: &Fixture) -> Result<serde_json::Value, QueryError> {
+    let all = SamplesQuery {
+        service: Some("checkout".into()),
+        ..Default::default()
+    };
+    query::samples::samples(&f.engine, TENANT.into(), all).await
+}
+
 #[tokio::test]
 async fn a_selection_over_the_byte_bound_is_refused_before_it_is_read() {
     let f = fixture(1).await;
@@ -234,15 +242,7 @@ async fn a_selection_over_the_byte_bound_is_refused_before_it_is_read() {
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("answered over the bound"),
     }
-    let samples = query::samples::samples(
-        &f.engine,
-        TENANT.into(),
-        SamplesQuery {
-            service: Some("checkout".into()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let samples = checkout_samples(&f).await;
     assert!(
         matches!(samples, Err(QueryError::TooLarge { .. })),
         "{samples:?}"
@@ -388,16 +388,7 @@ async fn compaction_changes_no_answer() {
             .clone();
         // The listing's rows may merge (one per stored sample); its events
         // may not: (time, value, span) of each, sorted.
-        let listing = query::samples::samples(
-            &f.engine,
-            TENANT.into(),
-            SamplesQuery {
-                service: Some("checkout".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        let listing = checkout_samples(&f).await.unwrap();
         let mut samples: Vec<(String, i64, String)> = Vec::new();
         for row in listing["samples"].as_array().unwrap() {
             let times = row["timestamps"].as_array().unwrap();

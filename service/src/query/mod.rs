@@ -29,7 +29,6 @@ use symtrace_profiles::selection::Selection;
 use crate::cpu::CpuPool;
 use crate::federation::Forwarding;
 use crate::profiles::reader::SegmentReader;
-use crate::profiles::store::ProfileStore;
 use crate::store::meta::MetadataStore;
 use crate::store::model::{SegmentRef, SeriesQuery};
 use crate::store::SymbolStore;
@@ -98,7 +97,7 @@ pub struct Engine {
     meta: Arc<dyn MetadataStore>,
     symbolizer: Arc<SymbolizeService>,
     /// Where segments are read, decoded and cached.
-    pub reader: SegmentReader,
+    pub(crate) reader: SegmentReader,
     names: NameCache,
     frame_table: Arc<FrameTable>,
     /// Where a query's CPU work runs (decoding, aggregation, rendering).
@@ -108,11 +107,10 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine with empty caches: `segment_cache_bytes` of decoded
-    /// segments, [`NAME_CACHE_ADDRESSES`] symbolized addresses.
+    /// An engine over `store` with empty caches: `segment_cache_bytes` of
+    /// decoded segments, [`NAME_CACHE_ADDRESSES`] symbolized addresses.
     pub fn new(
-        store: &SymbolStore,
-        profiles: Arc<ProfileStore>,
+        store: Arc<SymbolStore>,
         symbolizer: Arc<SymbolizeService>,
         segment_cache_bytes: u64,
         limits: QueryLimits,
@@ -120,7 +118,7 @@ impl Engine {
     ) -> Self {
         Self {
             meta: store.meta.clone(),
-            reader: SegmentReader::new(profiles.store.clone(), cpu.clone(), segment_cache_bytes),
+            reader: SegmentReader::new(store, cpu.clone(), segment_cache_bytes),
             symbolizer,
             names: NameCache::new(NAME_CACHE_ADDRESSES),
             frame_table: Arc::default(),
