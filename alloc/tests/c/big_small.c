@@ -28,8 +28,8 @@ static uint64_t churn(uint64_t total, uint64_t seed)
 		if (!p)
 			abort();
 		p[0] = 1; /* touch it (not all of it: this is about sizes) */
-		sink = p;
-		free(sink);
+		sink = p; /* (shared by the threads: free p, not sink) */
+		free(p);
 		done += size;
 	}
 	return done;

@@ -49,8 +49,8 @@ static uint64_t churn(uint64_t total, uint64_t seed)
 		if (!p)
 			abort();
 		p[0] = 1;
-		sink = p;
-		free(sink);
+		sink = p; /* (shared by the threads: free p, not sink) */
+		free(p);
 		done += size;
 		if (done - paced >= (8u << 20)) {
 			paced = done;
