@@ -379,6 +379,12 @@ static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, 
 /* Set by the loader when unwind tables are on: a sample of a process whose
  * unwind ranges are not set yet comes with a copy of its user stack. */
 volatile const __u32 stack_snapshots = 0;
+/* ... while the ring buffer holds at most this many bytes not yet read
+ * (set by the loader: a quarter of it). A copy is 64 times a sample's
+ * size: on a host where new processes come faster than the agent reads
+ * them (a build), copies would fill the buffer and samples be lost; with
+ * a backlog, the copies stop first and the samples go on. */
+volatile const __u64 snapshot_backlog = 0;
 
 /* Writes the struct stack_snapshot of an on-CPU sample of process `tgid`
  * at `now` when the process has no unwind ranges yet (its first moments,
@@ -393,6 +399,10 @@ __attribute__((noinline)) int stack_snapshot(__u32 tgid, __u64 now, __u64 sp)
 {
 	if (!stack_snapshots || bpf_map_lookup_elem(&unwind_procs, &tgid))
 		return 0;
+	if (bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) > snapshot_backlog) {
+		count(COUNTER_SNAPSHOTS_SKIPPED);
+		return 0;
+	}
 	struct stack_snapshot *snap = bpf_ringbuf_reserve(&records, sizeof(*snap), 0);
 	if (!snap) {
 		count(COUNTER_LOST);

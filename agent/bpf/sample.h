@@ -432,7 +432,8 @@ enum counter {
 	COUNTER_STEPS_CFI = 21,    /* ... by a CFI rule */
 	COUNTER_WALKS_EARLY = 22,  /* user stacks walked before their process's unwind ranges were set (by frame pointer alone) */
 	COUNTER_SNAPSHOTS = 23,    /* ... of them, with their stack copied for userspace (struct stack_snapshot) */
-	COUNTER_COUNT = 24,
+	COUNTER_SNAPSHOTS_SKIPPED = 24, /* ... of them, not copied: the ring buffer held a backlog (the agent behind) */
+	COUNTER_COUNT = 25,
 };
 
 #endif

@@ -32,9 +32,11 @@ const DRAIN_SLICE: Duration = Duration::from_millis(20);
 /// How often online CPUs are compared with the ones sampled.
 const CPU_SYNC: Duration = Duration::from_secs(5);
 /// How long past its interval a batch is held while a file it samples is
-/// being hashed: a mapping sent without its content hash names nothing an
-/// agent published, so those samples wait for it (a hash of a large file
-/// on a loaded host takes seconds; past this they go without).
+/// being hashed (a mapping sent without its content hash names nothing an
+/// agent published, so those samples wait for it: a hash of a large file
+/// on a loaded host takes seconds) or a process's identity is being read
+/// (its samples would go under its provisional name, not its service's);
+/// past this they go without.
 const HASH_HOLD: Duration = Duration::from_secs(5);
 
 pub struct Collector {
@@ -387,8 +389,12 @@ impl Collector {
             }
             if now >= next_flush
                 && !(now < next_flush + HASH_HOLD
-                    && batch.awaits_contents(|file| procs.hash_under_way(file)))
+                    && (batch.awaits_contents(|file| procs.hash_under_way(file))
+                        || procs.identity_under_way(now.checked_sub(HASH_HOLD).unwrap_or(now))))
             {
+                for (old, new) in procs.take_identified() {
+                    batch.identify(&old, &new);
+                }
                 next_flush = now + self.interval;
                 let end = unix_now_ns();
                 add_memory(&mut batch, &mut mem, end);

@@ -52,6 +52,11 @@ pub enum Lane {
     Urgent,
     /// Long jobs nothing waits for (content hashes).
     Background,
+    /// A process's identity (a few procfs reads): a worker of its own, so
+    /// that a new process is named by its service, not its executable,
+    /// however many file jobs wait — on a busy host they take seconds, and
+    /// a short-lived process could be gone before its read ran.
+    Identity,
 }
 
 /// What a job is about: whose work it is, for the budgets and for the
@@ -179,6 +184,7 @@ struct Worker {
 struct State {
     urgent: VecDeque<Task>,
     background: VecDeque<Task>,
+    identity: VecDeque<Task>,
     workers: Vec<Worker>,
     abandoned: usize,
     /// Hung jobs not yet reported to the caller.
@@ -218,13 +224,14 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// `workers` threads for urgent jobs, one for background ones, and a
-    /// watchdog that gives up hung jobs.
+    /// `workers` threads for urgent jobs, one for background ones, one for
+    /// identities, and a watchdog that gives up hung jobs.
     pub fn new(workers: usize) -> Pool {
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 urgent: VecDeque::new(),
                 background: VecDeque::new(),
+                identity: VecDeque::new(),
                 workers: Vec::new(),
                 abandoned: 0,
                 hung: Vec::new(),
@@ -238,6 +245,7 @@ impl Pool {
             pool.spawn_worker(Lane::Urgent);
         }
         pool.spawn_worker(Lane::Background);
+        pool.spawn_worker(Lane::Identity);
         let weak = Arc::downgrade(&pool.inner);
         let _ = std::thread::Builder::new()
             .name("jobs-watchdog".into())
@@ -284,15 +292,6 @@ impl Pool {
         self.enqueue(Lane::Urgent, false, about, job)
     }
 
-    /// [`Self::submit`], ahead of the urgent jobs queued.
-    pub fn submit_first<T: Send + 'static>(
-        &self,
-        about: About,
-        job: impl FnOnce() -> T + Send + 'static,
-    ) -> Ticket<T> {
-        self.enqueue(Lane::Urgent, true, about, job)
-    }
-
     /// [`Self::submit`] in a lane, ahead of its jobs queued when `first`.
     pub fn submit_in_order<T: Send + 'static>(
         &self,
@@ -317,7 +316,7 @@ impl Pool {
         });
         let ticket = Ticket { slot: slot.clone() };
         let mut s = self.lock();
-        let queued = s.urgent.len() + s.background.len();
+        let queued = s.urgent.len() + s.background.len() + s.identity.len();
         if queued >= MAX_QUEUED || s.closed {
             drop(s);
             self.inner.counters.refused.fetch_add(1, Relaxed);
@@ -328,6 +327,7 @@ impl Pool {
         let queue = match lane {
             Lane::Urgent => &mut s.urgent,
             Lane::Background => &mut s.background,
+            Lane::Identity => &mut s.identity,
         };
         let task = Task {
             about,
@@ -443,6 +443,7 @@ fn work(inner: &Inner, index: usize) {
                 let next = match s.workers[index].lane {
                     Lane::Urgent => s.urgent.pop_front(),
                     Lane::Background => s.background.pop_front(),
+                    Lane::Identity => s.identity.pop_front(),
                 };
                 if let Some(t) = next {
                     break t;
@@ -610,6 +611,20 @@ mod tests {
         assert_eq!(t.wait(Duration::from_millis(20)), None);
         tx.send(()).unwrap();
         assert_eq!(t.wait(Duration::from_secs(10)), Some(Ok(1)));
+    }
+
+    #[test]
+    fn an_identity_read_runs_while_every_urgent_worker_is_busy() {
+        let pool = Pool::new(1);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let busy = pool.submit(About::default(), move || rx.recv().is_ok());
+        let queued = pool.submit(About::default(), || 1);
+        let identity = pool.submit_in_order(Lane::Identity, false, About::default(), || 2);
+        assert_eq!(identity.wait(Duration::from_secs(10)), Some(Ok(2)));
+        assert!(!queued.is_done());
+        tx.send(()).unwrap();
+        assert_eq!(busy.wait(Duration::from_secs(10)), Some(Ok(true)));
+        assert_eq!(queued.wait(Duration::from_secs(10)), Some(Ok(1)));
     }
 
     #[test]

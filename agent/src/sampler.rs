@@ -74,6 +74,9 @@ pub struct Counters {
     pub walks_early: u64,
     /// Of them, those whose stack was copied (`struct stack_snapshot`).
     pub snapshots: u64,
+    /// ... and those whose stack was not copied: the ring buffer held a
+    /// backlog of a quarter of its size or more.
+    pub snapshots_skipped: u64,
 }
 
 pub struct Sampler {
@@ -297,6 +300,11 @@ impl Sampler {
             .map_max_entries("unwind_rows", unwind_rows(options.unwind_table_bytes))
             .override_global("record_kernel_threads", &kernel_threads, true)
             .override_global("stack_snapshots", &u32::from(options.stack_snapshots), true)
+            .override_global(
+                "snapshot_backlog",
+                &u64::from(options.ring_buffer_bytes / 4),
+                true,
+            )
             .override_global("off_cpu_threshold", &plain, true)
             .override_global("off_cpu_span_threshold", &span, true)
             .override_global(
@@ -622,6 +630,7 @@ impl Sampler {
             steps_cfi: sum(record::COUNTER_STEPS_CFI),
             walks_early: sum(record::COUNTER_WALKS_EARLY),
             snapshots: sum(record::COUNTER_SNAPSHOTS),
+            snapshots_skipped: sum(record::COUNTER_SNAPSHOTS_SKIPPED),
         }
     }
 

@@ -8,6 +8,7 @@
 //! samples carry timestamps without values. Needs root (CI: a skip is a
 //! failure).
 
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,7 +19,7 @@ use symtrace_testkit::agent::{bpf_test, summary, Agent};
 use symtrace_testkit::collector::{self, Collector, Export};
 use symtrace_testkit::ebpf_profiler::{self, Profiler};
 use symtrace_testkit::split::{
-    assert_split, build_c_workload, folded_in, folded_selected, holds, run_workload_warm,
+    assert_split, build_c_workload, folded_in, folded_selected, holds, run_workload_gated,
     wait_for_selected, wait_for_split,
 };
 use symtrace_testkit::{self as kit, Backend, Server};
@@ -26,11 +27,6 @@ use symtrace_testkit::{self as kit, Backend, Server};
 /// The profiler's frequency in these tests (it takes any; its default is
 /// 20 Hz, too few samples for a split of a 2-second workload).
 const HZ: u32 = 97;
-
-/// CPU seconds the C workload burns before its measured part: the
-/// profiler reads a new process's mappings some time after its first
-/// sample, and drops the samples before that.
-const WARM_UP: f64 = 1.0;
 
 /// An executable's name the profiler's service will be: unique, and short
 /// enough for a thread's `comm` (15 bytes).
@@ -72,7 +68,11 @@ fn modules(server: &Server, service: &str) -> Vec<Value> {
 /// `tenant`) and checks its split.
 fn check_split(server: &Server, tenant: Option<&str>, bin: &Path, what: &str, profiler: &Profiler) {
     let service = bin.file_name().unwrap().to_str().unwrap();
-    let used = run_workload_warm(bin, service, 1.2, 0.6, WARM_UP);
+    // Measured once the profiler's samples of its warm-up arrived (it
+    // learns of a new process late, the later the busier the machine).
+    let used = run_workload_gated(bin, service, 1.2, 0.6, || {
+        !folded_in(server, tenant, service).is_empty()
+    });
     let expected = (used.0 + used.1) * HZ as f64;
     let got = wait_for_split(server, tenant, service, expected, Duration::from_secs(60));
     if got.0 + got.1 == 0 {
@@ -246,7 +246,10 @@ fn a_file_only_our_agent_published_does_not_name_the_profilers_frames() {
     );
     let mut profiler = Profiler::start(&profiler_bin, &server.grpc_addr, HZ, &[]);
     let ours = kit::unique("ours-");
-    run_workload_warm(&bin, &ours, 1.2, 0.6, WARM_UP);
+    let service = bin.file_name().unwrap().to_str().unwrap();
+    run_workload_gated(&bin, &ours, 1.2, 0.6, || {
+        !folded_in(&server, None, service).is_empty()
+    });
     // Ours, named (service from OTEL_SERVICE_NAME), once published.
     let named = wait_for_selected(&server, None, &ours, "", Duration::from_secs(60), |s| {
         s.iter().any(|(f, _)| holds(f, "alpha_work"))
@@ -258,7 +261,6 @@ fn a_file_only_our_agent_published_does_not_name_the_profilers_frames() {
         agent.stderr()
     );
     // The profiler's (service: the executable's name), unnamed.
-    let service = bin.file_name().unwrap().to_str().unwrap();
     let theirs = wait_for_selected(&server, None, service, "", Duration::from_secs(60), |s| {
         s.iter().map(|(_, n)| n).sum::<u64>() >= HZ as u64
     });
@@ -308,13 +310,22 @@ fn python_frames_come_out_as_the_profiler_names_them() {
     };
     let server = Server::start(&Backend::local(), &[]);
     let mut profiler = Profiler::start(&profiler_bin, &server.grpc_addr, HZ, &[]);
-    let script = "import time\n\
-        def burn_python(until):\n    n = 0\n    while time.time() < until:\n        n += 1\n    return n\n\
-        def outer_python(seconds):\n    return burn_python(time.time() + seconds)\n\
-        outer_python(4.0)\n";
+    // It burns in warm_python until told (once the profiler's samples of
+    // it arrived: the profiler learns of a new process late, the later the
+    // busier the machine), then 2 s of its CPU time in burn_python, and
+    // prints the CPU time that took.
+    let script = "import select, sys, time\n\
+        def warm_python():\n    n = 0\n    while not select.select([sys.stdin], [], [], 0)[0]:\n        for _ in range(10000):\n            n += 1\n    sys.stdin.readline()\n\
+        def burn_python(cpu):\n    n = 0\n    start = time.process_time()\n    while time.process_time() - start < cpu:\n        n += 1\n    return n\n\
+        def outer_python(cpu):\n    return burn_python(cpu)\n\
+        warm_python()\n\
+        start = time.process_time()\n\
+        outer_python(2.0)\n\
+        print(time.process_time() - start)\n";
     let mut child = Command::new(PYTHON)
         .args(["-c", script])
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let selector = format!("{{process.pid=\"{}\"}}", child.id());
@@ -322,6 +333,20 @@ fn python_frames_come_out_as_the_profiler_names_them() {
     // (`python3.11` on Debian 12).
     let exe = std::fs::canonicalize(PYTHON).unwrap();
     let service = exe.file_name().unwrap().to_str().unwrap().to_owned();
+    let warm = kit::wait_until_ok(Duration::from_secs(60), || {
+        if folded_selected(&server, None, &service, &selector).is_empty() {
+            Err(())
+        } else {
+            Ok(())
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let cpu: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let due = cpu * f64::from(HZ);
     let chain = |s: &[(String, u64)]| -> u64 {
         s.iter()
             .filter(|(f, _)| f.contains("<module>;outer_python;burn_python"))
@@ -334,13 +359,14 @@ fn python_frames_come_out_as_the_profiler_names_them() {
         &service,
         &selector,
         Duration::from_secs(60),
-        |s| chain(s) >= HZ as u64,
+        |s| chain(s) as f64 >= due * 0.8,
     );
-    assert!(child.wait().unwrap().success());
     assert!(
-        chain(&stacks) >= HZ as u64,
-        "{} samples of <module>;outer_python;burn_python in {service} {selector}:\n{}\n{}\n{}",
+        warm.is_ok() && chain(&stacks) as f64 >= due * 0.6,
+        "{} samples of <module>;outer_python;burn_python in {service} {selector} ({due:.0} due: \
+         {cpu:.2} CPU s; warm-up sampled: {}):\n{}\n{}\n{}",
         chain(&stacks),
+        warm.is_ok(),
         summary(&stacks),
         kit::client()
             .get(format!("{}/api/v1/services", server.url))

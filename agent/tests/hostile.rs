@@ -105,8 +105,9 @@ fn assert_kept(server: &Server, service: &str, cpu: f64, agent: &Agent) {
     assert!(
         got as f64 >= 0.9 * expected,
         "{service} kept {got} samples of the {expected:.0} its {cpu:.2} CPU seconds at {HZ} Hz \
-         give\n{}\n{}",
+         give\n{}\nthe services: {}\n{}",
         summary(&folded(server, service)),
+        server.get("/api/v1/services").text().unwrap_or_default(),
         agent.last_line("stats:").unwrap_or_default()
     );
 }

@@ -129,14 +129,15 @@ fn total(stacks: &[(String, u64)]) -> u64 {
     stacks.iter().map(|(_, n)| n).sum()
 }
 
+/// CPU seconds Node.js's main thread (the event loop: thread ID = process
+/// ID) has used so far.
+fn main_thread_cpu_seconds(pid: u32) -> f64 {
+    kit::thread_cpu_seconds(pid, pid)
+}
+
 /// At 97 Hz, samples of this many milliseconds of CPU. The service burns
 /// by the clock, so a busy machine gives it fewer: the tests wait for 80%
 /// of these (or 30 s), and require half — enough for the ratios they check.
-/// CPU seconds (user + system) process `pid` has used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    kit::process_cpu_seconds(pid)
-}
-
 fn samples_of(ms: f64) -> f64 {
     ms / 1000.0 * 97.0
 }
@@ -156,11 +157,15 @@ fn node_spans_are_on_their_samples_through_the_package() {
     let mut agent = start_agent(&server);
 
     // 1. executeHeavyTask inside startActiveSpan. What the request costs
-    // the service in CPU time (on a busy machine less than the span's 2 s
-    // of wall time) sets the samples due and the span's CPU time.
-    let cpu = cpu_seconds(service.child.id());
+    // the service's main thread in CPU time (on a busy machine less than
+    // the span's 2 s of wall time) sets the samples due and the span's CPU
+    // time: the span is entered on that thread, and only its time can be
+    // on it (V8's collector and compiler threads run beside it, a larger
+    // share of a process the machine starves).
+    let pid = service.child.id();
+    let cpu = main_thread_cpu_seconds(pid);
     let heavy = ids(&service.get("/heavy?ms=2000"));
-    let used = cpu_seconds(service.child.id()) - cpu;
+    let used = main_thread_cpu_seconds(pid) - cpu;
     let due = used * 97.0;
     let all = wait_for(&server, &name, |s| {
         samples_with(s, "executeHeavyTask") as f64 >= due * 0.8
@@ -189,14 +194,14 @@ fn node_spans_are_on_their_samples_through_the_package() {
         .unwrap_or_else(|| panic!("the span is not in the trace view: {view}"));
     assert_eq!(row["service"], name.as_str(), "{row}");
     // Its CPU time is its samples' (a period each), most of what the
-    // service used in the request (its other threads used some).
+    // main thread used in the request.
     let cpu_ns = row["cpu_ns"].as_f64().unwrap();
     let period_ns = 1e9 / 97.0;
     assert!(
         (cpu_ns - row["samples"].as_f64().unwrap() * period_ns).abs() <= period_ns
             && cpu_ns >= used * 1e9 * 0.75,
-        "the trace view's CPU time of a 2 s span, when the service used {used:.2} s of CPU \
-         in the request: {row}"
+        "the trace view's CPU time of a 2 s span, when the main thread used {used:.2} s of \
+         CPU in the request: {row}"
     );
 
     // 2. Two concurrent requests interleaved: chunks of chunkAlpha and
@@ -218,13 +223,21 @@ fn node_spans_are_on_their_samples_through_the_package() {
         let stacks = span_stacks(&server, span, mine, truth * 9 / 10);
         let hits = samples_with(&stacks, mine);
         let recall = hits as f64 / truth.max(1) as f64;
-        let precision = hits as f64 / total(&stacks).max(1) as f64;
+        // Of the two requests' functions, how much on this span is its
+        // own: the span also holds the runtime's work the request caused
+        // (promise hooks, setImmediate, a frame whose JIT name came late),
+        // a larger share on a busy machine, and rightly on it.
+        let wrong = samples_with(&stacks, other);
+        let precision = hits as f64 / (hits + wrong).max(1) as f64;
+        // ... and that work is a fraction of the request's own (a span
+        // left on the thread after its request would gather the rest of
+        // the event loop's time).
+        let beside = total(&stacks) - hits;
         assert!(
-            recall >= 0.9 && precision >= 0.9,
+            recall >= 0.9 && precision >= 0.9 && beside * 4 <= hits,
             "{mine}: recall {recall:.2} ({hits} of {truth}), precision {precision:.2} \
-             ({} samples on the span, {} of {other}):\n{}",
+             ({} samples on the span, {wrong} of {other}):\n{}",
             total(&stacks),
-            samples_with(&stacks, other),
             summary(&stacks)
         );
     }
@@ -279,11 +292,13 @@ fn an_addon_loaded_after_the_agent_started_is_read_from_its_first_sample() {
         !maps.contains("libsymtrace_context_node"),
         "loaded too early"
     );
-    // What the request costs the service in CPU time (not wall time: on a
-    // busy machine it gets less than 1.5 s of a CPU) sets the samples due.
-    let cpu = cpu_seconds(service.child.id());
+    // What the request costs the service's main thread in CPU time (not
+    // wall time: on a busy machine it gets less than 1.5 s of a CPU) sets
+    // the samples due.
+    let pid = service.child.id();
+    let cpu = main_thread_cpu_seconds(pid);
     let lazy = ids(&service.get("/lazy?ms=1500"));
-    let due = (cpu_seconds(service.child.id()) - cpu) * 97.0;
+    let due = (main_thread_cpu_seconds(pid) - cpu) * 97.0;
     let all = wait_for(&server, &name, |s| {
         samples_with(s, "lazyTask") as f64 >= due * 0.8
     });

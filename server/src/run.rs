@@ -106,7 +106,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         federation.clone(),
         config.symbol_cache_bytes,
         config.max_concurrent_index_builds,
-    );
+    )
+    .context("starting the symbol index builders")?;
     let profiles = Arc::new(
         ProfileStore::new(store.clone(), config.max_label_values)
             .with_ingest_parts(config.ingest_layout == crate::config::IngestLayout::Series),

@@ -34,18 +34,44 @@ pub struct Panicked {
 impl CpuPool {
     /// A pool of `threads` threads (at least one) named `name-N`.
     pub fn new(name: &str, threads: usize) -> std::io::Result<Self> {
+        Self::spawn(name, threads, 0)
+    }
+
+    /// A pool for work nobody waits on (a background build): its threads
+    /// run `nice` steps nicer than the process, so that beside work a request waits for they
+    /// take the CPU it leaves. Threads the jobs start inherit it.
+    pub fn background(name: &str, threads: usize, nice: i32) -> std::io::Result<Self> {
+        Self::spawn(name, threads, nice)
+    }
+
+    fn spawn(name: &str, threads: usize, nice: i32) -> std::io::Result<Self> {
         let (queue, jobs) = mpsc::channel::<Job>();
         let jobs = Arc::new(Mutex::new(jobs));
         for i in 0..threads.max(1) {
             let jobs = jobs.clone();
             std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
-                .spawn(move || loop {
-                    // The lock is held only to take the next job.
-                    let job = jobs.lock().expect("cpu pool queue").recv();
-                    match job {
-                        Ok(job) => job(),
-                        Err(_) => return, // every sender is gone
+                .spawn(move || {
+                    if nice != 0 {
+                        // SAFETY: no memory is passed; on Linux `who` 0 is
+                        // the calling thread. Relative to the process's.
+                        let now = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+                        let to = now.saturating_add(nice).min(19);
+                        if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, to) } != 0 {
+                            tracing::warn!(
+                                nice,
+                                "the background pool's thread keeps its priority: {}",
+                                std::io::Error::last_os_error()
+                            );
+                        }
+                    }
+                    loop {
+                        // The lock is held only to take the next job.
+                        let job = jobs.lock().expect("cpu pool queue").recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return, // every sender is gone
+                        }
                     }
                 })?;
         }
@@ -95,6 +121,28 @@ impl CpuPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_background_pool_runs_its_jobs_at_its_nice_value() {
+        let pool = CpuPool::background("test-bg", 1, 7).unwrap();
+        // SAFETY: no memory is passed; `who` 0 is the calling thread.
+        let here = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let there = pool
+            .run("nice", || unsafe {
+                libc::getpriority(libc::PRIO_PROCESS, 0)
+            })
+            .await
+            .unwrap();
+        assert_eq!(there, (here + 7).min(19));
+        let plain = CpuPool::new("test-plain", 1).unwrap();
+        let there = plain
+            .run("nice", || unsafe {
+                libc::getpriority(libc::PRIO_PROCESS, 0)
+            })
+            .await
+            .unwrap();
+        assert_eq!(there, here);
+    }
 
     #[tokio::test]
     async fn jobs_run_in_order_on_the_pool_and_a_panic_is_an_error() {

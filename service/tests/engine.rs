@@ -54,7 +54,7 @@ async fn fixture(max_bytes: u64) -> Fixture {
         Duration::from_millis(0),
     ));
     let profiles = Arc::new(ProfileStore::new(store.clone(), 100));
-    let symbolizer = SymbolizeService::new(store.clone(), None, 16 << 20, 1);
+    let symbolizer = SymbolizeService::new(store.clone(), None, 16 << 20, 1).unwrap();
     let ingest = Ingest::new(profiles.clone(), Default::default(), 64 << 20).unwrap();
     let engine = Engine::new(
         store.clone(),

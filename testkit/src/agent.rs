@@ -96,7 +96,11 @@ impl Agent {
             stderr,
             _dir: dir,
         };
-        let started = crate::wait_until_ok(Duration::from_secs(30), || {
+        // A deadline for an agent that never starts, not a speed: loading
+        // and verifying the BPF programs is CPU-bound, and took 28.5 s on
+        // this 2-core machine beside a release build (the agent logs it:
+        // "BPF loaded and attached in …").
+        let started = crate::wait_until_ok(Duration::from_secs(120), || {
             if let Some(status) = agent.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("agent exited with {status}:\n{}", agent.stderr());
             }

@@ -904,7 +904,20 @@ pub fn wait_with_cpu(child: &mut std::process::Child) -> (std::process::ExitStat
 
 /// CPU seconds (user + system) process `pid` has used so far.
 pub fn process_cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    cpu_seconds_of(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU seconds (user + system) thread `tid` of process `pid` has used so
+/// far: what a span entered on that thread can be charged at most (the
+/// process's other threads — a runtime's collector and compiler — run
+/// outside it, and take a larger share of a process a busy machine
+/// starves).
+pub fn thread_cpu_seconds(pid: u32, tid: u32) -> f64 {
+    cpu_seconds_of(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+fn cpu_seconds_of(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap();
     // The fields after the command (which may hold spaces and parentheses):
     // utime is the 14th field, stime the 15th, in clock ticks.
     let rest = &stat[stat.rfind(')').unwrap() + 2..];

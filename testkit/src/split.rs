@@ -12,26 +12,56 @@ use crate::Server;
 /// Runs a workload; returns the thread CPU seconds it measured for
 /// alpha_work and beta_work.
 pub fn run_workload(bin: &Path, service: &str, alpha: f64, beta: f64) -> (f64, f64) {
-    run_workload_warm(bin, service, alpha, beta, 0.0)
+    let mut cmd = Command::new(bin);
+    cmd.args([alpha.to_string(), beta.to_string()]);
+    let out = crate::run(cmd.env("OTEL_SERVICE_NAME", service).stdin(Stdio::null()));
+    measured(&out.stdout)
 }
 
-/// [`run_workload`], the C workload first burning `warm_up` CPU seconds in
-/// `warm_up` (for a profiler that starts sampling a process some time
-/// after it appears). Only the C workload takes it.
-pub fn run_workload_warm(
+/// [`run_workload`], the C workload burning in `warm_up` until `sampled`
+/// says a profiler's samples of it arrived (at most 60 s): for a profiler
+/// that learns of a process some time after it starts, the later the
+/// busier the machine (the OpenTelemetry eBPF profiler), the measured part
+/// then is all sampled. Only the C workload takes it.
+pub fn run_workload_gated(
     bin: &Path,
     service: &str,
     alpha: f64,
     beta: f64,
-    warm_up: f64,
+    mut sampled: impl FnMut() -> bool,
 ) -> (f64, f64) {
-    let mut cmd = Command::new(bin);
-    cmd.args([alpha.to_string(), beta.to_string()]);
-    if warm_up > 0.0 {
-        cmd.arg(warm_up.to_string());
+    use std::io::Write;
+    let mut child = Command::new(bin)
+        .args([alpha.to_string(), beta.to_string(), "-".into()])
+        .env("OTEL_SERVICE_NAME", service)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let seen = crate::wait::wait_until_ok(Duration::from_secs(60), || {
+        if sampled() {
+            Ok(())
+        } else {
+            Err(String::new())
+        }
+    });
+    // Let go either way: a profiler that never sampled it fails the
+    // caller's checks, with what it did sample.
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = writeln!(stdin, "go");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}: {out:?}", bin.display());
+    if seen.is_err() {
+        eprintln!("{service}: no profiler sample of the warm-up within 60 s");
     }
-    let out = crate::run(cmd.env("OTEL_SERVICE_NAME", service).stdin(Stdio::null()));
-    let text = String::from_utf8_lossy(&out.stdout);
+    measured(&out.stdout)
+}
+
+/// The thread CPU seconds the workload printed for alpha_work and
+/// beta_work.
+fn measured(stdout: &[u8]) -> (f64, f64) {
+    let text = String::from_utf8_lossy(stdout);
     let used = |name: &str| -> f64 {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())

@@ -31,7 +31,7 @@ pub use resolve::{Mapping, UserFrame, UserStack};
 use crate::cfi::CfiCache;
 use crate::files::Binaries;
 use crate::jit::{self, ProcessJit};
-use crate::jobs::{About, Pool, Ticket, Waiting};
+use crate::jobs::{About, Lane, Pool, Ticket, Waiting};
 use crate::record::ThreadCtxLoc;
 use crate::unwind::UnwindStats;
 use crate::vdso::Vdso;
@@ -67,8 +67,9 @@ const WAIT_BURST: Duration = Duration::from_secs(2);
 
 pub(crate) struct Process {
     pub(crate) info: Arc<ProcessInfo>,
-    /// Its identity being read (`info` is provisional meanwhile).
-    identity: Option<Ticket<Identity>>,
+    /// Its identity being read (`info` is provisional meanwhile), since
+    /// when.
+    identity: Option<(Ticket<Identity>, Instant)>,
     /// Its real user.
     pub(crate) uid: u32,
     pub(crate) maps: Vec<MapEntry>,
@@ -265,8 +266,24 @@ impl Processes {
 
     /// Identities that became known since the last call: (provisional,
     /// known) — the samples taken under the first belong to the second.
+    /// Takes first the answers of every pending read that came, sampled
+    /// since or not (a process sampled once under a provisional name must
+    /// not keep it because it was not sampled again before a batch went).
     pub fn take_identified(&mut self) -> Vec<(Arc<ProcessInfo>, Arc<ProcessInfo>)> {
+        let Processes { by_pid, ctx } = self;
+        for process in by_pid.values_mut() {
+            ctx.settle_identity(process);
+        }
         std::mem::take(&mut self.ctx.identified)
+    }
+
+    /// Whether a process's identity read asked for since `since` is under
+    /// way (its samples so far go under a provisional name until it
+    /// answers; a read older than that is not waited for again).
+    pub fn identity_under_way(&self, since: Instant) -> bool {
+        self.by_pid
+            .values()
+            .any(|p| p.identity.as_ref().is_some_and(|(_, at)| *at >= since))
     }
 
     /// What changed for the BPF program's trace-context offsets since the
@@ -668,9 +685,11 @@ impl Context {
             comm.to_owned(),
             read.process_context,
         );
-        let ticket = self.pool.submit_first(About { pid, dev: 0 }, move || {
-            identity::read(&root, pid, &name, at)
-        });
+        let ticket =
+            self.pool
+                .submit_in_order(Lane::Identity, false, About { pid, dev: 0 }, move || {
+                    identity::read(&root, pid, &name, at)
+                });
         let (info, uid, process_context_read, identity) = match self.identity_waiting.wait(&ticket)
         {
             Some(Ok(id)) => (id.info, id.uid, id.process_context_read, None),
@@ -684,7 +703,7 @@ impl Context {
                 identity::provisional(&self.proc_root, pid, comm),
                 u32::MAX,
                 false,
-                Some(ticket),
+                Some((ticket, now)),
             ),
         };
         let mut process = Process {
@@ -765,7 +784,7 @@ impl Context {
 
     /// Takes a pending identity read's answer, if it came.
     fn settle_identity(&mut self, process: &mut Process) {
-        let Some(ticket) = &process.identity else {
+        let Some((ticket, _)) = &process.identity else {
             return;
         };
         let Some(answer) = ticket.try_take() else {
@@ -838,10 +857,13 @@ impl Context {
         if !process.process_context_read && process.identity.is_none() {
             if let Some(at) = read.process_context {
                 let (root, name) = (self.proc_root.clone(), process.info.executable_name.clone());
-                let ticket = self.pool.submit(About { pid, dev: 0 }, move || {
-                    identity::read(&root, pid, &name, Some(at))
-                });
-                process.identity = Some(ticket);
+                let ticket = self.pool.submit_in_order(
+                    Lane::Identity,
+                    false,
+                    About { pid, dev: 0 },
+                    move || identity::read(&root, pid, &name, Some(at)),
+                );
+                process.identity = Some((ticket, now));
                 self.settle_identity(process);
             }
         }

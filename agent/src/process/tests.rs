@@ -134,3 +134,50 @@ fn the_probe_scan_makes_no_entry_for_kernel_threads() {
     assert!(ours.iter().any(|m| m.is_file()));
     assert_eq!(procs.len(), 1);
 }
+
+/// A process named provisionally (its identity read still queued when it
+/// was sampled) takes its identity when the read answers, whether or not
+/// it is sampled again: what a batch going out asks for first.
+#[test]
+fn an_identity_answered_after_the_last_sample_is_taken_without_another() {
+    let mut procs = processes();
+    // The identity lane's worker busy: the identity read waits in its
+    // queue.
+    let (release, blocked) = std::sync::mpsc::channel::<()>();
+    let blocker = procs.ctx.pool.submit_in_order(
+        crate::jobs::Lane::Identity,
+        false,
+        crate::jobs::About { pid: 0, dev: 0 },
+        move || {
+            let _ = blocked.recv();
+        },
+    );
+    procs.ctx.identity_waiting = crate::jobs::Waiting::new(Duration::ZERO, 0.0, Duration::ZERO);
+    let asked = Instant::now();
+    let stack = UserStack {
+        chain: &[],
+        end: USER_END_ROOT,
+        bp: 0,
+        window: &[],
+        snapshot: None,
+    };
+    let (provisional, _) = procs.resolve(std::process::id(), "test", &stack, &mut Vec::new());
+    assert!(procs.identity_under_way(asked));
+    // A read asked for before `since` is not waited for again.
+    assert!(!procs.identity_under_way(Instant::now() + Duration::from_secs(1)));
+    assert!(procs.take_identified().is_empty());
+    release.send(()).unwrap();
+    assert!(blocker.wait(Duration::from_secs(30)).is_some());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let identified = loop {
+        let identified = procs.take_identified();
+        if !identified.is_empty() || Instant::now() > deadline {
+            break identified;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(identified.len(), 1, "the identity read never answered");
+    assert!(Arc::ptr_eq(&identified[0].0, &provisional));
+    assert_eq!(identified[0].1.pid, std::process::id());
+    assert!(!procs.identity_under_way(asked));
+}

@@ -1,11 +1,16 @@
 /* Test workload: two threads, each burning a given amount of its own CPU
  * time (CLOCK_THREAD_CPUTIME_ID, not wall time) in a function of its own,
  * alpha_work and beta_work; prints the thread CPU times it measured.
- * An optional third argument burns that much CPU time in warm_up first.
+ * An optional third argument burns that much CPU time in warm_up first;
+ * "-" burns in warm_up until a line arrives on stdin (for a profiler that
+ * learns of a process some time after it starts: the test lets it go once
+ * the profiler's samples of warm_up arrived).
  * Build: clang -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer
  *        -fno-optimize-sibling-calls -pthread */
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -50,6 +55,17 @@ __attribute__((noinline)) void warm_up(double seconds)
 		spin();
 }
 
+/* Burns in warm_up until a line (or the end) arrives on stdin. */
+static void warm_up_until_told(void)
+{
+	struct pollfd in = {.fd = 0, .events = POLLIN};
+	while (poll(&in, 1, 0) == 0)
+		warm_up(0.001);
+	char line[16];
+	if (!fgets(line, sizeof(line), stdin))
+		line[0] = 0;
+}
+
 struct job {
 	void (*work)(double, double *);
 	double seconds, used;
@@ -69,7 +85,9 @@ int main(int argc, char **argv)
 			argv[0]);
 		return 2;
 	}
-	if (argc == 4)
+	if (argc == 4 && strcmp(argv[3], "-") == 0)
+		warm_up_until_told();
+	else if (argc == 4)
 		warm_up(atof(argv[3]));
 	struct job jobs[2] = {{alpha_work, atof(argv[1]), 0}, {beta_work, atof(argv[2]), 0}};
 	pthread_t threads[2];

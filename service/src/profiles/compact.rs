@@ -251,7 +251,9 @@ async fn compact_job(
         .cpu()
         .run("merging segments", move || builder.finish())
         .await?;
-    let row = profiles.put(tenant, Content::Whole(merged), 1).await?;
+    let row = profiles
+        .put(reader.cpu(), tenant, Content::Whole(merged), 1)
+        .await?;
     crate::store::crash_point("compaction-before-swap");
     if meta.swap_segments(tenant, &inputs, &[row]).await? {
         report.inputs += inputs.len();

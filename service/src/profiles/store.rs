@@ -124,19 +124,21 @@ impl ProfileStore {
         })
     }
 
-    /// Encodes and durably stores a segment's object; the returned row is
-    /// not yet committed (an uncommitted object is an orphan).
+    /// Encodes (on `cpu`) and durably stores a segment's object; the
+    /// returned row is not yet committed (an uncommitted object is an
+    /// orphan).
     pub async fn put(
         &self,
+        cpu: &crate::cpu::CpuPool,
         tenant: &str,
         data: Content,
         level: i32,
     ) -> Result<NewSegment, ProfileStoreError> {
         let encoder = self.encoder(level);
         let tenant = tenant.to_owned();
-        let (bytes, mut row) = tokio::task::spawn_blocking(move || encoder.encode(&tenant, data))
-            .await
-            .map_err(|e| ProfileStoreError::Internal(format!("encoding a segment: {e}")))?;
+        let (bytes, mut row) = cpu
+            .run("encoding a segment", move || encoder.encode(&tenant, data))
+            .await?;
         row.size = bytes.len() as i64;
         let spooled = self.store.store_derived(bytes).await?;
         row.sha256 = spooled.sha256.clone();

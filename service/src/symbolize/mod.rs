@@ -28,6 +28,7 @@ use symtrace_elf::BuildId;
 use symtrace_symbolize::{index, DwarfSymbolizer, Frame, Inputs, Miss, Source, SymbolIndex};
 use tokio::sync::Semaphore;
 
+use crate::cpu::CpuPool;
 use crate::federation::{find_or_fetch, Federation, Forwarding};
 use crate::store::model::{now_ms, ArtifactKind, ServedArtifact};
 use crate::store::{Misses, SymbolStore};
@@ -125,6 +126,11 @@ pub struct SymbolizeService {
     /// One permit per core for CPU-bound work.
     cpu: Arc<Semaphore>,
     cores: usize,
+    /// Where index builds run (with their permits): nicer threads, so that
+    /// beside a query's decoding, which a client waits for, a build (which
+    /// nobody waits for: requests meanwhile are answered from DWARF)
+    /// takes the CPU the query leaves.
+    builds: CpuPool,
     /// Index builds at once; a request that would start one more is
     /// answered from DWARF, and a later one builds.
     max_builds: usize,
@@ -137,15 +143,19 @@ const RETRY_FAILED: Duration = Duration::from_secs(600);
 /// Remembered `.gnu_debugaltlink` answers (the memo starts over beyond it).
 const MAX_ALT_LINKS: usize = 100_000;
 
+/// How much nicer than the server the index builds' threads run.
+const BUILD_NICE: i32 = 10;
+
 impl SymbolizeService {
     pub fn new(
         store: Arc<SymbolStore>,
         federation: Option<Arc<Federation>>,
         cache_bytes: u64,
         max_builds: usize,
-    ) -> Arc<Self> {
+    ) -> std::io::Result<Arc<Self>> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Arc::new(Self {
+        let max_builds = max_builds.max(1);
+        Ok(Arc::new(Self {
             store,
             federation,
             cache: IndexCache::new(cache_bytes),
@@ -154,8 +164,9 @@ impl SymbolizeService {
             alt_links: Mutex::new(HashMap::new()),
             cpu: Arc::new(Semaphore::new(cores)),
             cores,
-            max_builds: max_builds.max(1),
-        })
+            builds: CpuPool::background("index-build", max_builds, BUILD_NICE)?,
+            max_builds,
+        }))
     }
 
     /// Answers for `addresses` (any order, repeats allowed) of `build_id`,
@@ -461,9 +472,20 @@ impl SymbolizeService {
         crate::store::pause_point("index-build").await;
         let started = std::time::Instant::now();
         let built = files.clone();
+        let permit = self
+            .cpu
+            .clone()
+            .acquire_many_owned(self.cores as u32)
+            .await
+            .expect("never closed");
         let bytes = self
-            .on_cpu(self.cores, move || index::build(&built.inputs()))
-            .await??;
+            .builds
+            .run("building a symbol index", move || {
+                let _permit = permit;
+                index::build(&built.inputs())
+            })
+            .await
+            .map_err(|e| SymbolizeError::Task(e.to_string()))??;
         let size = bytes.len();
         let spooled = self.store.store_derived(bytes).await?;
         self.store
