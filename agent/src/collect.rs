@@ -342,7 +342,11 @@ impl Collector {
                 }
                 Record::Free(f) => mem.free(f.pid, f.ptr),
                 Record::Exec(pid) | Record::Exit(pid) => {
-                    procs.forget(pid);
+                    if exited {
+                        procs.exit(pid);
+                    } else {
+                        procs.exec(pid);
+                    }
                     // Now, in record order: allocations of the new image
                     // later in this drain are its own.
                     let ptrs = mem.forget_process(pid);

@@ -550,7 +550,7 @@ mod tests {
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
         assert!(
-            text.contains("unwind tables: frames stepped by frame pointer 0, by CFI 0, leaves stepped in BPF 0, stacks walked before their process's ranges 0 (0 with their stack copied: 0 walked whole from it, 0 not), files 3, rows 1000,"),
+            text.contains("unwind tables: frames stepped by frame pointer 0, by CFI 0, leaves stepped in BPF 0, stacks walked before their process's ranges 0 (0 with their stack copied: 0 walked whole from it, 0 not; 0 not copied, the ring buffer behind), files 3, rows 1000,"),
             "{text}"
         );
         assert!(

@@ -13,7 +13,7 @@ use std::path::Path;
 use crate::threadctx;
 
 /// Who a process is: its OTLP resource.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProcessInfo {
     pub pid: u32,
     pub service_name: String,

@@ -62,6 +62,9 @@ const JOB_WAIT: Duration = Duration::from_millis(250);
 /// ... and for a process's identity (procfs reads: quick unless its memory
 /// is a FUSE file's).
 const IDENTITY_WAIT: Duration = Duration::from_millis(100);
+/// Identities of exited processes kept for their late records (the map
+/// starts over beyond it).
+const MAX_GONE: usize = 4096;
 const WAIT_SHARE: f64 = 0.2;
 const WAIT_BURST: Duration = Duration::from_secs(2);
 
@@ -70,6 +73,9 @@ pub(crate) struct Process {
     /// Its identity being read (`info` is provisional meanwhile), since
     /// when.
     identity: Option<(Ticket<Identity>, Instant)>,
+    /// Read on a BPF walk's wakeup, ahead of the records before it: an
+    /// exec record among them is of the image read, not a later one.
+    read_ahead: bool,
     /// Its real user.
     pub(crate) uid: u32,
     pub(crate) maps: Vec<MapEntry>,
@@ -141,6 +147,10 @@ pub(crate) struct Context {
     /// Identities that became known: (provisional, known), for the samples
     /// taken meanwhile.
     pub(crate) identified: Vec<(Arc<ProcessInfo>, Arc<ProcessInfo>)>,
+    /// The identities of processes whose exit record was read: a record
+    /// of one read after (the sampler behind its ring buffer on a busy
+    /// host) names it, not its executable, when the process is gone.
+    gone: HashMap<u32, Arc<ProcessInfo>>,
     /// How long the sampler thread may wait for identities (apart from
     /// the other jobs: a process's name must not depend on what others
     /// made the agent wait for).
@@ -191,6 +201,7 @@ impl Processes {
                 waiting: Waiting::new(JOB_WAIT, WAIT_SHARE, WAIT_BURST),
                 contained: Contained::default(),
                 identified: Vec::new(),
+                gone: HashMap::new(),
                 identity_waiting: Waiting::new(IDENTITY_WAIT, WAIT_SHARE / 2.0, WAIT_BURST / 2),
                 work_budget: (budget::WORK_RATE, budget::WORK_BURST),
                 unwinding: None,
@@ -522,6 +533,43 @@ impl Processes {
     }
 
     /// exec: new mappings, maybe a new service name.
+    /// Process `pid` exec'd (its record read now, in record order): what
+    /// the agent held of it goes — unless it was read ahead of the record
+    /// and is the new image already (the executable it runs now, or it is
+    /// gone since): read again, it could be gone, and named by its
+    /// executable, not its service.
+    pub fn exec(&mut self, pid: u32) {
+        if let Some(p) = self.by_pid.get_mut(&pid) {
+            if std::mem::take(&mut p.read_ahead) {
+                let exe = std::fs::read_link(self.ctx.proc_root.join(pid.to_string()).join("exe"));
+                let current = match exe {
+                    Err(_) => true,
+                    Ok(path) => {
+                        let path = path.to_string_lossy();
+                        let path = path.strip_suffix(" (deleted)").unwrap_or(&path);
+                        p.info.executable_path.as_deref() == Some(path)
+                    }
+                };
+                if current {
+                    return;
+                }
+            }
+        }
+        self.forget(pid);
+    }
+
+    /// Process `pid` exited (its record read now): what the agent held of
+    /// it goes; its identity is kept a while for its records read after.
+    pub fn exit(&mut self, pid: u32) {
+        if let Some(p) = self.by_pid.get(&pid) {
+            if self.ctx.gone.len() >= MAX_GONE {
+                self.ctx.gone.clear();
+            }
+            self.ctx.gone.insert(pid, p.info.clone());
+        }
+        self.forget(pid);
+    }
+
     pub fn forget(&mut self, pid: u32) {
         if let Some(p) = self.by_pid.remove(&pid) {
             if p.thread_ctx.is_some() {
@@ -552,6 +600,7 @@ impl Processes {
             }
             None => {
                 let process = ctx.entry(by_pid, pid, "");
+                process.read_ahead = true;
                 ctx.settle_unwind(pid, process, now);
             }
         }
@@ -668,30 +717,22 @@ impl Context {
         by_pid.get_mut(&pid).expect("inserted")
     }
 
-    fn read_process(&mut self, pid: u32, comm: &str) -> Process {
-        let now = Instant::now();
-        let started = crate::jobs::thread_cpu();
-        // One read of the maps serves the mappings and the process context.
-        let read = maps::read_maps(&self.proc_root, pid).ok();
-        if read.as_ref().is_some_and(|m| m.truncated) {
-            self.contained.maps_truncated += 1;
-        }
-        let read = read.unwrap_or_else(|| {
-            self.vanished += 1;
-            maps::Maps::default()
-        });
-        let (root, name, at) = (
-            self.proc_root.clone(),
-            comm.to_owned(),
-            read.process_context,
-        );
+    /// A new process's identity, if its read answers within the wait
+    /// allowed; else a provisional one and the read's ticket.
+    fn read_identity(
+        &mut self,
+        pid: u32,
+        comm: &str,
+        process_context: Option<u64>,
+        now: Instant,
+    ) -> (ProcessInfo, u32, bool, Option<(Ticket<Identity>, Instant)>) {
+        let (root, name) = (self.proc_root.clone(), comm.to_owned());
         let ticket =
             self.pool
                 .submit_in_order(Lane::Identity, false, About { pid, dev: 0 }, move || {
-                    identity::read(&root, pid, &name, at)
+                    identity::read(&root, pid, &name, process_context)
                 });
-        let (info, uid, process_context_read, identity) = match self.identity_waiting.wait(&ticket)
-        {
+        match self.identity_waiting.wait(&ticket) {
             Some(Ok(id)) => (id.info, id.uid, id.process_context_read, None),
             Some(Err(_)) => (
                 identity::provisional(&self.proc_root, pid, comm),
@@ -705,10 +746,36 @@ impl Context {
                 false,
                 Some((ticket, now)),
             ),
+        }
+    }
+
+    fn read_process(&mut self, pid: u32, comm: &str) -> Process {
+        let now = Instant::now();
+        let started = crate::jobs::thread_cpu();
+        // One read of the maps serves the mappings and the process context.
+        let read = maps::read_maps(&self.proc_root, pid).ok();
+        if read.as_ref().is_some_and(|m| m.truncated) {
+            self.contained.maps_truncated += 1;
+        }
+        let read = read.unwrap_or_else(|| {
+            self.vanished += 1;
+            maps::Maps::default()
+        });
+        // Gone (its records read after its exit): named as it was.
+        let gone = if read.executable.is_empty() {
+            self.gone.get(&pid).map(|info| ProcessInfo::clone(info))
+        } else {
+            self.gone.remove(&pid);
+            None
+        };
+        let (info, uid, process_context_read, identity) = match gone {
+            Some(info) => (info, u32::MAX, true, None),
+            None => self.read_identity(pid, comm, read.process_context, now),
         };
         let mut process = Process {
             info: Arc::new(info),
             identity,
+            read_ahead: false,
             uid,
             mappings: vec![None; read.executable.len()],
             maps: read.executable,
@@ -792,6 +859,11 @@ impl Context {
         };
         process.identity = None;
         if let Ok(id) = answer {
+            tracing::debug!(
+                pid = id.info.pid,
+                service = id.info.service_name,
+                "a process's identity read answered after its first sample"
+            );
             let known = Arc::new(id.info);
             self.identified.push((process.info.clone(), known.clone()));
             process.info = known;

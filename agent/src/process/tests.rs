@@ -181,3 +181,79 @@ fn an_identity_answered_after_the_last_sample_is_taken_without_another() {
     assert_eq!(identified[0].1.pid, std::process::id());
     assert!(!procs.identity_under_way(asked));
 }
+
+/// A child that sleeps under a service name of its own.
+fn named_child(service: &str) -> std::process::Child {
+    std::process::Command::new("sleep")
+        .arg("30")
+        .env("OTEL_SERVICE_NAME", service)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `pid` has exec'd `sleep` with its environment (its `exe`
+/// link is set before the new image's environment is: a read between the
+/// two finds none).
+fn wait_for_exec(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(std::fs::read_link(format!("/proc/{pid}/exe"))
+        .is_ok_and(|p| p.to_string_lossy().ends_with("/sleep"))
+        && std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|e| e.windows(17).any(|w| w == b"OTEL_SERVICE_NAME")))
+    {
+        assert!(Instant::now() < deadline, "{pid} never ran sleep");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn no_stack() -> UserStack<'static> {
+    UserStack {
+        chain: &[],
+        end: USER_END_ROOT,
+        bp: 0,
+        window: &[],
+        snapshot: None,
+    }
+}
+
+/// Records of a process read after its exit record (the sampler behind
+/// its ring buffer) name it as it was, not by its executable.
+#[test]
+fn a_record_read_after_its_process_exited_keeps_its_service() {
+    let mut procs = processes();
+    let mut child = named_child("gone-svc");
+    let pid = child.id();
+    wait_for_exec(pid);
+    let (info, _) = procs.resolve(pid, "sleep", &no_stack(), &mut Vec::new());
+    assert_eq!(info.service_name, "gone-svc");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    procs.exit(pid);
+    let (late, _) = procs.resolve(pid, "sleep", &no_stack(), &mut Vec::new());
+    assert_eq!(late.service_name, "gone-svc");
+    // Without the exit record's identity: its executable's name.
+    procs.forget(pid);
+    procs.ctx.gone.clear();
+    let (unknown, _) = procs.resolve(pid, "sleep", &no_stack(), &mut Vec::new());
+    assert_eq!(unknown.service_name, "sleep");
+}
+
+/// An entry read ahead of the exec record (on a BPF walk's wakeup) is of
+/// the new image: the record keeps it; an entry read in record order goes.
+#[test]
+fn an_exec_record_keeps_an_entry_read_ahead_of_it() {
+    let mut procs = processes();
+    let mut child = named_child("exec-svc");
+    let pid = child.id();
+    wait_for_exec(pid);
+    procs.unwind_now(pid);
+    assert!(procs.by_pid[&pid].read_ahead);
+    procs.exec(pid);
+    assert!(procs.by_pid.contains_key(&pid), "read ahead: kept");
+    assert_eq!(procs.by_pid[&pid].info.service_name, "exec-svc");
+    // The next exec record is of a later image.
+    procs.exec(pid);
+    assert!(!procs.by_pid.contains_key(&pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
