@@ -126,10 +126,10 @@ pub struct SymbolizeService {
     /// One permit per core for CPU-bound work.
     cpu: Arc<Semaphore>,
     cores: usize,
-    /// Where index builds run (with their permits): nicer threads, so that
-    /// beside a query's decoding, which a client waits for, a build (which
-    /// nobody waits for: requests meanwhile are answered from DWARF)
-    /// takes the CPU the query leaves.
+    /// Where index builds run: `max_builds` nicer threads, so that beside
+    /// a request's work, which a client waits for, a build (which nobody
+    /// waits for: requests meanwhile are answered from DWARF) takes the
+    /// CPU the request leaves.
     builds: CpuPool,
     /// Index builds at once; a request that would start one more is
     /// answered from DWARF, and a later one builds.
@@ -471,17 +471,14 @@ impl SymbolizeService {
     async fn build(&self, build_id: &str, files: Arc<Files>) -> Result<(), SymbolizeError> {
         crate::store::pause_point("index-build").await;
         let started = std::time::Instant::now();
+        // No per-core permit: those order the work requests wait for, and
+        // a request answered from DWARF meanwhile must not wait behind the
+        // build. The builds are bounded by their pool (`max_builds`
+        // threads) and run nicer than the requests.
         let built = files.clone();
-        let permit = self
-            .cpu
-            .clone()
-            .acquire_many_owned(self.cores as u32)
-            .await
-            .expect("never closed");
         let bytes = self
             .builds
             .run("building a symbol index", move || {
-                let _permit = permit;
                 index::build(&built.inputs())
             })
             .await
