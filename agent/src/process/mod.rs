@@ -539,9 +539,11 @@ impl Processes {
     /// gone since): read again, it could be gone, and named by its
     /// executable, not its service.
     pub fn exec(&mut self, pid: u32) {
-        if let Some(p) = self.by_pid.get_mut(&pid) {
+        let Processes { by_pid, ctx } = self;
+        if let Some(p) = by_pid.get_mut(&pid) {
             if std::mem::take(&mut p.read_ahead) {
-                let exe = std::fs::read_link(self.ctx.proc_root.join(pid.to_string()).join("exe"));
+                let exe = std::fs::read_link(ctx.proc_root.join(pid.to_string()).join("exe"));
+                let alive = exe.is_ok();
                 let current = match exe {
                     Err(_) => true,
                     Ok(path) => {
@@ -551,6 +553,12 @@ impl Processes {
                     }
                 };
                 if current {
+                    // Its identity read again all the same: read during
+                    // the exec, after the kernel set the new executable
+                    // but before the new environment, it found none.
+                    if alive && p.identity.is_none() {
+                        ctx.read_identity_again(pid, p);
+                    }
                     return;
                 }
             }
@@ -849,6 +857,29 @@ impl Context {
         }
     }
 
+    /// Reads a known process's identity again (its samples meanwhile go
+    /// under the one it has).
+    fn read_identity_again(&mut self, pid: u32, process: &mut Process) {
+        self.submit_identity(pid, process, None, Instant::now());
+    }
+
+    fn submit_identity(
+        &mut self,
+        pid: u32,
+        process: &mut Process,
+        process_context: Option<u64>,
+        now: Instant,
+    ) {
+        let (root, name) = (self.proc_root.clone(), process.info.executable_name.clone());
+        let ticket =
+            self.pool
+                .submit_in_order(Lane::Identity, false, About { pid, dev: 0 }, move || {
+                    identity::read(&root, pid, &name, process_context)
+                });
+        process.identity = Some((ticket, now));
+        self.settle_identity(process);
+    }
+
     /// Takes a pending identity read's answer, if it came.
     fn settle_identity(&mut self, process: &mut Process) {
         let Some((ticket, _)) = &process.identity else {
@@ -928,15 +959,7 @@ impl Context {
         }
         if !process.process_context_read && process.identity.is_none() {
             if let Some(at) = read.process_context {
-                let (root, name) = (self.proc_root.clone(), process.info.executable_name.clone());
-                let ticket = self.pool.submit_in_order(
-                    Lane::Identity,
-                    false,
-                    About { pid, dev: 0 },
-                    move || identity::read(&root, pid, &name, Some(at)),
-                );
-                process.identity = Some((ticket, now));
-                self.settle_identity(process);
+                self.submit_identity(pid, process, Some(at), now);
             }
         }
         process.work.charge_cpu_since(started);
