@@ -57,10 +57,7 @@ fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
 /// of the process's memory or files).
 fn executable(root: &Path, pid: u32, comm: &str) -> (Option<String>, String) {
     let dir = root.join(pid.to_string());
-    let executable_path = std::fs::read_link(dir.join("exe")).ok().map(|p| {
-        let p = p.to_string_lossy();
-        p.strip_suffix(" (deleted)").unwrap_or(&p).to_owned()
-    });
+    let executable_path = executable_path(root, pid);
     let executable_name = executable_path
         .as_deref()
         .and_then(|p| p.rsplit('/').next())
@@ -72,6 +69,14 @@ fn executable(root: &Path, pid: u32, comm: &str) -> (Option<String>, String) {
         })
         .unwrap_or_else(|| comm.to_owned());
     (executable_path, executable_name)
+}
+
+/// The path of the executable process `pid` runs (`None`: gone, or not
+/// readable), without the kernel's " (deleted)" suffix.
+pub fn executable_path(root: &Path, pid: u32) -> Option<String> {
+    let path = std::fs::read_link(root.join(pid.to_string()).join("exe")).ok()?;
+    let path = path.to_string_lossy();
+    Some(path.strip_suffix(" (deleted)").unwrap_or(&path).to_owned())
 }
 
 /// A process named by its executable until [`read`] answers.

@@ -532,7 +532,6 @@ impl Processes {
         )
     }
 
-    /// exec: new mappings, maybe a new service name.
     /// Process `pid` exec'd (its record read now, in record order): what
     /// the agent held of it goes — unless it was read ahead of the record
     /// and is the new image already (the executable it runs now, or it is
@@ -542,22 +541,14 @@ impl Processes {
         let Processes { by_pid, ctx } = self;
         if let Some(p) = by_pid.get_mut(&pid) {
             if std::mem::take(&mut p.read_ahead) {
-                let exe = std::fs::read_link(ctx.proc_root.join(pid.to_string()).join("exe"));
-                let alive = exe.is_ok();
-                let current = match exe {
-                    Err(_) => true,
-                    Ok(path) => {
-                        let path = path.to_string_lossy();
-                        let path = path.strip_suffix(" (deleted)").unwrap_or(&path);
-                        p.info.executable_path.as_deref() == Some(path)
-                    }
-                };
-                if current {
+                let exe = identity::executable_path(&ctx.proc_root, pid);
+                let alive = exe.is_some();
+                if exe.is_none_or(|exe| p.info.executable_path.as_deref() == Some(&exe)) {
                     // Its identity read again all the same: read during
                     // the exec, after the kernel set the new executable
                     // but before the new environment, it found none.
                     if alive && p.identity.is_none() {
-                        ctx.read_identity_again(pid, p);
+                        ctx.submit_identity(pid, p, None, Instant::now());
                     }
                     return;
                 }
@@ -578,6 +569,7 @@ impl Processes {
         self.forget(pid);
     }
 
+    /// exec: new mappings, maybe a new service name.
     pub fn forget(&mut self, pid: u32) {
         if let Some(p) = self.by_pid.remove(&pid) {
             if p.thread_ctx.is_some() {
@@ -857,12 +849,8 @@ impl Context {
         }
     }
 
-    /// Reads a known process's identity again (its samples meanwhile go
+    /// Reads a known process's identity (again: its samples meanwhile go
     /// under the one it has).
-    fn read_identity_again(&mut self, pid: u32, process: &mut Process) {
-        self.submit_identity(pid, process, None, Instant::now());
-    }
-
     fn submit_identity(
         &mut self,
         pid: u32,

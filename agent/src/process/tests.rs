@@ -154,14 +154,7 @@ fn an_identity_answered_after_the_last_sample_is_taken_without_another() {
     );
     procs.ctx.identity_waiting = crate::jobs::Waiting::new(Duration::ZERO, 0.0, Duration::ZERO);
     let asked = Instant::now();
-    let stack = UserStack {
-        chain: &[],
-        end: USER_END_ROOT,
-        bp: 0,
-        window: &[],
-        snapshot: None,
-    };
-    let (provisional, _) = procs.resolve(std::process::id(), "test", &stack, &mut Vec::new());
+    let (provisional, _) = procs.resolve(std::process::id(), "test", &no_stack(), &mut Vec::new());
     assert!(procs.identity_under_way(asked));
     // A read asked for before `since` is not waited for again.
     assert!(!procs.identity_under_way(Instant::now() + Duration::from_secs(1)));
