@@ -18,7 +18,7 @@ pub mod maps;
 mod resolve;
 mod unwinding;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -147,6 +147,9 @@ pub(crate) struct Context {
     /// Identities that became known: (provisional, known), for the samples
     /// taken meanwhile.
     pub(crate) identified: Vec<(Arc<ProcessInfo>, Arc<ProcessInfo>)>,
+    /// The processes with an identity read under way (a drain settles
+    /// these, not every process known).
+    pub(crate) identifying: HashSet<u32>,
     /// The identities of processes whose exit record was read: a record
     /// of one read after (the sampler behind its ring buffer on a busy
     /// host) names it, not its executable, when the process is gone.
@@ -201,6 +204,7 @@ impl Processes {
                 waiting: Waiting::new(JOB_WAIT, WAIT_SHARE, WAIT_BURST),
                 contained: Contained::default(),
                 identified: Vec::new(),
+                identifying: HashSet::new(),
                 gone: HashMap::new(),
                 identity_waiting: Waiting::new(IDENTITY_WAIT, WAIT_SHARE / 2.0, WAIT_BURST / 2),
                 work_budget: (budget::WORK_RATE, budget::WORK_BURST),
@@ -282,9 +286,15 @@ impl Processes {
     /// not keep it because it was not sampled again before a batch went).
     pub fn take_identified(&mut self) -> Vec<(Arc<ProcessInfo>, Arc<ProcessInfo>)> {
         let Processes { by_pid, ctx } = self;
-        for process in by_pid.values_mut() {
+        let mut pending = std::mem::take(&mut ctx.identifying);
+        pending.retain(|pid| {
+            let Some(process) = by_pid.get_mut(pid) else {
+                return false; // gone: its read is forgotten with it
+            };
             ctx.settle_identity(process);
-        }
+            process.identity.is_some()
+        });
+        ctx.identifying.extend(pending);
         std::mem::take(&mut self.ctx.identified)
     }
 
@@ -292,9 +302,12 @@ impl Processes {
     /// way (its samples so far go under a provisional name until it
     /// answers; a read older than that is not waited for again).
     pub fn identity_under_way(&self, since: Instant) -> bool {
-        self.by_pid
-            .values()
-            .any(|p| p.identity.as_ref().is_some_and(|(_, at)| *at >= since))
+        self.ctx.identifying.iter().any(|pid| {
+            self.by_pid
+                .get(pid)
+                .and_then(|p| p.identity.as_ref())
+                .is_some_and(|(_, at)| *at >= since)
+        })
     }
 
     /// What changed for the BPF program's trace-context offsets since the
@@ -740,12 +753,15 @@ impl Context {
                 true,
                 None,
             ),
-            None => (
-                identity::provisional(&self.proc_root, pid, comm),
-                u32::MAX,
-                false,
-                Some((ticket, now)),
-            ),
+            None => {
+                self.identifying.insert(pid);
+                (
+                    identity::provisional(&self.proc_root, pid, comm),
+                    u32::MAX,
+                    false,
+                    Some((ticket, now)),
+                )
+            }
         }
     }
 
@@ -865,6 +881,7 @@ impl Context {
                     identity::read(&root, pid, &name, process_context)
                 });
         process.identity = Some((ticket, now));
+        self.identifying.insert(pid);
         self.settle_identity(process);
     }
 
