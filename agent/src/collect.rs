@@ -160,6 +160,9 @@ impl Collector {
         let mut kernel_frames: Vec<(u64, Option<&str>)> = Vec::with_capacity(64);
         let start = Instant::now();
         let mut next_flush = start + self.interval;
+        // How long batches went out after their interval, in all (held for
+        // content hashes and identities, or the loop behind).
+        let mut late = Duration::ZERO;
         let mut next_cpu_sync = start + CPU_SYNC;
         let mut last = self.reading();
         let first = last;
@@ -399,6 +402,7 @@ impl Collector {
                 for (old, new) in procs.take_identified() {
                     batch.identify(&old, &new);
                 }
+                late += now.saturating_duration_since(next_flush);
                 next_flush = now + self.interval;
                 let end = unix_now_ns();
                 add_memory(&mut batch, &mut mem, end);
@@ -411,7 +415,7 @@ impl Collector {
                 boot_to_unix = boot_to_unix_ns();
                 procs.age();
                 let reading = self.reading();
-                let gauges = self.gauges(&procs, &waits, &mem, &probes);
+                let gauges = self.gauges(&procs, &waits, &mem, &probes, late);
                 self.health.set_metrics(stats::metrics(&reading, &gauges));
                 if self.print_stats {
                     println!("{}", stats::line(&last, &reading, &gauges));
@@ -429,7 +433,7 @@ impl Collector {
         let totals = Totals {
             first,
             last: self.reading(),
-            gauges: self.gauges(&procs, &waits, &mem, &probes),
+            gauges: self.gauges(&procs, &waits, &mem, &probes, late),
         };
         // While the last batch goes out: the probes still attached are
         // detached (each waits for RCU in the kernel, ~0.1 s a site: what
@@ -463,6 +467,7 @@ impl Collector {
         waits: &Waits,
         mem: &memory::Memory,
         probes: &MemoryProbes<L>,
+        late: Duration,
     ) -> stats::Gauges {
         stats::Gauges {
             cpus: self.sampler.cpus(),
@@ -480,6 +485,7 @@ impl Collector {
             ctx_after_load: procs.ctx_after_load(),
             jobs: self.pool.stats(),
             waits_cut: procs.waits_cut(),
+            late,
             bpf_measured: self.sampler.measures_run_time(),
             delivery: self.queue.stats(),
             waiting: waits.len(),

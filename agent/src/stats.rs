@@ -71,6 +71,8 @@ pub struct Gauges {
     pub jobs: JobStats,
     /// Waits of the sampler thread for jobs cut short by its budget.
     pub waits_cut: u64,
+    /// How long batches went out after their interval, in all.
+    pub late: Duration,
 }
 
 /// One line: rates and shares over `[before, now]`, totals since start.
@@ -98,7 +100,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          {uploads} | \
          contained: {contained}, jobs {jobs_run} (panicked {jobs_panicked}, hung {jobs_hung}, refused {jobs_refused}, workers abandoned {abandoned}), waits cut {waits_cut}, \
          live allocations over their process's share {live_process_full}, off-CPU records over their process's rate {off_cpu_throttled} | \
-         delivered {delivered} samples in {batches} batches, buffered {queued} batches \
+         delivered {delivered} samples in {batches} batches ({late_ms} ms late in all), buffered {queued} batches \
          ({queued_bytes} B), dropped {dropped} samples, rejected {rejected}, failed exports {failed} | \
          agent CPU {agent_ms:.1} ms = {agent_pct:.3}% of machine, {bpf_text}",
         cpus = g.cpus,
@@ -221,6 +223,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         },
         delivered = d.delivered_samples,
         batches = d.delivered_batches,
+        late_ms = g.late.as_millis(),
         queued = d.queued_batches,
         queued_bytes = d.queued_bytes,
         dropped = d.dropped_samples,
@@ -528,6 +531,7 @@ mod tests {
             ctx_after_load: (2, 12_500_000),
             jobs: JobStats::default(),
             waits_cut: 0,
+            late: Duration::from_millis(1500),
         };
         let text = line(&before, &now, &g);
         assert!(

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use symtrace_testkit::agent::{
@@ -535,26 +536,37 @@ fn uploads_keep_to_their_byte_rate_and_a_slow_server_delays_no_export() {
         ],
     );
     let service = kit::unique("slow-");
+    let started = Instant::now();
     let mut child = run_for(&slow, &service, "12");
     assert!(wait_stored(&server, "c0ffee02", 60), "{}", agent.stderr());
     child.wait().unwrap();
+    let ran = started.elapsed();
     agent.stop();
     let _ = link.kill();
     let _ = link.wait();
     let (_, ms) = upload_logged(&agent, &slow);
     assert!(ms >= 6000, "the link is slow: {ms} ms");
-    // One export a second while the upload crawled: none waited.
+    // One export a second while the upload crawled: none waited. Batches
+    // the agent held (for content hashes or identities being read: on a
+    // busy host, other processes') or sent late it reports, and only that
+    // time is excused.
     let stats: Vec<String> = agent
         .stdout()
         .lines()
         .filter(|l| l.starts_with("stats:"))
         .map(str::to_owned)
         .collect();
-    assert!(stats.len() >= 10, "{stats:?}");
+    let total = agent.last_line("total:").unwrap();
+    let late = Duration::from_millis(number_after(&total, "batches ("));
+    let due = ran.saturating_sub(late).as_secs_f64();
+    assert!(
+        stats.len() as f64 >= due * 0.8 - 1.0,
+        "{} exports in {ran:?}, {late:?} of it late: {stats:?}",
+        stats.len()
+    );
     for line in &stats {
         assert!(number_after(line, "buffered ") <= 1, "{line}");
     }
-    let total = agent.last_line("total:").unwrap();
     assert_eq!(number_after(&total, "failed exports "), 0, "{total}");
     let delivered: Vec<u64> = stats
         .iter()
