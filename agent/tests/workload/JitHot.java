@@ -1,6 +1,12 @@
 // Test workload for JIT frames (issue #24): two hot methods, heavy burning
-// three times as long as light, for the seconds given; prints how long
-// each ran (ns). Run with -XX:+PreserveFramePointer.
+// three times as long as light. Burns until a line arrives on stdin (the
+// test has written the perf map by then), then for the CPU seconds given
+// (its own thread's CPU time, so a busy machine makes it run longer, not
+// sample less); prints how much CPU each method used then (ns) and the
+// whole. Run with -XX:+PreserveFramePointer.
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+
 public class JitHot {
     static double heavy(long nanos) {
         long end = System.nanoTime() + nanos;
@@ -20,20 +26,26 @@ public class JitHot {
         return s;
     }
 
-    public static void main(String[] args) {
-        long end = System.nanoTime() + (long) (Double.parseDouble(args[0]) * 1e9);
-        long heavyNs = 0, lightNs = 0;
+    public static void main(String[] args) throws Exception {
+        ThreadMXBean threads = ManagementFactory.getThreadMXBean();
+        long budget = (long) (Double.parseDouble(args[0]) * 1e9);
         double sink = 0;
         System.out.println("started");
-        while (System.nanoTime() < end) {
-            long t0 = System.nanoTime();
+        while (System.in.available() == 0) {
             sink += heavy(15_000_000);
-            long t1 = System.nanoTime();
             sink += light(5_000_000);
-            long t2 = System.nanoTime();
-            heavyNs += t1 - t0;
-            lightNs += t2 - t1;
         }
-        System.out.println("heavy " + heavyNs + " light " + lightNs + " sink " + (sink > 0));
+        long start = threads.getCurrentThreadCpuTime();
+        long heavyNs = 0, lightNs = 0, now = start;
+        while (now - start < budget) {
+            long t0 = now;
+            sink += heavy(15_000_000);
+            long t1 = threads.getCurrentThreadCpuTime();
+            sink += light(5_000_000);
+            now = threads.getCurrentThreadCpuTime();
+            heavyNs += t1 - t0;
+            lightNs += now - t1;
+        }
+        System.out.println("heavy " + heavyNs + " light " + lightNs + " cpu " + (now - start) + " sink " + (sink > 0));
     }
 }
