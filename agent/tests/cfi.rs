@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use symtrace_testkit::agent::{bpf_test, number_after, Agent};
+use symtrace_testkit::agent::{bpf_test, evidence, number_after, walks_early, Agent};
 use symtrace_testkit::stacks::{folded_stacks, has_path, run, samples_where};
 use symtrace_testkit::{self as kit, Backend, Server};
 
@@ -123,17 +123,6 @@ struct Profiled {
     early: u64,
 }
 
-/// Stacks walked before their process's ranges and not made whole from
-/// their copy, so far (the agent's latest stats line).
-fn walks_early(agent: &Agent) -> u64 {
-    agent.last_line("stats:").map_or(0, |l| {
-        let early = number_after(&l, "stacks walked before their process's ranges");
-        let copied = number_after(&l, &format!("ranges {early} ("));
-        let not_whole = number_after(&l, "walked whole from it,");
-        early.saturating_sub(copied) + not_whole
-    })
-}
-
 /// Runs `case` as a new service; its stacks.
 fn profile(agent: &Agent, server: &Server, case: &Case<'_>) -> Profiled {
     let service = kit::unique(&format!("cfi-{}-", case.what));
@@ -152,26 +141,6 @@ fn profile(agent: &Agent, server: &Server, case: &Case<'_>) -> Profiled {
         },
     );
     Profiled { stacks, early }
-}
-
-/// The agent's unwinding counters (from its latest stats line), and the
-/// most frequent of `stacks`: what a failed check prints after its first
-/// line.
-fn evidence(agent: &Agent, stacks: &[(Vec<String>, u64)]) -> String {
-    let line = agent.last_line("stats:").unwrap_or_default();
-    let unwinding = line
-        .find("unwinding:")
-        .map(|at| &line[at..])
-        .map(|rest| &rest[..rest.find(" | memory").unwrap_or(rest.len())])
-        .unwrap_or("(no stats line)");
-    let mut top: Vec<&(Vec<String>, u64)> = stacks.iter().collect();
-    top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-    let top: Vec<String> = top
-        .iter()
-        .take(8)
-        .map(|(s, n)| format!("{n} {}", s.join(";")))
-        .collect();
-    format!("agent: {unwinding}\ntop stacks:\n{}", top.join("\n"))
 }
 
 /// Asserts that of the samples for which `of` holds (at least 20), at

@@ -302,3 +302,37 @@ pub fn go_build(dir: &Path, out: &Path, flags: &[&str]) {
             .env("GO111MODULE", "on"),
     );
 }
+
+/// Stacks the agent walked before their process's unwind ranges were set
+/// and could not make whole from their stack's copy (the copy failed or
+/// was skipped, or its walk did not reach the stack's end), so far, on
+/// the whole host (its latest stats line): a new process's first samples,
+/// walked by frame pointer alone (longer on a busy machine).
+pub fn walks_early(agent: &Agent) -> u64 {
+    agent.last_line("stats:").map_or(0, |l| {
+        let early = number_after(&l, "stacks walked before their process's ranges");
+        let copied = number_after(&l, &format!("ranges {early} ("));
+        let not_whole = number_after(&l, "walked whole from it,");
+        early.saturating_sub(copied) + not_whole
+    })
+}
+
+/// The agent's unwinding counters (from its latest stats line), and the
+/// most frequent of `stacks`: what a failed stack check prints after its
+/// first line.
+pub fn evidence(agent: &Agent, stacks: &[(Vec<String>, u64)]) -> String {
+    let line = agent.last_line("stats:").unwrap_or_default();
+    let unwinding = line
+        .find("unwinding:")
+        .map(|at| &line[at..])
+        .map(|rest| &rest[..rest.find(" | memory").unwrap_or(rest.len())])
+        .unwrap_or("(no stats line)");
+    let mut top: Vec<&(Vec<String>, u64)> = stacks.iter().collect();
+    top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    let top: Vec<String> = top
+        .iter()
+        .take(8)
+        .map(|(s, n)| format!("{n} {}", s.join(";")))
+        .collect();
+    format!("agent: {unwinding}\ntop stacks:\n{}", top.join("\n"))
+}
