@@ -47,11 +47,21 @@ pub(crate) const MAPS_MISS_INTERVAL: Duration = Duration::from_millis(200);
 /// Processes kept at most (a fork bomb's are not all remembered).
 pub const MAX_PROCESSES: usize = 16_384;
 /// How often, and for how long at most, the trace-context slot of a
-/// process whose link-map change found a file still being read is looked
-/// for again ([`Processes::settle_thread_ctxs`]): a library just loaded is
-/// read in milliseconds, and its first spans are entered as soon as it is.
+/// process whose read or link-map change found a file still being read is
+/// looked for again ([`Processes::settle_thread_ctxs`]): a library just
+/// loaded is read in milliseconds, and its first spans are entered as soon
+/// as it is; on a busy host the file's read can wait seconds in the job
+/// queue, so the looks thin out (a quarter of the time waited so far,
+/// between the two bounds) rather than stop.
 const UNSURE_RECHECK: Duration = Duration::from_millis(2);
-const UNSURE_FOR: Duration = Duration::from_secs(1);
+const UNSURE_RECHECK_MAX: Duration = Duration::from_millis(250);
+const UNSURE_FOR: Duration = Duration::from_secs(10);
+
+/// When a process unsure of its trace-context slot since `since` looks
+/// again, looked at `now`.
+fn unsure_next(since: Instant, now: Instant) -> Instant {
+    now + (now.saturating_duration_since(since) / 4).clamp(UNSURE_RECHECK, UNSURE_RECHECK_MAX)
+}
 /// An entry without samples for this long is dropped at the next flush if
 /// its process is gone (its exit event may have been lost).
 const IDLE_MAX_AGE: Duration = Duration::from_secs(120);
@@ -128,9 +138,10 @@ pub(crate) struct Context {
     /// Context locations found after a library load: how many, and the
     /// longest time (ns) from ld.so's report to the location being set.
     pub(crate) ctx_after_load: (u64, u64),
-    /// Processes whose link-map change found a file still being read, and
-    /// since when ([`Processes::settle_thread_ctxs`]).
-    pub(crate) unsure_after_link_map: Vec<(u32, Instant)>,
+    /// Processes whose read or link-map change found a file still being
+    /// read: since when, and when they look again
+    /// ([`Processes::settle_thread_ctxs`]).
+    pub(crate) unsure_after_link_map: Vec<(u32, Instant, Instant)>,
     /// Processes whose files' facts or tables were pending, and when they
     /// look again (one entry each).
     pub(crate) unwind_due: Vec<(u32, Instant)>,
@@ -418,34 +429,34 @@ impl Processes {
         let now = Instant::now();
         let Processes { by_pid, ctx } = self;
         let mut pending = std::mem::take(&mut ctx.unsure_after_link_map);
-        pending.retain(|&(pid, since)| {
-            let Some(process) = by_pid.get_mut(&pid) else {
+        pending.retain_mut(|(pid, since, next)| {
+            let Some(process) = by_pid.get_mut(pid) else {
                 return false;
             };
-            if now.saturating_duration_since(since) >= UNSURE_FOR {
+            if now.saturating_duration_since(*since) >= UNSURE_FOR {
                 return false;
             }
-            if !process.work.has(now) {
-                return true; // over its budget: not looked at now
+            if *next > now || !process.work.has(now) {
+                return true; // not due, or over its budget: not looked at now
             }
             let started = crate::jobs::thread_cpu();
-            ctx.settle_thread_ctx(pid, process);
+            ctx.settle_thread_ctx(*pid, process);
             process.work.charge_cpu_since(started);
+            *next = unsure_next(*since, now);
             process.thread_ctx_unsure
         });
         ctx.unsure_after_link_map = pending;
     }
 
-    /// When [`Self::settle_thread_ctxs`] is due: in [`UNSURE_RECHECK`]
-    /// while a process waits for its file, later when every waiting
-    /// process is over its work budget (when the first has some again),
-    /// never when none waits.
+    /// When [`Self::settle_thread_ctxs`] is due: at the first waiting
+    /// process's next look (when it has work budget again, if it is over
+    /// it), never when none waits.
     pub fn next_thread_ctx_due(&self, now: Instant) -> Option<Instant> {
         self.ctx
             .unsure_after_link_map
             .iter()
-            .filter_map(|(pid, _)| self.by_pid.get(pid))
-            .map(|p| p.work.next_positive().max(now + UNSURE_RECHECK))
+            .filter_map(|(pid, _, next)| Some((self.by_pid.get(pid)?, next)))
+            .map(|(p, next)| p.work.next_positive().max(*next).max(now))
             .min()
     }
 
@@ -815,6 +826,11 @@ impl Context {
         }
         process.thread_ctx = location;
         process.thread_ctx_unsure = !complete;
+        if !complete {
+            // Not only at its next sample: a service waiting for work
+            // enters its first span before it is sampled again.
+            self.look_again_for_thread_ctx(pid, now);
+        }
         process.work.charge_cpu_since(started);
         process
     }
@@ -930,15 +946,21 @@ impl Context {
         // soon, and at the next sample.
         self.set_thread_ctx(pid, process, location, complete);
         if !complete {
-            // Looked at for UNSURE_FOR after its latest change.
-            match self
-                .unsure_after_link_map
-                .iter_mut()
-                .find(|(p, _)| *p == pid)
-            {
-                Some(entry) => entry.1 = now,
-                None => self.unsure_after_link_map.push((pid, now)),
-            }
+            self.look_again_for_thread_ctx(pid, now);
+        }
+    }
+
+    /// Looks for process `pid`'s trace-context slot again, soon and for
+    /// [`UNSURE_FOR`] after `now` (a file it maps still being read).
+    fn look_again_for_thread_ctx(&mut self, pid: u32, now: Instant) {
+        let next = unsure_next(now, now);
+        match self
+            .unsure_after_link_map
+            .iter_mut()
+            .find(|(p, _, _)| *p == pid)
+        {
+            Some(entry) => (entry.1, entry.2) = (now, next),
+            None => self.unsure_after_link_map.push((pid, now, next)),
         }
     }
 

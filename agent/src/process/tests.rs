@@ -250,3 +250,15 @@ fn an_exec_record_keeps_an_entry_read_ahead_of_it() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn a_process_unsure_of_its_context_slot_looks_again_less_often_as_it_waits() {
+    let t = Instant::now();
+    let ms = Duration::from_millis;
+    assert_eq!(super::unsure_next(t, t), t + super::UNSURE_RECHECK);
+    assert_eq!(super::unsure_next(t, t + ms(100)), t + ms(125));
+    assert_eq!(
+        super::unsure_next(t, t + ms(4000)),
+        t + ms(4000) + super::UNSURE_RECHECK_MAX
+    );
+}
