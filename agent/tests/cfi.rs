@@ -8,12 +8,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use symtrace_testkit::agent::{bpf_test, evidence, number_after, walks_early, Agent};
 use symtrace_testkit::stacks::{folded_stacks, has_path, run, samples_where};
-use symtrace_testkit::{self as kit, Backend, Server};
+use symtrace_testkit::{self as kit, Backend, Killed, Server};
 
 const HZ: f64 = 97.0;
 const MARKER: &str = "[truncated: unverifiable frame-pointer chain]";
@@ -427,16 +427,6 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
     assert_eq!(number_after(&stats, "malformed records"), 0, "{stats}");
     assert!(agent.stop().success(), "{}", agent.stderr());
     eprintln!("{stats}");
-}
-
-/// A child killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

@@ -20,7 +20,7 @@ use symtrace_testkit::agent::{
     bpf_test, clang_with_frame_pointers, folded, number_after, samples_with, summary, wait_for,
     Agent,
 };
-use symtrace_testkit::{self as kit, Backend, Server};
+use symtrace_testkit::{self as kit, Backend, Killed, Server};
 
 const HZ: f64 = 97.0;
 const NOBODY: u32 = 65534;
@@ -300,18 +300,22 @@ fn binaries_offered_during_another_upload_are_published() {
     }
     // Its body arriving at the server.
     kit::wait_until_spooled(&server);
-    let mut svc = Command::new(&service)
-        .args(["burn", "2"])
+    // Both run until their files are published (or the deadline): the
+    // agent opens a file while a process maps it, and beside a busy build
+    // its sampler reads a new process seconds late — a service that ended
+    // after 2 s was gone by then ("mapped file not read … Unreachable"),
+    // and its file is offered again only when a new process samples it.
+    let svc = Command::new(&service)
+        .args(["burn", "90"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let mut loader = Command::new(&bin)
-        .args(["maps", "3", "/dev/null", "0"])
+    let loader = Command::new(&bin)
+        .args(["maps", "90", "/dev/null", "0"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    svc.wait().unwrap();
-    loader.wait().unwrap();
+    let (_svc, _loader) = (Killed(svc), Killed(loader));
     let libz = std::fs::canonicalize("/lib/x86_64-linux-gnu/libz.so.1").unwrap();
     let wanted = [kit::build_id_of(&service), kit::build_id_of(&libz)];
     let published = |id: &str| {
@@ -320,7 +324,7 @@ fn binaries_offered_during_another_upload_are_published() {
             .status()
             .is_success()
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !wanted.iter().all(|id| published(id)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -14,7 +14,7 @@ use symtrace_testkit::agent::{
     bpf_test, clang_with_frame_pointers, number_after, samples_with, summary, tree_nodes, wait_for,
     Agent,
 };
-use symtrace_testkit::{self as kit, Backend, Server};
+use symtrace_testkit::{self as kit, Backend, Killed, Server};
 
 fn workload_source(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -49,15 +49,6 @@ fn assert_split(what: &str, got: (f64, f64), measured: (f64, f64), context: &str
         (got - want).abs() <= 10.0,
         "{what} {got:.1}% of the samples, measured {want:.1}%\n{context}"
     );
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

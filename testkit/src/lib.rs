@@ -926,3 +926,14 @@ fn cpu_seconds_of(path: &str) -> f64 {
     // SAFETY: sysconf has no memory preconditions.
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
+
+/// A child process killed (and reaped) when dropped: a workload a test
+/// stops once what it checks has happened, or on its way out of a failure.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
