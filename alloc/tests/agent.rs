@@ -114,6 +114,30 @@ fn wait_for_attach(agent: &Agent, file: &Path) {
     }
 }
 
+/// Waits until the agent says where process `pid` publishes its trace
+/// context (its log): its spans are read from then on. A file's facts are
+/// read in a job, and beside a busy build the job queue holds the build's
+/// files for seconds — that gap is the agent's, not the profile's (what
+/// these tests check), so they start the work after it.
+fn wait_for_context(agent: &Agent, pid: u32) {
+    let key = format!("pid={pid} ");
+    kit::wait_until(
+        "the agent to find the process's trace-context slot",
+        Duration::from_secs(60),
+        || {
+            agent
+                .stderr()
+                .lines()
+                .any(|l| {
+                    l.contains("publishes OpenTelemetry thread contexts")
+                        && l.contains(&key)
+                        && !l.contains("location=None")
+                })
+                .then_some(())
+        },
+    );
+}
+
 /// The files the agent says it attached memory probes in (its log), as
 /// (device, inode).
 fn attached_files(agent: &Agent) -> Vec<(u64, u64)> {
@@ -230,7 +254,7 @@ fn wait_for(
 }
 
 /// The acceptance checks, on what the workload of `service` printed.
-fn check_profiles(server: &Server, service: &str, p: &Printed) {
+fn check_profiles(server: &Server, agent: &Agent, service: &str, p: &Printed) {
     // Allocated bytes: big_alloc : small_alloc as the program counted.
     let query = format!("service={service}&type={ALLOC}&from=now-1h&to=now");
     let stacks = wait_for(server, &query, |s| {
@@ -284,7 +308,11 @@ fn check_profiles(server: &Server, service: &str, p: &Printed) {
         });
         match row {
             Some(r) if r["alloc_bytes"].as_f64().unwrap_or(0.0) >= 0.8 * p.in_span => break r,
-            _ if Instant::now() > deadline => panic!("span A's allocations not in {v}"),
+            _ if Instant::now() > deadline => panic!(
+                "span A's allocations ({} bytes) not in {v}\nthe agent: {}",
+                p.in_span,
+                agent.last_line("stats:").unwrap_or_default()
+            ),
             _ => std::thread::sleep(Duration::from_millis(500)),
         }
     };
@@ -368,8 +396,9 @@ fn a_c_program_under_the_preload_library() {
         "a process without the library maps a probed file"
     );
     drop(plain);
+    wait_for_context(&agent, app.child.id());
     let printed = app.go();
-    check_profiles(&server, &service, &printed);
+    check_profiles(&server, &agent, &service, &printed);
     assert!(agent.stop().success());
     let total = agent.last_line("total:").expect("the agent's totals");
     assert!(
@@ -412,8 +441,9 @@ fn a_rust_program_with_the_sampled_allocator() {
     assert!(attached_files(&agent).contains(&file_id(&bin)));
     let sites = probe_site_bytes(app.child.id(), &bin);
     assert_eq!(sites, vec![0xcc; sites.len()], "int3 on every probe site");
+    wait_for_context(&agent, app.child.id());
     let printed = app.go();
-    check_profiles(&server, &service, &printed);
+    check_profiles(&server, &agent, &service, &printed);
     assert!(agent.stop().success());
 }
 
@@ -457,8 +487,22 @@ fn a_process_sampling_every_allocation_is_bounded_by_the_agent() {
         );
         text.push_str(&line);
     }
-    std::thread::sleep(Duration::from_millis(1500));
-    let stats = agent.last_line("stats:").expect("a stats line");
+    // A stats line of an export after the burst (one a second; beside a
+    // busy build a batch can be held a few seconds for content hashes).
+    let lines = agent
+        .stdout()
+        .lines()
+        .filter(|l| l.starts_with("stats:"))
+        .count();
+    let stats = kit::wait_until(
+        "a stats line after the burst",
+        Duration::from_secs(60),
+        || {
+            let out = agent.stdout();
+            let now: Vec<&str> = out.lines().filter(|l| l.starts_with("stats:")).collect();
+            (now.len() > lines + 1).then(|| now[now.len() - 1].to_owned())
+        },
+    );
     assert!(agent.stop().success());
     let seconds = started.elapsed().as_secs_f64();
     let totals = agent.last_line("total:").expect("the agent's totals");
