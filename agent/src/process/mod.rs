@@ -141,7 +141,7 @@ pub(crate) struct Context {
     /// Processes whose read or link-map change found a file still being
     /// read: since when, and when they look again
     /// ([`Processes::settle_thread_ctxs`]).
-    pub(crate) unsure_after_link_map: Vec<(u32, Instant, Instant)>,
+    pub(crate) unsure_thread_ctx: Vec<(u32, Instant, Instant)>,
     /// Processes whose files' facts or tables were pending, and when they
     /// look again (one entry each).
     pub(crate) unwind_due: Vec<(u32, Instant)>,
@@ -203,7 +203,7 @@ impl Processes {
                 vanished: 0,
                 tls_changes: Vec::new(),
                 ctx_after_load: (0, 0),
-                unsure_after_link_map: Vec::new(),
+                unsure_thread_ctx: Vec::new(),
                 unwind_due: Vec::new(),
                 loaders: Loaders::default(),
                 cfi: CfiCache::new(cfi_budget),
@@ -428,7 +428,7 @@ impl Processes {
     pub fn settle_thread_ctxs(&mut self) {
         let now = Instant::now();
         let Processes { by_pid, ctx } = self;
-        let mut pending = std::mem::take(&mut ctx.unsure_after_link_map);
+        let mut pending = std::mem::take(&mut ctx.unsure_thread_ctx);
         pending.retain_mut(|(pid, since, next)| {
             let Some(process) = by_pid.get_mut(pid) else {
                 return false;
@@ -445,7 +445,7 @@ impl Processes {
             *next = unsure_next(*since, now);
             process.thread_ctx_unsure
         });
-        ctx.unsure_after_link_map = pending;
+        ctx.unsure_thread_ctx = pending;
     }
 
     /// When [`Self::settle_thread_ctxs`] is due: at the first waiting
@@ -453,7 +453,7 @@ impl Processes {
     /// it), never when none waits.
     pub fn next_thread_ctx_due(&self, now: Instant) -> Option<Instant> {
         self.ctx
-            .unsure_after_link_map
+            .unsure_thread_ctx
             .iter()
             .filter_map(|(pid, _, next)| Some((self.by_pid.get(pid)?, next)))
             .map(|(p, next)| p.work.next_positive().max(*next).max(now))
@@ -955,12 +955,12 @@ impl Context {
     fn look_again_for_thread_ctx(&mut self, pid: u32, now: Instant) {
         let next = unsure_next(now, now);
         match self
-            .unsure_after_link_map
+            .unsure_thread_ctx
             .iter_mut()
             .find(|(p, _, _)| *p == pid)
         {
             Some(entry) => (entry.1, entry.2) = (now, next),
-            None => self.unsure_after_link_map.push((pid, now, next)),
+            None => self.unsure_thread_ctx.push((pid, now, next)),
         }
     }
 
