@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use symtrace_testkit::agent::{bpf_test, evidence, number_after, walks_early, Agent};
+use symtrace_testkit::agent::{bpf_test, evidence, excuse_early, number_after, walks_early, Agent};
 use symtrace_testkit::stacks::{folded_stacks, has_path, run, samples_where};
 use symtrace_testkit::{self as kit, Backend, Killed, Server};
 
@@ -159,15 +159,8 @@ fn check_whole(
     let stacks = &profiled.stacks;
     let n = samples_where(stacks, &of);
     let ok = samples_where(stacks, |s| of(s) && whole(s, path));
-    let early = profiled.early.min(n - ok.min(n));
-    let share = (ok + early) as f64 / n.max(1) as f64;
-    // The excuse is for a new process's first moments, never for a run
-    // whose ranges did not come (a run of 2 s: most samples are after).
-    assert!(
-        early * 2 <= n,
-        "{what}: {early} of {n} samples walked before the process's unwind ranges were set\n{}",
-        evidence(agent, stacks)
-    );
+    // (A run of 2 s: most samples are after the process's first moments.)
+    let (share, early) = excuse_early(what, ok, n, profiled.early, || evidence(agent, stacks));
     let cut = samples_where(stacks, |s| of(s) && s.first().is_some_and(|f| f == MARKER));
     assert!(
         n >= 20,

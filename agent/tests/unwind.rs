@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symtrace_testkit::agent::{bpf_test, evidence, number_after, walks_early, Agent};
+use symtrace_testkit::agent::{bpf_test, evidence, excuse_early, number_after, walks_early, Agent};
 use symtrace_testkit::stacks::{folded_stacks, has_path, run, samples_where};
 use symtrace_testkit::{self as kit, Backend, Server};
 
@@ -64,18 +64,6 @@ fn early_during<T>(agent: &Agent, run: impl FnOnce() -> T) -> (T, u64) {
     (out, walks_early(agent).saturating_sub(before))
 }
 
-/// `ok` of `n` samples right, but for `early` walked before the process's
-/// ranges (a new process's first moments: longer on a busy machine): the
-/// share, and the excuse used, which must be at most half of `n`.
-fn excused(what: &str, ok: u64, n: u64, early: u64, evidence: &str) -> f64 {
-    let early = early.min(n - ok.min(n));
-    assert!(
-        early * 2 <= n,
-        "{what}: {early} of {n} samples walked before the process's unwind ranges were set\n{evidence}"
-    );
-    (ok + early) as f64 / n.max(1) as f64
-}
-
 fn check_split(agent: &Agent, server: &Server, bin: &Path, what: &str) {
     let service = kit::unique(&format!("leaf-split-{what}-"));
     let ((used, stacks), early) = early_during(agent, || {
@@ -98,7 +86,7 @@ fn check_split(agent: &Agent, server: &Server, bin: &Path, what: &str) {
         total >= 0.6 * expected,
         "{what}: {total} samples for {expected:.0} expected; {text}"
     );
-    let whole = excused(what, g + d, in_leaf, early, &text);
+    let (whole, _) = excuse_early(what, g + d, in_leaf, early, || text.clone());
     assert!(
         whole >= 0.9,
         "{what}: {} of {in_leaf} samples in leaf_spin have the full chain ({early} walked before \
@@ -137,7 +125,7 @@ fn check_tiny(agent: &Agent, server: &Server, bin: &Path, what: &str) {
     );
     let text = format!("{stacks:?}\n{}", evidence(agent, &stacks));
     assert!(
-        excused(what, with_caller, in_tiny, early, &text) >= 0.95,
+        excuse_early(what, with_caller, in_tiny, early, || text.clone()).0 >= 0.95,
         "{what}: {with_caller} of {in_tiny} samples in tiny keep main;tiny_loop ({early} walked \
          before the process's ranges): {text}"
     );

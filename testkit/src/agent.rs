@@ -317,6 +317,28 @@ pub fn walks_early(agent: &Agent) -> u64 {
     })
 }
 
+/// `ok` of `n` samples right, but for `early` the agent walked before
+/// their process's unwind ranges were set ([`walks_early`]: counted on the
+/// whole host, so at most what the run missed is excused): the share right
+/// with the excuse, and the excuse used. The excuse is for a new process's
+/// first moments, never for a run whose ranges did not come: it must be at
+/// most half of `n` (`evidence` follows the failure's first line).
+pub fn excuse_early(
+    what: &str,
+    ok: u64,
+    n: u64,
+    early: u64,
+    evidence: impl FnOnce() -> String,
+) -> (f64, u64) {
+    let early = early.min(n - ok.min(n));
+    assert!(
+        early * 2 <= n,
+        "{what}: {early} of {n} samples walked before the process's unwind ranges were set\n{}",
+        evidence()
+    );
+    ((ok + early) as f64 / n.max(1) as f64, early)
+}
+
 /// The agent's unwinding counters (from its latest stats line), and the
 /// most frequent of `stacks`: what a failed stack check prints after its
 /// first line.
