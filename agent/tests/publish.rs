@@ -549,7 +549,9 @@ fn uploads_keep_to_their_byte_rate_and_a_slow_server_delays_no_export() {
     // One export a second while the upload crawled: none waited. Batches
     // the agent held (for content hashes or identities being read: on a
     // busy host, other processes') or sent late it reports, and only that
-    // time is excused.
+    // time is excused; the agent ran at least as long as the service, and
+    // its first and last intervals may be cut (on an idle host: the 10 a
+    // 12 s run always had to show).
     let stats: Vec<String> = agent
         .stdout()
         .lines()
@@ -560,7 +562,7 @@ fn uploads_keep_to_their_byte_rate_and_a_slow_server_delays_no_export() {
     let late = Duration::from_millis(number_after(&total, "batches ("));
     let due = ran.saturating_sub(late).as_secs_f64();
     assert!(
-        stats.len() as f64 >= due * 0.8 - 1.0,
+        stats.len() as f64 >= due - 2.0,
         "{} exports in {ran:?}, {late:?} of it late: {stats:?}",
         stats.len()
     );
