@@ -597,5 +597,7 @@ pub fn rule_of(cfa: &CfaRule<usize>, ra: RegisterRule<usize>, rbp: RegisterRule<
     }
 }
 
+pub mod pages;
+
 #[cfg(test)]
 mod tests;
