@@ -57,10 +57,14 @@ fn write_layout_constants(header: &std::path::Path) {
     for line in text.lines() {
         let line = line.trim();
         let words: Vec<&str> = line.split_whitespace().collect();
-        // The leading digits: `5,/* comment */` is 5.
+        // The leading digits: `5,/* comment */` is 5; `0x1f` is 31.
         let number = |w: &str| {
-            let digits: String = w.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse::<u64>().ok()
+            let (radix, w) = match w.strip_prefix("0x") {
+                Some(hex) => (16, hex),
+                None => (10, w),
+            };
+            let digits: String = w.chars().take_while(|c| c.is_digit(radix)).collect();
+            u64::from_str_radix(&digits, radix).ok()
         };
         match words.as_slice() {
             ["#define", name, value, ..] if number(value).is_some() => {

@@ -351,9 +351,10 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, __u64 *ip,
  * user registers, -1: fall back to bpf_get_stack on `ctx`), walked by
  * walk_user_stack; also copies USER_STACK_WINDOW bytes from %rsp, for
  * userspace's .eh_frame step out of a leaf whose file's table is not
- * loaded (yet). */
+ * loaded (yet). `proc`: the process's unwind ranges (proc_of), looked up
+ * once per sample by the caller. */
 static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, __u64 fp,
-				       struct cpu_sample *s)
+				       struct cpu_sample *s, struct unwind_proc *proc)
 {
 	if (have < 0) {
 		long n = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
@@ -367,7 +368,7 @@ static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, 
 	}
 	s->user_sp = sp;
 	s->user_bp = fp;
-	walk_user_stack(s->pid, ip, sp, fp, s);
+	walk_user_stack(s->pid, ip, sp, fp, s, proc);
 	if (s->user_end & USER_END_LEAF_CFI)
 		return; /* stepped out of the leaf here: no window needed */
 	if (!bpf_probe_read_user(s->window, USER_STACK_WINDOW, (void *)sp))
@@ -386,8 +387,8 @@ volatile const __u32 stack_snapshots = 0;
  * a backlog, the copies stop first and the samples go on. */
 volatile const __u64 snapshot_backlog = 0;
 
-/* Writes the struct stack_snapshot of an on-CPU sample of process `tgid`
- * at `now` when the process has no unwind ranges yet (its first moments,
+/* Writes the struct stack_snapshot of an on-CPU sample at `now`, called
+ * when its process has no unwind ranges yet (its first moments,
  * before the agent read it: its frameless frames would cut the walk by
  * frame pointer). No flag in the sample says so (a value the verifier
  * would follow down both paths of all that comes after): the snapshot is
@@ -395,9 +396,9 @@ volatile const __u64 snapshot_backlog = 0;
  * be read: the stack's top may be nearer, or a page not resident. A
  * global function: the verifier checks it once, on its own, and its
  * branches do not multiply the paths of the sample program after it. */
-__attribute__((noinline)) int stack_snapshot(__u32 tgid, __u64 now, __u64 sp)
+__attribute__((noinline)) int stack_snapshot(__u64 now, __u64 sp)
 {
-	if (!stack_snapshots || bpf_map_lookup_elem(&unwind_procs, &tgid))
+	if (!stack_snapshots)
 		return 0;
 	if (bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) > snapshot_backlog) {
 		count(COUNTER_SNAPSHOTS_SKIPPED);
@@ -469,15 +470,16 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = user_regs(ctx, &ip, &sp, &bp);
 	__u64 now = bpf_ktime_get_boot_ns();
-	if (have > 0)
-		stack_snapshot((__u32)(id >> 32), now, sp);
+	struct unwind_proc *proc = proc_of(id >> 32);
+	if (have > 0 && !proc)
+		stack_snapshot(now, sp);
 	struct cpu_sample *s = bpf_ringbuf_reserve(&records, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_LOST);
 		return 0;
 	}
 	sample_header(s, RECORD_SAMPLE, id, task, now);
-	user_stack(ctx, have, ip, sp, bp, s);
+	user_stack(ctx, have, ip, sp, bp, s, proc);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	/* Userspace drains on a timer: no wakeup per sample. */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
@@ -663,7 +665,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	sample_header(s, RECORD_OFF_CPU_START, ((__u64)tgid << 32) | tid, prev, now);
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = saved_user_regs(&ip, &sp, &bp);
-	user_stack(ctx, have, ip, sp, bp, s);
+	user_stack(ctx, have, ip, sp, bp, s, proc_of(tgid));
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	count(COUNTER_OFF_CPU);
@@ -796,7 +798,8 @@ int on_usdt(struct pt_regs *ctx)
 	sample_header(&a->sample, RECORD_ALLOC, id, task, bpf_ktime_get_boot_ns());
 	/* The checked walk, as for CPU samples (bpf_get_stack's was slower
 	 * here: 2.3 µs a run against 1.8 on the example service). */
-	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample);
+	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample,
+		   proc_of(id >> 32));
 	a->sample.kernel_bytes = 0;
 	__u64 weight = a->weight;
 	/* After the reserve: the free's record comes after this one. */

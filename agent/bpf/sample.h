@@ -78,13 +78,23 @@ struct unwind_row {
 	__u32 rule;          /* index in unwind_rules */
 };
 
-/* A file's table; count 0: no table in this slot. */
+/* A file's table; count 0: no table in this slot. Its page index follows
+ * its rows in the pool, at [first + count, first + count + pages): entry p
+ * is the rows that may hold an offset in [p << shift, (p + 1) << shift)
+ * as a struct unwind_row {lowest, highest} (row numbers in the table), so
+ * a lookup searches a page's few rows, in a few cache lines, instead of
+ * the whole table (a walk in a busy VM pays for each line it touches).
+ * The shift, UNWIND_PAGE_SHIFT or more (no more pages than rows), is in
+ * flags' bits UNWIND_FILE_SHIFT_AT.. ; an offset past the last page is
+ * looked up in the last. */
 #define UNWIND_FILE_FRAMED 1 /* the file keeps frame pointers: its non-leaf frames step by them */
+#define UNWIND_FILE_SHIFT_AT 8
+#define UNWIND_PAGE_SHIFT 12
 struct unwind_file {
 	__u32 first;
 	__u32 count;
 	__u32 flags;
-	__u32 pad;
+	__u32 pages;         /* at least 1 when count is not 0 */
 };
 
 /* An executable mapping of a file with a table: the table's offset of
@@ -93,8 +103,12 @@ struct unwind_range {
 	__u64 start;
 	__u64 adjust;
 	__u32 len;
-	__u32 file;          /* slot in unwind_files */
+	__u32 file;          /* slot in unwind_files, | UNWIND_RANGE_FRAMED */
 };
+/* Or'ed into unwind_range.file: the file keeps frame pointers (its slot's
+ * UNWIND_FILE_FRAMED), so the walk steps its non-leaf frames by them
+ * without reading its slot. */
+#define UNWIND_RANGE_FRAMED 0x80000000
 
 struct unwind_proc {
 	__u32 count;

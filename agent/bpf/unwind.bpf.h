@@ -51,6 +51,12 @@ struct {
 	__type(value, __u8);
 } unwind_asked SEC(".maps");
 
+/* Process `tgid`'s unwind ranges, or NULL (none set yet). */
+static __always_inline struct unwind_proc *proc_of(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&unwind_procs, &tgid);
+}
+
 static __always_inline void ask_for_ranges(__u32 tgid)
 {
 	__u8 one = 1;
@@ -63,17 +69,20 @@ static __always_inline void ask_for_ranges(__u32 tgid)
 	}
 }
 
-/* The walk's state, on the program's stack (bpf_loop hands the callback a
- * pointer to it); frames go straight into the record. The verifier
- * follows the callback until the context's state repeats: nothing in it may
- * count (the steps are counted in the per-CPU counters). */
-struct walk_ctx {
+/* The walk's registers and how it ended: scalars only, so the global
+ * function walk_one can take a pointer to them. */
+struct walk_regs {
 	__u64 ip, sp, bp;
+	__u32 end;  /* enum user_stack_end, and USER_END_LEAF_CFI */
+	__u32 last; /* the range of the previous lookup's hit + 1 (0: none) */
+};
+
+/* The walk's state, on the program's stack (bpf_loop hands the callback a
+ * pointer to it); frames go straight into the record. */
+struct walk_ctx {
+	struct walk_regs w;
 	struct cpu_sample *s;
 	struct unwind_proc *proc; /* NULL: no table for this process */
-	__u32 end;                /* enum user_stack_end, and USER_END_LEAF_CFI */
-	__u32 last;               /* the range of the previous lookup's hit */
-	__u32 have_last;
 };
 
 /* 1 when a <= b, without a branch: the searches below must not fork the
@@ -87,21 +96,66 @@ static __always_inline __u64 at_most(__u64 a, __u64 b)
 	return le;
 }
 
-/* The rule for `pc` in the process's tables, or NULL (no mapping with a
- * table covers it; the file keeps frame pointers and this is not the leaf;
- * the table says nothing there). Both searches find the last entry whose
- * start is at most the key: halve the candidates, move the base up by the
- * lower half when its last entry qualifies. */
-static __always_inline const struct unwind_rule *rule_at(struct walk_ctx *c, __u64 pc, int leaf)
+/* The rule index (in unwind_rules) for offset `off` of the table in file
+ * slot `slot`, or -1: no table; the file keeps frame pointers and this is
+ * not the leaf; no row covers `off`. The rows searched are those of the
+ * offset's page (struct unwind_file): a few cache lines, not the whole
+ * table's. Both searches here find the last entry whose start is at most
+ * the key: halve the candidates, move the base up by the lower half when
+ * its last entry qualifies. */
+static __always_inline int file_rule(__u32 slot, __u64 off, int leaf)
 {
-	struct unwind_proc *proc = c->proc;
+	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &slot);
+	if (!f || !f->count || !f->pages)
+		return -1;
+	if (!leaf && (f->flags & UNWIND_FILE_FRAMED))
+		return -1;
+	if (off >> 32)
+		return -1;
+	/* page = min(off >> shift, pages - 1), branchless. */
+	__u32 pages = f->pages;
+	__u64 page = off >> ((f->flags >> UNWIND_FILE_SHIFT_AT) & 63);
+	__u64 past = at_most(pages, page);
+	page = page * (1 - past) + (pages - 1) * past;
+	__u32 count = f->count;
+	__u32 key = f->first + count + (__u32)page;
+	struct unwind_row *span = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!span || span->rule < span->start || span->rule >= count)
+		return -1;
+	__u32 first = f->first + span->start;
+	__u32 n = span->rule - span->start + 1;
+	__u32 base = 0;
+	for (int k = 0; k < UNWIND_SEARCH_STEPS + 1; k++) {
+		if (n <= 1)
+			break;
+		__u32 half = n / 2;
+		key = first + base + half;
+		struct unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
+		if (!row)
+			return -1;
+		base += half * at_most(row->start, off);
+		n -= half;
+	}
+	key = first + base;
+	struct unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!row || row->start > off || row->rule >= UNWIND_RULES)
+		return -1;
+	return row->rule;
+}
+
+/* The rule for `pc` in the process's tables, or NULL (no mapping with a
+ * table covers it; see file_rule). */
+static __always_inline const struct unwind_rule *rule_at(struct walk_regs *w,
+							 struct unwind_proc *proc, __u64 pc,
+							 int leaf)
+{
 	__u32 n = proc->count;
 	if (n == 0 || n > UNWIND_PROC_RANGES)
 		return 0;
 	/* Callers are mostly in the file of their callee: the previous hit
 	 * first. */
-	struct unwind_range *r = &proc->ranges[c->last & (UNWIND_PROC_RANGES - 1)];
-	if (!c->have_last || pc < r->start || pc - r->start >= r->len) {
+	struct unwind_range *r = &proc->ranges[(w->last - 1) & (UNWIND_PROC_RANGES - 1)];
+	if (!w->last || pc < r->start || pc - r->start >= r->len) {
 		__u32 base = 0;
 		for (int k = 0; k < 8; k++) { /* log2(UNWIND_PROC_RANGES) + 1 */
 			if (n <= 1)
@@ -115,61 +169,40 @@ static __always_inline const struct unwind_rule *rule_at(struct walk_ctx *c, __u
 		r = &proc->ranges[base];
 		if (pc < r->start || pc - r->start >= r->len)
 			return 0;
-		c->last = base;
-		c->have_last = 1;
+		w->last = base + 1;
 	}
-	__u32 slot = r->file;
-	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &slot);
-	if (!f || !f->count)
+	__u32 file = r->file;
+	if (!leaf && (file & UNWIND_RANGE_FRAMED))
 		return 0;
-	if (!leaf && (f->flags & UNWIND_FILE_FRAMED))
+	int rule = file_rule(file & ~UNWIND_RANGE_FRAMED, pc - r->adjust, leaf);
+	if (rule < 0)
 		return 0;
-	__u64 off = pc - r->adjust;
-	if (off >> 32)
-		return 0;
-	__u32 first = f->first;
-	n = f->count;
-	__u32 base = 0;
-	for (int k = 0; k < UNWIND_SEARCH_STEPS + 1; k++) {
-		if (n <= 1)
-			break;
-		__u32 half = n / 2;
-		__u32 key = first + base + half;
-		struct unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
-		if (!row)
-			return 0;
-		base += half * at_most(row->start, off);
-		n -= half;
-	}
-	__u32 key = first + base;
-	struct unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &key);
-	if (!row || row->start > off)
-		return 0;
-	__u32 rule = row->rule;
-	return bpf_map_lookup_elem(&unwind_rules, &rule);
+	__u32 index = rule;
+	return bpf_map_lookup_elem(&unwind_rules, &index);
 }
 
-static long walk_step(__u64 index, void *data)
+/* One step of the walk: out of frame `i` (whose %rip, %rsp and %rbp are
+ * in `w`) into its caller's, by the CFI rule of the address when `proc`
+ * (the process's ranges; NULL: none yet) has its file's table, else by
+ * frame pointer, checked. 0: go on from the caller; 1: the walk ended
+ * (w->end says how). A global function: the verifier checks it once, on
+ * its own, with any registers; the walk's loop then has nothing to tell
+ * apart from one frame to the next (its states repeat at once), where
+ * the step inlined made it follow each path through the searches again
+ * for each combination of the registers' known values. */
+__attribute__((noinline)) int walk_one(struct walk_regs *w, struct unwind_proc *proc, __u32 i)
 {
-	struct walk_ctx *c = data;
-	/* The frame's number is the loop's index (unknown to the verifier,
-	 * so it checks the step once; a count kept in the context would be
-	 * followed value by value, frame by frame). */
-	if (index >= USER_STACK_DEPTH) {
-		c->end = (c->end & USER_END_LEAF_CFI) | USER_END_DEPTH;
+	if (!w)
 		return 1;
-	}
-	__u32 i = index;
-	__u64 ip = c->ip, sp = c->sp, bp = c->bp;
-	c->s->user[i] = ip;
+	__u64 ip = w->ip, sp = w->sp, bp = w->bp;
 	/* A caller's return address is the instruction after its call: the
 	 * rule that holds at the call is the one before it. */
 	__u64 pc = i ? ip - 1 : ip;
 	const struct unwind_rule *rule = 0;
-	if (c->proc)
-		rule = rule_at(c, pc, i == 0);
+	if (proc)
+		rule = rule_at(w, proc, pc, i == 0);
 	if (rule && rule->kind == RULE_OUTERMOST) {
-		c->end = (i == 0 ? USER_END_LEAF_CFI : (c->end & USER_END_LEAF_CFI)) |
+		w->end = (i == 0 ? USER_END_LEAF_CFI : (w->end & USER_END_LEAF_CFI)) |
 			 USER_END_OUTERMOST;
 		return 1;
 	}
@@ -177,71 +210,99 @@ static long walk_step(__u64 index, void *data)
 		__u64 cfa = (rule->kind == RULE_RSP ? sp : bp) + (__s64)rule->cfa;
 		__u64 ra = 0;
 		if (i == 0)
-			c->end = USER_END_LEAF_CFI;
+			w->end = USER_END_LEAF_CFI;
 		/* The caller's frame is above this one: a rule from %rbp that
 		 * points below %rsp is a clobbered %rbp, not a frame. */
 		if (cfa <= sp || cfa >= USER_ADDRESS_LIMIT) {
-			c->end |= USER_END_NOT_INCREASING;
+			w->end |= USER_END_NOT_INCREASING;
 			return 1;
 		}
-		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + (__s64)rule->ra))) {
-			c->end |= USER_END_UNREADABLE;
-			return 1;
+		/* The caller's %rbp is most often pushed just below the return
+		 * address (push %rbp after the call): one read for both. */
+		__u64 pair[2]; /* the saved %rbp, the return address */
+		long failed;
+		if (rule->rbp_saved && rule->rbp == rule->ra - 8) {
+			failed = bpf_probe_read_user(pair, sizeof(pair),
+						     (void *)(cfa + (__s64)rule->rbp));
+			bp = pair[0];
+			ra = pair[1];
+		} else {
+			failed = bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + (__s64)rule->ra));
+			if (!failed && rule->rbp_saved)
+				failed = bpf_probe_read_user(&bp, sizeof(bp),
+							     (void *)(cfa + (__s64)rule->rbp));
 		}
-		if (rule->rbp_saved &&
-		    bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)rule->rbp))) {
-			c->end |= USER_END_UNREADABLE;
+		if (failed) {
+			w->end |= USER_END_UNREADABLE;
 			return 1;
 		}
 		count(COUNTER_STEPS_CFI);
 		if (!ra || ra >= USER_ADDRESS_LIMIT) {
-			c->end |= USER_END_ROOT;
+			w->end |= USER_END_ROOT;
 			return 1;
 		}
-		c->ip = ra;
-		c->sp = cfa;
-		c->bp = bp;
+		w->ip = ra;
+		w->sp = cfa;
+		w->bp = bp;
 		return 0;
 	}
 	/* By frame pointer, checked: the frame must be 8-aligned, readable and
 	 * not below %rsp (each one above the last), so a garbage %rbp ends the
 	 * walk instead of adding frames. */
 	__u64 frame[2]; /* the saved %rbp, the return address */
-	__u32 leaf = c->end & USER_END_LEAF_CFI;
+	__u32 leaf = w->end & USER_END_LEAF_CFI;
 	if (!bp) {
-		c->end = leaf | USER_END_ROOT;
+		w->end = leaf | USER_END_ROOT;
 		return 1;
 	}
 	if ((bp & 7) || bp >= USER_ADDRESS_LIMIT ||
 	    bpf_probe_read_user(frame, sizeof(frame), (void *)bp)) {
-		c->end = leaf | USER_END_UNREADABLE;
+		w->end = leaf | USER_END_UNREADABLE;
 		return 1;
 	}
 	if (bp < sp) {
-		c->end = leaf | USER_END_NOT_INCREASING;
+		w->end = leaf | USER_END_NOT_INCREASING;
 		return 1;
 	}
 	count(COUNTER_STEPS_FP);
 	if (!frame[1]) {
-		c->end = leaf | USER_END_ROOT;
+		w->end = leaf | USER_END_ROOT;
 		return 1;
 	}
-	c->ip = frame[1];
-	c->sp = bp + 16;
-	c->bp = frame[0];
+	w->ip = frame[1];
+	w->sp = bp + 16;
+	w->bp = frame[0];
 	return 0;
 }
 
-/* Walks the user stack from (ip, sp, bp) into s->user. */
+static long walk_step(__u64 index, void *data)
+{
+	struct walk_ctx *c = data;
+	/* The frame's number is the loop's index (unknown to the verifier,
+	 * so it checks the step once). */
+	if (index >= USER_STACK_DEPTH) {
+		c->w.end = (c->w.end & USER_END_LEAF_CFI) | USER_END_DEPTH;
+		return 1;
+	}
+	__u32 i = index;
+	c->s->user[i] = c->w.ip;
+	long ended = walk_one(&c->w, c->proc, i);
+	/* The verifier knows nothing of a global function's answer and a
+	 * callback must return 0 or 1; clang knows it does (the barrier keeps
+	 * the test it would drop). */
+	asm volatile("" : "+r"(ended));
+	return ended ? 1 : 0;
+}
+
+/* Walks the user stack from (ip, sp, bp) into s->user, by process
+ * `tgid`'s unwind ranges `proc` (proc_of; NULL: none yet). */
 static __always_inline void walk_user_stack(__u32 tgid, __u64 ip, __u64 sp, __u64 bp,
-					    struct cpu_sample *s)
+					    struct cpu_sample *s, struct unwind_proc *proc)
 {
 	struct walk_ctx c = {
-		.ip = ip,
-		.sp = sp,
-		.bp = bp,
+		.w = {.ip = ip, .sp = sp, .bp = bp},
 		.s = s,
-		.proc = bpf_map_lookup_elem(&unwind_procs, &tgid),
+		.proc = proc,
 	};
 	if (!c.proc) {
 		ask_for_ranges(tgid);
@@ -257,7 +318,7 @@ static __always_inline void walk_user_stack(__u32 tgid, __u64 ip, __u64 sp, __u6
 	/* Every step writes its frame, but for the one past the deepest. */
 	__u32 n = loops > USER_STACK_DEPTH ? USER_STACK_DEPTH : loops;
 	s->user_frames = n;
-	s->user_end = c.end;
+	s->user_end = c.w.end;
 }
 
 #endif

@@ -228,7 +228,7 @@ pub struct UnwindFile {
     pub first: u32,
     pub count: u32,
     pub flags: u32,
-    pub pad: u32,
+    pub pages: u32,
 }
 
 /// `struct unwind_range`: a process's mapping of a file with a table.

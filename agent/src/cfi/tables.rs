@@ -16,11 +16,13 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::deltas::pages::PageIndex;
 use super::deltas::{CfaBase, Rule, SavedRbp, Table};
 use crate::jobs::{JobError, Ticket};
 use crate::record::{
     UnwindFile, UnwindProc, UnwindRange, UnwindRow, UnwindRule, RULE_OUTERMOST, RULE_RBP, RULE_RSP,
-    RULE_UNKNOWN, UNWIND_FILES, UNWIND_FILE_FRAMED, UNWIND_PROC_RANGES, UNWIND_RULES,
+    RULE_UNKNOWN, UNWIND_FILES, UNWIND_FILE_FRAMED, UNWIND_FILE_SHIFT_AT, UNWIND_PAGE_SHIFT,
+    UNWIND_PROC_RANGES, UNWIND_RANGE_FRAMED, UNWIND_RULES,
 };
 
 /// A file's identity: (device, inode, a fingerprint of its facts: an
@@ -139,6 +141,7 @@ enum Refused {
 struct Loaded {
     slot: u32,
     first: u32,
+    /// Rows of the pool it holds: its table's and its page index's.
     count: u32,
     base: u64,
     /// Processes whose ranges name this slot.
@@ -329,7 +332,7 @@ impl Tables {
                         Refused::Never => Entry::Absent,
                         Refused::Room => Entry::NoRoom {
                             at: now,
-                            rows: u32::try_from(built.table.starts.len()).unwrap_or(u32::MAX),
+                            rows: pool_rows(&built.table).1,
                             framed: built.framed,
                         },
                     }
@@ -401,8 +404,9 @@ impl Tables {
         sink: &mut dyn Sink,
     ) -> Result<Loaded, Refused> {
         let table = &built.table;
-        let count = u32::try_from(table.starts.len()).map_err(|_| Refused::Never)?;
-        if count == 0 || count > self.capacity {
+        let rows = u32::try_from(table.starts.len()).map_err(|_| Refused::Never)?;
+        let (pages, count) = pool_rows(table);
+        if rows == 0 || count > self.capacity {
             return Err(Refused::Never);
         }
         // Rule indices first (a full rule array refuses the file).
@@ -435,23 +439,34 @@ impl Tables {
             self.give_back(first, count);
             return Err(Refused::Room);
         };
-        let rows = sink.rows();
-        for (i, (&start, &rule)) in table.starts.iter().zip(&table.rule_of).enumerate() {
-            rows[first as usize + i] = UnwindRow {
+        let pool = &mut sink.rows()[first as usize..(first + count) as usize];
+        let (table_rows, page_rows) = pool.split_at_mut(rows as usize);
+        for (row, (&start, &rule)) in table_rows
+            .iter_mut()
+            .zip(table.starts.iter().zip(&table.rule_of))
+        {
+            *row = UnwindRow {
                 start,
                 rule: index[usize::from(rule)],
             };
         }
+        for (row, span) in page_rows.iter_mut().zip(&pages.spans) {
+            *row = UnwindRow {
+                start: span.lowest,
+                rule: span.highest,
+            };
+        }
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        let framed = if built.framed {
+            UNWIND_FILE_FRAMED as u32
+        } else {
+            0
+        };
         sink.files()[slot as usize] = UnwindFile {
             first,
-            count,
-            flags: if built.framed {
-                UNWIND_FILE_FRAMED as u32
-            } else {
-                0
-            },
-            pad: 0,
+            count: rows,
+            flags: framed | pages.shift << UNWIND_FILE_SHIFT_AT,
+            pages: pages.spans.len() as u32,
         };
         self.stats.files += 1;
         self.stats.rows += u64::from(count);
@@ -639,8 +654,19 @@ impl Tables {
             pad: 0,
             ranges: [UnwindRange::default(); UNWIND_PROC_RANGES],
         };
-        for (i, (_, r)) in ranges.iter().enumerate() {
-            proc.ranges[i] = *r;
+        for (i, (key, r)) in ranges.iter().enumerate() {
+            // The walk steps a framed file's non-leaf frames by frame
+            // pointer without looking at its table: the range says so.
+            let framed = matches!(self.files.get(key), Some(Entry::Loaded(l)) if l.framed);
+            proc.ranges[i] = UnwindRange {
+                file: r.file
+                    | if framed {
+                        UNWIND_RANGE_FRAMED as u32
+                    } else {
+                        0
+                    },
+                ..*r
+            };
         }
         match sink.set_proc(pid, Some(&proc)) {
             Ok(()) => true,
@@ -710,6 +736,15 @@ fn may_go(l: &Loaded, framed: bool, now: Instant) -> bool {
     l.users == 0
         && l.last_used < now
         && (!framed || l.framed || now.saturating_duration_since(l.last_used) >= FRAMELESS_KEPT)
+}
+
+/// A table's page index (see `struct unwind_file` in bpf/sample.h) and
+/// the rows of the pool the two take together (at most twice the table's:
+/// the index has no more pages than the table has rows).
+fn pool_rows(table: &Table) -> (PageIndex, u32) {
+    let pages = PageIndex::new(&table.starts, UNWIND_PAGE_SHIFT as u32);
+    let rows = table.starts.len().saturating_add(pages.spans.len());
+    (pages, u32::try_from(rows).unwrap_or(u32::MAX))
 }
 
 /// A rule as the BPF walk reads it.

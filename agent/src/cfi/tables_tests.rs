@@ -19,8 +19,8 @@ impl Memory {
         }
     }
 
-    /// The rule the BPF walk finds for `pc` of process `pid` (its search,
-    /// in Rust).
+    /// The rule the BPF walk finds for `pc` of process `pid` at the leaf
+    /// (its search, in Rust).
     fn rule(&self, pid: u32, pc: u64) -> Option<UnwindRule> {
         let proc = self.procs.get(&pid)?;
         let ranges = &proc.ranges[..proc.count as usize];
@@ -29,12 +29,19 @@ impl Memory {
         if pc - r.start >= u64::from(r.len) {
             return None;
         }
-        let f = self.files[r.file as usize];
-        if f.count == 0 {
+        let f = self.files[(r.file & !(UNWIND_RANGE_FRAMED as u32)) as usize];
+        if f.count == 0 || f.pages == 0 {
             return None;
         }
         let off = u32::try_from(pc.wrapping_sub(r.adjust)).ok()?;
-        let rows = &self.rows[f.first as usize..(f.first + f.count) as usize];
+        // Through the file's page index, as the walk searches.
+        let shift = (f.flags >> UNWIND_FILE_SHIFT_AT) & 63;
+        let page = (u64::from(off) >> shift).min(u64::from(f.pages - 1)) as u32;
+        let span = self.rows[(f.first + f.count + page) as usize];
+        if span.rule < span.start || span.rule >= f.count {
+            return None;
+        }
+        let rows = &self.rows[(f.first + span.start) as usize..=(f.first + span.rule) as usize];
         let j = rows
             .partition_point(|row| row.start <= off)
             .checked_sub(1)?;
@@ -438,6 +445,12 @@ fn a_mapped_frame_pointer_files_table_makes_room_for_frameless_code() {
     // Two processes map it; one of them maps more (here, nothing loaded).
     t.set_process(1, vec![(fp, range(0x10000, slot))], true, &mut mem);
     t.set_process(2, vec![(fp, range(0x20000, slot))], true, &mut mem);
+    // Its ranges say it keeps frame pointers (the walk does not read its
+    // slot for a caller's frame); its leaves still find their rules.
+    assert_eq!(
+        mem.procs[&1].ranges[0].file,
+        slot | UNWIND_RANGE_FRAMED as u32
+    );
     assert!(mem.rule(1, 0x10000 + 6).is_some());
     // Another framed file finds no room: framed tables do not displace
     // each other.
