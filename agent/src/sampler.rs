@@ -266,6 +266,31 @@ pub fn unwind_rows(bytes: u64) -> u32 {
     rows.clamp(512, u64::from(u32::MAX / 2)) as u32
 }
 
+/// The kernel verifier's budget of instructions processed for one program
+/// (BPF_COMPLEXITY_LIMIT_INSNS): a program past it does not load.
+const VERIFIER_LIMIT: u32 = 1_000_000;
+
+/// Logs how many instructions the verifier processed to check program
+/// `name` (Linux ≥ 5.16 says), with a warning past a quarter of its
+/// budget: the walk's paths multiply, and one branch more can take a
+/// program that loads today past the limit (the sample program once took
+/// 930,000).
+fn log_verified(program: &aya::programs::Program, name: &str) {
+    let Ok(Some(n)) = program.info().map(|i| i.verified_instruction_count()) else {
+        return;
+    };
+    if n > VERIFIER_LIMIT / 4 {
+        tracing::warn!(
+            program = name,
+            instructions = n,
+            limit = VERIFIER_LIMIT,
+            "BPF program verified near the verifier's limit"
+        );
+    } else {
+        tracing::info!(program = name, instructions = n, "BPF program verified");
+    }
+}
+
 /// One record per this many nanoseconds (0: unbounded).
 fn record_interval_ns(per_second: u32) -> u64 {
     if per_second == 0 {
@@ -353,6 +378,7 @@ impl Sampler {
                 _ => unreachable!("{name}: unexpected program type"),
             }
             .with_context(|| format!("verifying BPF program {name}"))?;
+            log_verified(bpf.program(name).expect("program in the object"), name);
         }
         for (name, tracepoint) in [
             ("on_exec", "sched_process_exec"),
@@ -381,14 +407,19 @@ impl Sampler {
             Some(_) => {
                 let program: &mut UProbe = bpf.program_mut(MEMORY).unwrap().try_into()?;
                 match program.load() {
-                    Ok(()) => Some(MemoryMaps {
-                        specs: Array::try_from(bpf.take_map("usdt_specs").unwrap())?,
-                        live: aya::maps::HashMap::try_from(bpf.take_map("live_allocs").unwrap())?,
-                        live_counts: aya::maps::HashMap::try_from(
-                            bpf.take_map("live_counts").unwrap(),
-                        )?,
-                        reaper: crate::reaper::Reaper::new(),
-                    }),
+                    Ok(()) => {
+                        log_verified(bpf.program(MEMORY).unwrap(), MEMORY);
+                        Some(MemoryMaps {
+                            specs: Array::try_from(bpf.take_map("usdt_specs").unwrap())?,
+                            live: aya::maps::HashMap::try_from(
+                                bpf.take_map("live_allocs").unwrap(),
+                            )?,
+                            live_counts: aya::maps::HashMap::try_from(
+                                bpf.take_map("live_counts").unwrap(),
+                            )?,
+                            reaper: crate::reaper::Reaper::new(),
+                        })
+                    }
                     Err(e) => {
                         // bpf_get_attach_cookie needs Linux 5.15: the rest
                         // of the agent works without it.

@@ -106,6 +106,55 @@ fn flamegraph_shows_the_measured_cpu_split_of_c_and_rust_workloads() {
     assert_eq!(number_after(&total, "dropped"), 0, "{total}");
 }
 
+/// Each program the agent loaded and the instructions the verifier
+/// processed to check it, from the agent's log.
+fn verified(log: &str) -> Vec<(String, u64)> {
+    log.lines()
+        .filter(|l| l.contains("BPF program verified"))
+        .filter_map(|l| {
+            let field = |key: &str| {
+                let at = l.find(key)? + key.len();
+                let rest = &l[at..];
+                let end = rest.find(' ').unwrap_or(rest.len());
+                Some(rest[..end].trim_matches('"').to_string())
+            };
+            Some((field("program=")?, field("instructions=")?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn every_bpf_program_verifies_far_inside_the_kernels_budget() {
+    let Some(_one) = bpf_test(&[]) else {
+        return;
+    };
+    // The verifier follows every path of a program up to 1,000,000
+    // instructions; the sample program's walk, inlined into its loop, once
+    // took 930,000 of them (one more branch and the agent would not have
+    // loaded). Its steps now verify once, as functions of their own: a
+    // tenth of the budget is far more than they need, and far less than
+    // paths that multiply again would take.
+    let server = Server::start(&Backend::local(), &[]);
+    let agent = start_agent(&server.grpc_addr, &[]);
+    let log = agent.stderr();
+    let programs = verified(&log);
+    for name in [
+        "on_cpu_sample",
+        "on_switch",
+        "on_usdt",
+        "on_exec",
+        "on_exit",
+    ] {
+        assert!(
+            programs.iter().any(|(p, _)| p == name),
+            "{name} not reported verified: {programs:?}\n{log}"
+        );
+    }
+    for (name, n) in &programs {
+        assert!(*n < 100_000, "{name} took {n} instructions to verify");
+    }
+}
+
 #[test]
 fn a_missing_capability_is_named() {
     if !bpf_available() || !kit::have("capsh") {
