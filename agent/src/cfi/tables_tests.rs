@@ -158,8 +158,50 @@ fn a_process_finds_each_mappings_rule_through_its_file() {
 }
 
 #[test]
+fn a_table_of_many_pages_finds_each_rule_through_its_page_index() {
+    // 1,000 functions of 16 bytes: 16,000 bytes of code, four pages of
+    // 4 KiB, rows crossing each page's edge.
+    let mut mem = Memory::new(1 << 13);
+    let mut t = Tables::new(1 << 13);
+    let now = Instant::now();
+    let lib = (1, 11, 0);
+    let Lookup::Loaded { slot, base } = t.lookup(lib, now, &mut mem, || ready(table(0, 1000)))
+    else {
+        panic!("not loaded");
+    };
+    let f = mem.files[slot as usize];
+    assert_eq!(f.pages, 4, "{f:?}");
+    assert_eq!(
+        (f.flags >> UNWIND_FILE_SHIFT_AT) & 63,
+        UNWIND_PAGE_SHIFT as u32
+    );
+    let start = 0x7f00_0000_0000u64;
+    let range = UnwindRange {
+        start,
+        adjust: start.wrapping_add(base),
+        len: 0x8000,
+        file: slot,
+    };
+    t.set_process(1, vec![(lib, range)], true, &mut mem);
+    // Every offset the rows cover, and past the last row (the last
+    // page's rows rule there): what the table itself says.
+    for off in (0..16_100u64).chain([4095, 4096, 8191, 8192, 12287, 12288, 0x7fff]) {
+        let (i, within) = (off / 16, off % 16);
+        let want = match i {
+            _ if i >= 1000 => None, // the table's last row: no rule
+            _ if within < 4 => Some(8),
+            _ => Some(16 + 8 * (i % 3) as i16),
+        };
+        let got = mem.rule(1, start + off);
+        let got = got.filter(|r| r.kind != RULE_UNKNOWN as u8).map(|r| r.cfa);
+        assert_eq!(got, want.map(i32::from), "offset {off:#x}");
+    }
+}
+
+#[test]
 fn files_nobody_maps_make_room_and_mapped_ones_stay() {
-    // Room for about two tables of 100 functions (201 rows each).
+    // Room for about two tables of 100 functions (201 rows each, and
+    // one row of page index: they span one page).
     let mut mem = Memory::new(450);
     let mut t = Tables::new(450);
     let now = Instant::now();
@@ -355,7 +397,8 @@ fn rules_are_shared_between_files() {
 
 #[test]
 fn making_room_evicts_only_what_the_new_table_needs() {
-    // Room for two tables of 100 functions (201 rows each), and some.
+    // Room for two tables of 100 functions (201 rows and a page-index row
+    // each), and some.
     let mut mem = Memory::new(450);
     let mut t = Tables::new(450);
     // Both loaded a while ago, mapped by nobody now; the third comes at
