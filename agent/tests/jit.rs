@@ -368,13 +368,8 @@ fn a_perf_map_growing_by_100k_entries_with_garbage_stays_bounded() {
         .map(|(_, n)| n)
         .sum();
     // Sampled all along, the hot code stays named though most entries
-    // were evicted; the line that came later won; the code named after
-    // each slice's lines is named too (its misses read the map on).
+    // were evicted; the line that came later won.
     assert!(hot >= 0.6 * used[0] * 97.0, "hot code named:\n{context}");
-    assert!(
-        fresh as f64 >= 0.5 * used[1] * 97.0,
-        "fresh code named:\n{context}"
-    );
     assert_eq!(samples_with(&stacks, "stale_hot"), 0, "{context}");
     let rss_after = rss_kib(agent.pid());
     assert!(agent.stop().success());
@@ -389,6 +384,20 @@ fn a_perf_map_growing_by_100k_entries_with_garbage_stays_bounded() {
     // process exits (60,407 in a CI run beside a build, 75,410–95,414
     // alone) — its "over budget" count says how often it waited.
     assert!(number_after(jit, "evicted ") >= 30_000, "{jit}");
+    // The code named after each slice's lines is named too (its misses
+    // read the map on) — in the slices whose lines the agent read before
+    // the process ended: half of their samples at least (the first ones
+    // miss until the reader reaches the new line). The share of the map
+    // read is what the agent says it read (evicted and held), not all of
+    // it: with 50% of every slice required, a debug-built agent that
+    // read 60% of the map (over its budget 419–454 times) named 77–97 of
+    // ~195 samples due and failed 1 run in 3.
+    let read = number_after(jit, "evicted ") + number_after(jit, "symbols ");
+    let share = (read as f64 / 100_000.0).min(1.0);
+    assert!(
+        fresh as f64 >= 0.5 * share * used[1] * 97.0,
+        "fresh code named: {fresh} samples, {share:.2} of the map read\n{jit}\n{context}"
+    );
     // Every malformed line read is counted: the map has one per 1,000
     // entries (`garbage` in all), and each evicted entry was read, the
     // malformed lines before it too.
