@@ -453,11 +453,18 @@ fn a_slot_in_a_library_loaded_later_is_read_through_the_dtv() {
             (a, "lib_user_work", "lib_thread_work"),
             (b, "lib_thread_work", "lib_user_work"),
         ] {
-            let stacks = span_stacks(&server, trace, span, (HZ * 0.8) as u64);
+            // Waited for as many samples as the check needs: waiting for
+            // HZ * 0.8 truncated (77) returned on an export that brought
+            // 77 and failed the check of 77.6 before the next one came.
+            let due = (HZ * 0.8).ceil();
+            let stacks = span_stacks(&server, trace, span, due as u64);
             assert!(
-                count(&stacks, function) as f64 >= HZ * 0.8,
+                count(&stacks, function) as f64 >= due,
                 "{dialect}: span {span} lacks {function}: {}",
-                stacks.len()
+                stacks
+                    .iter()
+                    .map(|(s, n)| format!("\n{n} {s}"))
+                    .collect::<String>()
             );
             assert_eq!(
                 count(&stacks, other),
