@@ -89,9 +89,33 @@ pub fn check_weights(
     let mut cmd = Command::new(program);
     cmd.envs(env.iter().copied());
     let printed = String::from_utf8(kit::run(&mut cmd).stdout).unwrap();
-    // SAFETY: signals our own child, which has not been waited for.
-    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
-    assert!(tracer.wait().unwrap().success());
+    // bpftrace prints its maps and exits on SIGINT, but has been seen to
+    // miss one (a CI run hung 12 minutes in `wait` until a second SIGINT
+    // ended it, with its maps): signalled again each second until it
+    // exits, within a deadline.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        // SAFETY: signals our own child, which has not been waited for.
+        unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+        let sent = Instant::now();
+        let exited = loop {
+            if let Some(status) = tracer.try_wait().unwrap() {
+                break Some(status);
+            }
+            if sent.elapsed() >= Duration::from_secs(1) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if let Some(status) = exited {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = tracer.kill();
+            panic!("bpftrace did not exit on SIGINT");
+        }
+    };
+    assert!(status.success(), "bpftrace: {status}");
     let traced = std::fs::read_to_string(&out_path).unwrap();
     let value = |text: &str, prefix: &str| -> f64 {
         text.lines()
