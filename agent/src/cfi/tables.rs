@@ -134,8 +134,9 @@ enum Entry {
 enum Refused {
     /// It never fits: larger than the pool, or the rule array is full.
     Never,
-    /// Not now: the files using the pool are mapped.
-    Room,
+    /// Not now: the files using the pool are mapped. The rows of the
+    /// pool it needs (its table's and its page index's).
+    Room { rows: u32 },
 }
 
 struct Loaded {
@@ -330,9 +331,9 @@ impl Tables {
                     self.stats.refused_full += 1;
                     match why {
                         Refused::Never => Entry::Absent,
-                        Refused::Room => Entry::NoRoom {
+                        Refused::Room { rows } => Entry::NoRoom {
                             at: now,
-                            rows: pool_rows(&built.table).1,
+                            rows,
                             framed: built.framed,
                         },
                     }
@@ -423,7 +424,7 @@ impl Tables {
                 break first;
             }
             if !self.make_room(now, built.framed, sink) {
-                return Err(Refused::Room);
+                return Err(Refused::Room { rows: count });
             }
             // Rows of evicted files wait out REUSE_AFTER; take them now
             // only if nothing else is free — a walk in flight on them
@@ -437,7 +438,7 @@ impl Tables {
                 .flatten()
         }) else {
             self.give_back(first, count);
-            return Err(Refused::Room);
+            return Err(Refused::Room { rows: count });
         };
         let pool = &mut sink.rows()[first as usize..(first + count) as usize];
         let (table_rows, page_rows) = pool.split_at_mut(rows as usize);
