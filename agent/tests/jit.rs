@@ -383,7 +383,8 @@ fn a_perf_map_growing_by_100k_entries_with_garbage_stays_bounded() {
     // reads 60–95% of a map growing by 12,500 lines a second before the
     // process exits (60,407 in a CI run beside a build, 75,410–95,414
     // alone) — its "over budget" count says how often it waited.
-    assert!(number_after(jit, "evicted ") >= 30_000, "{jit}");
+    let evicted = number_after(jit, "evicted ");
+    assert!(evicted >= 30_000, "{jit}");
     // The code named after each slice's lines is named too (its misses
     // read the map on) — in the slices whose lines the agent read before
     // the process ended: half of their samples at least (the first ones
@@ -392,7 +393,7 @@ fn a_perf_map_growing_by_100k_entries_with_garbage_stays_bounded() {
     // it: with 50% of every slice required, a debug-built agent that
     // read 60% of the map (over its budget 419–454 times) named 77–97 of
     // ~195 samples due and failed 1 run in 3.
-    let read = number_after(jit, "evicted ") + number_after(jit, "symbols ");
+    let read = evicted + number_after(jit, "symbols ");
     let share = (read as f64 / 100_000.0).min(1.0);
     assert!(
         fresh as f64 >= 0.5 * share * used[1] * 97.0,
@@ -401,7 +402,6 @@ fn a_perf_map_growing_by_100k_entries_with_garbage_stays_bounded() {
     // Every malformed line read is counted: the map has one per 1,000
     // entries (`garbage` in all), and each evicted entry was read, the
     // malformed lines before it too.
-    let evicted = number_after(jit, "evicted ");
     assert!(
         number_after(jit, "bad lines ") + 1 >= (evicted / 1000).min(garbage),
         "{garbage} malformed lines written, {evicted} entries evicted\n{jit}"
