@@ -354,7 +354,8 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, __u64 *ip,
  * loaded (yet). `proc`: the process's unwind ranges (proc_of), looked up
  * once per sample by the caller. */
 static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, __u64 fp,
-				       struct cpu_sample *s, struct unwind_proc *proc)
+				       struct cpu_sample *s, struct unwind_proc *proc,
+				       struct rule_memos *memo)
 {
 	if (have < 0) {
 		long n = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
@@ -368,7 +369,7 @@ static __always_inline void user_stack(void *ctx, int have, __u64 ip, __u64 sp, 
 	}
 	s->user_sp = sp;
 	s->user_bp = fp;
-	walk_user_stack(s->pid, ip, sp, fp, s, proc);
+	walk_user_stack(s->pid, ip, sp, fp, s, proc, memo);
 	if (s->user_end & USER_END_LEAF_CFI)
 		return; /* stepped out of the leaf here: no window needed */
 	if (!bpf_probe_read_user(s->window, USER_STACK_WINDOW, (void *)sp))
@@ -479,7 +480,9 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 	sample_header(s, RECORD_SAMPLE, id, task, now);
-	user_stack(ctx, have, ip, sp, bp, s, proc);
+	__u32 zero = 0;
+	/* The rule memo: only here (see struct rule_memo). */
+	user_stack(ctx, have, ip, sp, bp, s, proc, bpf_map_lookup_elem(&rule_memos, &zero));
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	/* Userspace drains on a timer: no wakeup per sample. */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
@@ -665,7 +668,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	sample_header(s, RECORD_OFF_CPU_START, ((__u64)tgid << 32) | tid, prev, now);
 	__u64 ip = 0, sp = 0, bp = 0;
 	int have = saved_user_regs(&ip, &sp, &bp);
-	user_stack(ctx, have, ip, sp, bp, s, proc_of(tgid));
+	user_stack(ctx, have, ip, sp, bp, s, proc_of(tgid), 0);
 	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	count(COUNTER_OFF_CPU);
@@ -799,7 +802,7 @@ int on_usdt(struct pt_regs *ctx)
 	/* The checked walk, as for CPU samples (bpf_get_stack's was slower
 	 * here: 2.3 µs a run against 1.8 on the example service). */
 	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample,
-		   proc_of(id >> 32));
+		   proc_of(id >> 32), 0);
 	a->sample.kernel_bytes = 0;
 	__u64 weight = a->weight;
 	/* After the reserve: the free's record comes after this one. */

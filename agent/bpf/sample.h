@@ -112,7 +112,7 @@ struct unwind_range {
 
 struct unwind_proc {
 	__u32 count;
-	__u32 pad;
+	__u32 gen;           /* changed by the agent at each write (the walk's rule memo holds while it stays) */
 	struct unwind_range ranges[UNWIND_PROC_RANGES];
 };
 
@@ -343,6 +343,7 @@ struct live_key {
 #define LAYOUT_UNWIND_RANGE_SIZE 24
 #define LAYOUT_UNWIND_RANGE_FILE 20
 #define LAYOUT_UNWIND_PROC_SIZE 3080
+#define LAYOUT_UNWIND_PROC_GEN 4
 #define LAYOUT_UNWIND_PROC_RANGES 8
 #define LAYOUT_THREAD_CTX_LOC_SIZE 32
 #define LAYOUT_THREAD_CTX_LOC_GOT 8
@@ -418,6 +419,7 @@ LAYOUT_CHECK("sizeof(struct unwind_file)", sizeof(struct unwind_file), LAYOUT_UN
 LAYOUT_CHECK("sizeof(struct unwind_range)", sizeof(struct unwind_range), LAYOUT_UNWIND_RANGE_SIZE);
 LAYOUT_CHECK("unwind_range.file", __builtin_offsetof(struct unwind_range, file), LAYOUT_UNWIND_RANGE_FILE);
 LAYOUT_CHECK("sizeof(struct unwind_proc)", sizeof(struct unwind_proc), LAYOUT_UNWIND_PROC_SIZE);
+LAYOUT_CHECK("unwind_proc.gen", __builtin_offsetof(struct unwind_proc, gen), LAYOUT_UNWIND_PROC_GEN);
 LAYOUT_CHECK("unwind_proc.ranges", __builtin_offsetof(struct unwind_proc, ranges), LAYOUT_UNWIND_PROC_RANGES);
 
 /* Indices of the per-CPU `counters` array. */
@@ -447,7 +449,8 @@ enum counter {
 	COUNTER_WALKS_EARLY = 22,  /* user stacks walked before their process's unwind ranges were set (by frame pointer alone) */
 	COUNTER_SNAPSHOTS = 23,    /* ... of them, with their stack copied for userspace (struct stack_snapshot) */
 	COUNTER_SNAPSHOTS_SKIPPED = 24, /* ... of them, not copied: the ring buffer held a backlog (the agent behind) */
-	COUNTER_COUNT = 25,
+	COUNTER_RULE_MEMO_HITS = 25, /* rule lookups of CPU samples' walks answered by the CPU's memo */
+	COUNTER_COUNT = 26,
 };
 
 #endif

@@ -75,7 +75,42 @@ struct walk_regs {
 	__u64 ip, sp, bp;
 	__u32 end;  /* enum user_stack_end, and USER_END_LEAF_CFI */
 	__u32 last; /* the range of the previous lookup's hit + 1 (0: none) */
+	__u32 tgid;
+	__u32 pad;
 };
+
+/* Each CPU's memo of the rules its recent walks looked up, by process,
+ * address and leaf-ness: a sampled service's stacks repeat (the same
+ * return addresses in its loops, its thread entry, libc's start_thread
+ * and clone3), and a lookup through the ranges, the page index and the
+ * rows touches a dozen cache lines, each a miss at 97 Hz, where a memo
+ * hit touches one. An entry holds only while its process's ranges are
+ * those it was found with (unwind_proc.gen, which the agent changes at
+ * each write of a process's ranges: a mapping changed, a table evicted
+ * and its slot given to another file, a pid reused), so it never
+ * outlives what it was computed from. Only the CPU sample program uses
+ * it: that program does not nest in itself on a CPU, and no other
+ * program touching the memo runs in it, so an entry is never seen half
+ * written. RULE_UNKNOWN in a hit: step by frame pointer. */
+#define RULE_MEMO_SLOTS 128 /* a power of two */
+struct rule_memo {
+	__u64 pc;   /* the looked-up address | RULE_MEMO_LEAF */
+	__u32 tgid; /* 0: empty (the idle task is never walked) */
+	__u32 gen;
+	struct unwind_rule rule;
+};
+#define RULE_MEMO_LEAF (1ULL << 63)
+
+struct rule_memos {
+	struct rule_memo e[RULE_MEMO_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rule_memos);
+} rule_memos SEC(".maps");
 
 /* The walk's state, on the program's stack (bpf_loop hands the callback a
  * pointer to it); frames go straight into the record. */
@@ -83,6 +118,7 @@ struct walk_ctx {
 	struct walk_regs w;
 	struct cpu_sample *s;
 	struct unwind_proc *proc; /* NULL: no table for this process */
+	struct rule_memos *memo;  /* NULL: none (not the CPU sample program) */
 };
 
 /* 1 when a <= b, without a branch: the searches below must not fork the
@@ -181,6 +217,33 @@ static __always_inline const struct unwind_rule *rule_at(struct walk_regs *w,
 	return bpf_map_lookup_elem(&unwind_rules, &index);
 }
 
+/* rule_at through this CPU's memo (`memo` NULL: rule_at). */
+static __always_inline const struct unwind_rule *memo_rule(struct walk_regs *w,
+							   struct unwind_proc *proc,
+							   struct rule_memos *memo, __u64 pc,
+							   int leaf)
+{
+	if (!memo)
+		return rule_at(w, proc, pc, leaf);
+	__u64 key = pc | (leaf ? RULE_MEMO_LEAF : 0);
+	__u32 slot = ((key ^ w->tgid) * 0x9E3779B97F4A7C15ULL) >> 32;
+	struct rule_memo *e = &memo->e[slot & (RULE_MEMO_SLOTS - 1)];
+	__u32 gen = proc->gen;
+	if (e->pc == key && e->tgid == w->tgid && e->gen == gen) {
+		count(COUNTER_RULE_MEMO_HITS);
+		return &e->rule;
+	}
+	const struct unwind_rule *rule = rule_at(w, proc, pc, leaf);
+	e->pc = key;
+	e->tgid = w->tgid;
+	e->gen = gen;
+	if (rule)
+		e->rule = *rule;
+	else
+		__builtin_memset(&e->rule, 0, sizeof(e->rule)); /* RULE_UNKNOWN */
+	return rule;
+}
+
 /* One step of the walk: out of frame `i` (whose %rip, %rsp and %rbp are
  * in `w`) into its caller's, by the CFI rule of the address when `proc`
  * (the process's ranges; NULL: none yet) has its file's table, else by
@@ -190,7 +253,8 @@ static __always_inline const struct unwind_rule *rule_at(struct walk_regs *w,
  * apart from one frame to the next (its states repeat at once), where
  * the step inlined made it follow each path through the searches again
  * for each combination of the registers' known values. */
-__attribute__((noinline)) int walk_one(struct walk_regs *w, struct unwind_proc *proc, __u32 i)
+__attribute__((noinline)) int walk_one(struct walk_regs *w, struct unwind_proc *proc,
+					struct rule_memos *memo, __u32 i)
 {
 	if (!w)
 		return 1;
@@ -200,7 +264,7 @@ __attribute__((noinline)) int walk_one(struct walk_regs *w, struct unwind_proc *
 	__u64 pc = i ? ip - 1 : ip;
 	const struct unwind_rule *rule = 0;
 	if (proc)
-		rule = rule_at(w, proc, pc, i == 0);
+		rule = memo_rule(w, proc, memo, pc, i == 0);
 	if (rule && rule->kind == RULE_OUTERMOST) {
 		w->end = (i == 0 ? USER_END_LEAF_CFI : (w->end & USER_END_LEAF_CFI)) |
 			 USER_END_OUTERMOST;
@@ -286,7 +350,7 @@ static long walk_step(__u64 index, void *data)
 	}
 	__u32 i = index;
 	c->s->user[i] = c->w.ip;
-	long ended = walk_one(&c->w, c->proc, i);
+	long ended = walk_one(&c->w, c->proc, c->memo, i);
 	/* The verifier knows nothing of a global function's answer and a
 	 * callback must return 0 or 1; clang knows it does (the barrier keeps
 	 * the test it would drop). */
@@ -295,14 +359,17 @@ static long walk_step(__u64 index, void *data)
 }
 
 /* Walks the user stack from (ip, sp, bp) into s->user, by process
- * `tgid`'s unwind ranges `proc` (proc_of; NULL: none yet). */
+ * `tgid`'s unwind ranges `proc` (proc_of; NULL: none yet), through this
+ * CPU's rule memo `memo` (NULL: none). */
 static __always_inline void walk_user_stack(__u32 tgid, __u64 ip, __u64 sp, __u64 bp,
-					    struct cpu_sample *s, struct unwind_proc *proc)
+					    struct cpu_sample *s, struct unwind_proc *proc,
+					    struct rule_memos *memo)
 {
 	struct walk_ctx c = {
-		.w = {.ip = ip, .sp = sp, .bp = bp},
+		.w = {.ip = ip, .sp = sp, .bp = bp, .tgid = tgid},
 		.s = s,
 		.proc = proc,
+		.memo = memo,
 	};
 	if (!c.proc) {
 		ask_for_ranges(tgid);

@@ -199,6 +199,7 @@ layout_check!(size_of::<UnwindFile>(), LAYOUT_UNWIND_FILE_SIZE);
 layout_check!(size_of::<UnwindRange>(), LAYOUT_UNWIND_RANGE_SIZE);
 layout_check!(offset_of!(UnwindRange, file), LAYOUT_UNWIND_RANGE_FILE);
 layout_check!(size_of::<UnwindProc>(), LAYOUT_UNWIND_PROC_SIZE);
+layout_check!(offset_of!(UnwindProc, gen), LAYOUT_UNWIND_PROC_GEN);
 layout_check!(offset_of!(UnwindProc, ranges), LAYOUT_UNWIND_PROC_RANGES);
 
 /// `struct unwind_rule`: how to leave a function (issue #40).
@@ -246,7 +247,9 @@ pub struct UnwindRange {
 #[derive(Clone, Copy, Debug)]
 pub struct UnwindProc {
     pub count: u32,
-    pub pad: u32,
+    /// Changed at each write of a process's ranges: the BPF walk's rule
+    /// memo holds an entry only while it stays (`struct rule_memo`).
+    pub gen: u32,
     pub ranges: [UnwindRange; UNWIND_PROC_RANGES],
 }
 

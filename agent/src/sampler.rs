@@ -69,6 +69,8 @@ pub struct Counters {
     /// User frames stepped out of by frame pointer, and by a CFI rule.
     pub steps_fp: u64,
     pub steps_cfi: u64,
+    /// Rule lookups of CPU samples' walks answered by the CPU's memo.
+    pub rule_memo_hits: u64,
     /// User stacks walked before their process's unwind ranges were set
     /// (a new process's first samples: by frame pointer alone).
     pub walks_early: u64,
@@ -659,6 +661,7 @@ impl Sampler {
             off_cpu_throttled: sum(record::COUNTER_OFF_CPU_THROTTLED),
             steps_fp: sum(record::COUNTER_STEPS_FP),
             steps_cfi: sum(record::COUNTER_STEPS_CFI),
+            rule_memo_hits: sum(record::COUNTER_RULE_MEMO_HITS),
             walks_early: sum(record::COUNTER_WALKS_EARLY),
             snapshots: sum(record::COUNTER_SNAPSHOTS),
             snapshots_skipped: sum(record::COUNTER_SNAPSHOTS_SKIPPED),

@@ -416,6 +416,9 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
 
     let stats = agent.last_line("stats:").expect("a stats line");
     assert!(number_after(&stats, "by CFI") > 0, "{stats}");
+    // The walks above went through each CPU's rule memo (their stacks
+    // repeat), and came out whole: the memo's answers are the tables'.
+    assert!(number_after(&stats, "answered by the memo") > 0, "{stats}");
     assert!(number_after(&stats, "leaves stepped in BPF") > 0, "{stats}");
     assert_eq!(number_after(&stats, "malformed records"), 0, "{stats}");
     assert!(agent.stop().success(), "{}", agent.stderr());

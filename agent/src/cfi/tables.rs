@@ -195,6 +195,8 @@ pub struct Tables {
     rules: HashMap<UnwindRule, u32>,
     /// Each process's ranges, and the file each names.
     procs: HashMap<u32, Vec<(FileKey, UnwindRange)>>,
+    /// The `gen` of the last process entry written (each write a new one).
+    gen: u32,
     stats: TableStats,
 }
 
@@ -213,6 +215,7 @@ impl Tables {
             capacity,
             rules: HashMap::new(),
             procs: HashMap::new(),
+            gen: 0,
             stats: TableStats {
                 capacity_bytes: u64::from(capacity) * std::mem::size_of::<UnwindRow>() as u64,
                 ..TableStats::default()
@@ -650,9 +653,12 @@ impl Tables {
         ranges: &[(FileKey, UnwindRange)],
         sink: &mut dyn Sink,
     ) -> bool {
+        // A new generation at each write: the BPF walk's memo of this
+        // process's rules (by pid and address) holds only while it stays.
+        self.gen = self.gen.wrapping_add(1);
         let mut proc = UnwindProc {
             count: ranges.len() as u32,
-            pad: 0,
+            gen: self.gen,
             ranges: [UnwindRange::default(); UNWIND_PROC_RANGES],
         };
         for (i, (key, r)) in ranges.iter().enumerate() {

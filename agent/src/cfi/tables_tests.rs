@@ -497,6 +497,10 @@ fn a_mapped_frame_pointer_files_table_makes_room_for_frameless_code() {
         slot | UNWIND_RANGE_FRAMED as u32
     );
     assert!(mem.rule(1, 0x10000 + 6).is_some());
+    // Each write of a process's ranges is a generation of its own: the
+    // BPF walk's rule memo holds an entry only while it stays.
+    let gens = [1, 2].map(|pid| mem.procs[&pid].gen);
+    assert_ne!(gens[0], gens[1]);
     // Another framed file finds no room: framed tables do not displace
     // each other.
     let t1 = t0 + Duration::from_secs(5);
@@ -512,6 +516,10 @@ fn a_mapped_frame_pointer_files_table_makes_room_for_frameless_code() {
     for pid in [1, 2] {
         let start = if pid == 1 { 0x10000 } else { 0x20000 };
         assert!(mem.rule(pid, start + 6).is_none(), "process {pid}");
+        // Rewritten without the evicted file: a rule memoized from the
+        // old ranges (the slot now holds another file's table) no
+        // longer holds.
+        assert!(!gens.contains(&mem.procs[&pid].gen), "process {pid}");
     }
     let stats = t.stats();
     assert_eq!((stats.evictions, stats.framed_given_up), (1, 1));
