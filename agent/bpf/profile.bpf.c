@@ -417,16 +417,30 @@ __attribute__((noinline)) int stack_snapshot(__u64 now, __u64 sp)
 	snap->pad = 0;
 	void *at = (void *)sp;
 	__u32 n = 0;
-	if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES, at))
-		n = STACK_SNAPSHOT_BYTES;
-	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 2, at))
-		n = STACK_SNAPSHOT_BYTES / 2;
-	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 4, at))
-		n = STACK_SNAPSHOT_BYTES / 4;
-	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 8, at))
-		n = STACK_SNAPSHOT_BYTES / 8;
-	else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 32, at))
-		n = STACK_SNAPSHOT_BYTES / 32;
+	/* The main thread's stack ends a little above the process's initial
+	 * stack pointer (argv, the environment): when that is nearer than
+	 * STACK_SNAPSHOT_BYTES, exactly up to it — every frame down to _start
+	 * is below it, where halving the size would stop short of the
+	 * outermost frames. Another thread's stack: the sizes below. */
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 top = BPF_CORE_READ(task, mm, start_stack);
+	if (top > sp && top - sp < STACK_SNAPSHOT_BYTES) {
+		__u32 want = (top - sp) & (STACK_SNAPSHOT_BYTES - 1);
+		if (want && !bpf_probe_read_user(snap->data, want, at))
+			n = want;
+	}
+	if (!n) {
+		if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES, at))
+			n = STACK_SNAPSHOT_BYTES;
+		else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 2, at))
+			n = STACK_SNAPSHOT_BYTES / 2;
+		else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 4, at))
+			n = STACK_SNAPSHOT_BYTES / 4;
+		else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 8, at))
+			n = STACK_SNAPSHOT_BYTES / 8;
+		else if (!bpf_probe_read_user(snap->data, STACK_SNAPSHOT_BYTES / 32, at))
+			n = STACK_SNAPSHOT_BYTES / 32;
+	}
 	if (!n) {
 		bpf_ringbuf_discard(snap, BPF_RB_NO_WAKEUP);
 		return 0;
