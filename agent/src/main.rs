@@ -9,6 +9,7 @@ mod collect;
 mod export;
 mod files;
 mod health;
+mod held;
 mod jit;
 mod jobs;
 mod kallsyms;

@@ -36,6 +36,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &[],
         snapshot: None,
+        hold: false,
     };
     let (info, cut) = procs.resolve(pid, "test", &stack, &mut out);
     let exe = std::fs::read("/proc/self/exe").unwrap();
@@ -60,6 +61,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &ret.to_le_bytes(),
         snapshot: None,
+        hold: false,
     };
     let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!((cut, out.len()), (None, 2), "{out:?}");
@@ -75,6 +77,7 @@ fn resolves_our_own_stack_to_our_build_id() {
             bp: 0,
             window: &[],
             snapshot: None,
+            hold: false,
         };
         let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
         assert_eq!((cut, out.len()), (Some(why), 1), "{out:?}");
@@ -87,6 +90,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &[],
         snapshot: None,
+        hold: false,
     };
     procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!(
@@ -101,6 +105,7 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &[],
         snapshot: None,
+        hold: false,
     };
     let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!((cut, out.len()), (Some(Cut::NotIncreasing), 2));
@@ -206,6 +211,7 @@ fn no_stack() -> UserStack<'static> {
         bp: 0,
         window: &[],
         snapshot: None,
+        hold: false,
     }
 }
 
