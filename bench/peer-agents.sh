@@ -93,9 +93,11 @@ EOF
 HTTP=127.0.0.1:18939
 GRPC=127.0.0.1:14939
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# BPF run time (ns) of the programs process $1 holds.
+# BPF run time (ns) of the programs process $1 holds. A descriptor closed
+# between the glob and its read (the profiler opens and closes files all
+# the time) is no error: under pipefail it ended the run.
 bpf_ns() {
-  cat /proc/"$1"/fdinfo/* 2>/dev/null | awk '/^run_time_ns:/ {s += $2} END {print s + 0}'
+  { cat /proc/"$1"/fdinfo/* 2>/dev/null || true; } | awk '/^run_time_ns:/ {s += $2} END {print s + 0}'
 }
 # Locked BPF memory (bytes) of the maps (each once) and programs $1 holds.
 bpf_locked() {
