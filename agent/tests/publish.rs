@@ -359,7 +359,16 @@ fn third_party_interpreters_are_named_as_far_as_their_own_symbols_go() {
         "{}/api/v1/flamegraph?service={py_svc}&from=now-1h&to=now",
         server.url
     );
-    let (_, fg) = kit::json_of(kit::client().get(url).send().unwrap());
+    // Asked until it answers 200 (a busy server answers 503 with
+    // Retry-After), and what it answered else is shown: a clean-clone CI
+    // run once read a body without `build_ids` here, its status unprinted.
+    let fg = kit::wait_until_ok(std::time::Duration::from_secs(60), || {
+        match kit::json_of(kit::client().get(&url).send().unwrap()) {
+            (200, fg) => Ok(fg),
+            (status, body) => Err(format!("{status}: {body}")),
+        }
+    })
+    .unwrap_or_else(|e| panic!("the flamegraph of {py_svc}: {e}"));
     // Every frame of python3.11 is named by what the agent published: the
     // samples taken while its content hash was being computed too (they
     // carry it by the time they are sent), so there is one entry for it,
