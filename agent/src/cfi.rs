@@ -247,11 +247,6 @@ impl CfiCache {
         }
     }
 
-    /// Whether file `key`'s CFI is being read (a job under way).
-    pub fn loading(&self, key: (u64, u64)) -> bool {
-        matches!(self.by_file.get(&key), Some(Loaded::Loading(_)))
-    }
-
     /// The rule at `address` of file `key`, loading its CFI with `load`
     /// the first time (a job, waited for within `waiting`; while it runs,
     /// `None`). `None` when the file has no usable CFI.

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use crate::batch::{Batch, Memory, Observed};
 use crate::export::Queue;
 use crate::health::Health;
-use crate::held::Held;
 use crate::jobs::{About, Pool};
 use crate::kallsyms::KernelSymbols;
 use crate::memory;
@@ -155,10 +154,9 @@ impl Collector {
         let mut batch = Batch::new(unix_now_ns(), self.frequency, &self.host_name);
         let mut waits = Waits::new(self.off_cpu.max_waiting as usize);
         let mut boot_to_unix = boot_to_unix_ns();
+        let mut user = Vec::with_capacity(128);
         // Each CPU's last stack snapshot, for the sample written after it.
         let mut snapshots = Snapshots::default();
-        let mut held = Held::default();
-        let mut samples = Samples::new(&kernel);
         let mut kernel_frames: Vec<(u64, Option<&str>)> = Vec::with_capacity(64);
         let start = Instant::now();
         let mut next_flush = start + self.interval;
@@ -239,12 +237,28 @@ impl Collector {
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match record {
                 Record::Snapshot(snap) => snapshots.keep(snap),
                 Record::Sample(s) => {
+                    let comm = s.thread_name();
+                    user.clear();
                     let snap = snapshots.take(&s);
-                    let hold = held.room();
-                    if let Some(snap) = samples.add(&mut procs, &mut batch, boot_to_unix, &s, snap, hold, Some(offsets)) {
-                        procs.count_held();
-                        held.hold(Instant::now(), None, s, snap);
+                    let (process, cut) =
+                        resolve(&mut procs, offsets, &s, snap.as_ref(), &comm, &mut user);
+                    kernel_frames.clear();
+                    for (depth, &ret) in s.kernel_stack().iter().enumerate() {
+                        let address = record::call_site(depth, ret);
+                        kernel_frames.push((address, kernel.name(address)));
                     }
+                    batch.add(
+                        &Observed {
+                            process: &process,
+                            thread_name: &comm,
+                            unix_ns: s.boot_ns.saturating_add_signed(boot_to_unix),
+                            user: &user,
+                            cut,
+                            kernel: &kernel_frames,
+                            trace: &s.trace,
+                        },
+                        None,
+                    );
                 }
                 Record::OffCpuStart(s) => {
                     // Resolved now, while the process and its mappings are
@@ -331,10 +345,6 @@ impl Collector {
                 }
                 Record::Free(f) => mem.free(f.pid, f.ptr),
                 Record::Exec(pid) | Record::Exit(pid) => {
-                    // Its held samples first, while its entry is there.
-                    for h in held.take_process(pid) {
-                        samples.add(&mut procs, &mut batch, boot_to_unix, &h.sample, Some(h.snapshot), false, Some(offsets));
-                    }
                     if exited {
                         procs.exit(pid);
                     } else {
@@ -359,26 +369,6 @@ impl Collector {
             });
             if more {
                 next_drain = Instant::now(); // the rest right after a look at the wakeups
-            }
-            if !held.is_empty() {
-                contained(&self.health, "resolving held samples", || {
-                    let now = Instant::now();
-                    for (since, h) in held.take_all(now) {
-                        let (sample, snap) = (&h.sample, Some(h.snapshot));
-                        let again = samples.add(
-                            &mut procs,
-                            &mut batch,
-                            boot_to_unix,
-                            sample,
-                            snap,
-                            h.may_hold,
-                            None,
-                        );
-                        if let Some(snap) = again {
-                            held.hold(now, Some(since), h.sample, snap);
-                        }
-                    }
-                });
             }
             contained(&self.health, "offering hashed files", || {
                 procs.offer_hashed()
@@ -434,17 +424,6 @@ impl Collector {
             }
         }
         self.sampler.drain(None, |_, _| {});
-        for (_, h) in held.take_all(Instant::now()) {
-            samples.add(
-                &mut procs,
-                &mut batch,
-                boot_to_unix,
-                &h.sample,
-                Some(h.snapshot),
-                false,
-                None,
-            );
-        }
         self.pool.close();
         let end = unix_now_ns();
         add_memory(&mut batch, &mut mem, end);
@@ -617,105 +596,18 @@ fn resolve(
     comm: &str,
     out: &mut Vec<UserFrame>,
 ) -> (Arc<ProcessInfo>, Option<Cut>) {
-    resolve_held(procs, Some(offsets), s, snapshot, false, comm, out)
-}
-
-/// [`resolve`], holding the sample when `hold` and its stack copy's walk
-/// waits for a file (`Processes::take_held` says so then); `offsets`
-/// `None`: the offsets of processes read stay for the next call with them.
-fn resolve_held(
-    procs: &mut Processes,
-    offsets: Option<&mut CtxOffsets<'_>>,
-    s: &CpuSample,
-    snapshot: Option<&StackSnapshot>,
-    hold: bool,
-    comm: &str,
-    out: &mut Vec<UserFrame>,
-) -> (Arc<ProcessInfo>, Option<Cut>) {
     let stack = UserStack {
         chain: s.user_stack(),
         end: s.user_end,
         bp: s.user_bp,
         window: s.window(),
         snapshot: snapshot.map(|snap| (snap.sp, snap.data.as_slice())),
-        hold,
     };
     let resolved = procs.resolve(s.pid, comm, &stack, out);
-    if let Some(offsets) = offsets {
-        for (pid, offset) in procs.take_tls_changes() {
-            offsets.set(pid, offset);
-        }
+    for (pid, offset) in procs.take_tls_changes() {
+        offsets.set(pid, offset);
     }
     resolved
-}
-
-/// On-CPU samples into a batch: the buffers their frames are resolved
-/// into, kept from one sample to the next.
-struct Samples<'k> {
-    kernel: &'k KernelSymbols,
-    user: Vec<UserFrame>,
-    kernel_frames: Vec<(u64, Option<&'k str>)>,
-}
-
-impl<'k> Samples<'k> {
-    fn new(kernel: &'k KernelSymbols) -> Self {
-        Samples {
-            kernel,
-            user: Vec::with_capacity(128),
-            kernel_frames: Vec::with_capacity(64),
-        }
-    }
-
-    /// Resolves `s` (with its stack copy, if it has one) through `procs`
-    /// into `batch`; when `hold` and the copy's walk waits for a file being
-    /// read, adds nothing and gives the copy back (the sample is to be
-    /// held).
-    #[allow(clippy::too_many_arguments)]
-    fn add(
-        &mut self,
-        procs: &mut Processes,
-        batch: &mut Batch,
-        boot_to_unix: i64,
-        s: &CpuSample,
-        snap: Option<StackSnapshot>,
-        hold: bool,
-        offsets: Option<&mut CtxOffsets<'_>>,
-    ) -> Option<StackSnapshot> {
-        let comm = s.thread_name();
-        self.user.clear();
-        let hold = hold && snap.is_some();
-        let (process, cut) = resolve_held(
-            procs,
-            offsets,
-            s,
-            snap.as_ref(),
-            hold,
-            &comm,
-            &mut self.user,
-        );
-        if procs.take_held() {
-            return snap;
-        }
-        self.kernel_frames.clear();
-        for (depth, &ret) in s.kernel_stack().iter().enumerate() {
-            let address = record::call_site(depth, ret);
-            self.kernel_frames
-                .push((address, self.kernel.name(address)));
-        }
-        batch.add(
-            &Observed {
-                process: &process,
-                thread_name: &comm,
-                unix_ns: s.boot_ns.saturating_add_signed(boot_to_unix),
-                user: &self.user,
-                cut,
-                kernel: &self.kernel_frames,
-                trace: &s.trace,
-            },
-            None,
-        );
-        None
-    }
 }
 
 /// The interval's memory profiles into its batch: what was allocated per

@@ -9,7 +9,6 @@ mod collect;
 mod export;
 mod files;
 mod health;
-mod held;
 mod jit;
 mod jobs;
 mod kallsyms;

@@ -268,7 +268,7 @@ pub struct StackSnapshotHeader {
 
 /// A stack snapshot as read: its header and the bytes read (at most
 /// `STACK_SNAPSHOT_BYTES`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StackSnapshot {
     pub cpu: u32,
     pub boot_ns: u64,

@@ -91,7 +91,7 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
          content hashes {hashed} ({hashed_mib:.1} MiB, {hashed_ms:.1} ms CPU), not needed {vouched} ({vouched_mib:.1} MiB: CI's) | \
          unwinding: leaf callers recovered {recovered}, frameless callers stepped through {frameless}, leaves without CFI {no_cfi}, beyond the stack window {beyond}, \
          stacks cut {cut} ({cuts}), CFI cache {cfi_files} files {cfi_kb} KiB ({cfi_resets} resets) | \
-         unwind tables: frames stepped by frame pointer {steps_fp}, by CFI {steps_cfi}, rule lookups answered by the memo {memo_hits}, leaves stepped in BPF {leaf_bpf}, stacks walked before their process's ranges {walks_early} ({snapshots} with their stack copied: {snap_whole} walked whole from it, {snap_cut} not, {snap_held} held while their files were read; {snap_skipped} not copied, the ring buffer behind), files {t_files}, rows {t_rows}, rules {t_rules}, \
+         unwind tables: frames stepped by frame pointer {steps_fp}, by CFI {steps_cfi}, rule lookups answered by the memo {memo_hits}, leaves stepped in BPF {leaf_bpf}, stacks walked before their process's ranges {walks_early} ({snapshots} with their stack copied: {snap_whole} walked whole from it, {snap_cut} not; {snap_skipped} not copied, the ring buffer behind), files {t_files}, rows {t_rows}, rules {t_rules}, \
          {t_kib} of {t_cap_kib} KiB, processes {t_procs} ({t_early} read at their first sample's wakeup), builds {t_builds} (failed {t_failed}: no CFI {t_no_cfi}, too large {t_too_large}, unreadable {t_unreadable}, jobs refused or hung {t_jobs}), evictions {t_evicted} ({t_framed} of mapped files keeping frame pointers), refused for room {t_full}, mappings left out {t_dropped} | \
          memory: sampled allocations {allocs}, allocations lost {allocs_lost}, throttled {throttled}, untracked (live map full) {live_full}, \
          frees {frees}, frees lost {frees_lost}, unreadable probe arguments {usdt_bad}, live {live}, frees unknown {unknown_frees}, \
@@ -157,7 +157,6 @@ pub fn line(before: &Reading, now: &Reading, g: &Gauges) -> String {
         snapshots = now.counters.snapshots,
         snap_whole = g.unwind.snapshots_whole,
         snap_cut = g.unwind.snapshots_cut,
-        snap_held = g.unwind.snapshots_held,
         snap_skipped = now.counters.snapshots_skipped,
         leaf_bpf = g.unwind.leaf_in_bpf,
         t_files = g.tables.files,
@@ -556,7 +555,7 @@ mod tests {
         );
         assert!(text.contains("lost 2 (total 2)"), "{text}");
         assert!(
-            text.contains("unwind tables: frames stepped by frame pointer 0, by CFI 0, rule lookups answered by the memo 0, leaves stepped in BPF 0, stacks walked before their process's ranges 0 (0 with their stack copied: 0 walked whole from it, 0 not, 0 held while their files were read; 0 not copied, the ring buffer behind), files 3, rows 1000,"),
+            text.contains("unwind tables: frames stepped by frame pointer 0, by CFI 0, rule lookups answered by the memo 0, leaves stepped in BPF 0, stacks walked before their process's ranges 0 (0 with their stack copied: 0 walked whole from it, 0 not; 0 not copied, the ring buffer behind), files 3, rows 1000,"),
             "{text}"
         );
         assert!(

@@ -185,9 +185,6 @@ pub struct UnwindStats {
     /// ... whose copy's walk did not reach the end (the BPF walk's chain
     /// was used).
     pub snapshots_cut: u64,
-    /// ... held until a file their copy's walk met was read (each counted
-    /// once; `held`).
-    pub snapshots_held: u64,
     /// Samples cut, by `Cut::index`.
     pub cut: [u64; 5],
 }

@@ -130,14 +130,6 @@ impl Binaries {
         }
     }
 
-    /// Whether file `key`'s (device, inode) facts are being read (a job
-    /// under way).
-    pub fn reading(&self, key: (u64, u64)) -> bool {
-        self.by_file
-            .get(&key)
-            .is_some_and(|e| matches!(e.state, State::Reading(_)))
-    }
-
     /// The facts of the file of mapping `map` of process `pid`: read now
     /// (waiting for the job within `waiting`) unless known; `None` when it
     /// cannot be read, or is still being read (asked again later), or

@@ -161,8 +161,6 @@ pub(crate) struct Context {
     /// The processes with an identity read under way (a drain settles
     /// these, not every process known).
     pub(crate) identifying: HashSet<u32>,
-    /// The last resolve held its sample (see `UserStack::hold`).
-    pub(crate) held: bool,
     /// The identities of processes whose exit record was read: a record
     /// of one read after (the sampler behind its ring buffer on a busy
     /// host) names it, not its executable, when the process is gone.
@@ -218,7 +216,6 @@ impl Processes {
                 contained: Contained::default(),
                 identified: Vec::new(),
                 identifying: HashSet::new(),
-                held: false,
                 gone: HashMap::new(),
                 identity_waiting: Waiting::new(IDENTITY_WAIT, WAIT_SHARE / 2.0, WAIT_BURST / 2),
                 work_budget: (budget::WORK_RATE, budget::WORK_BURST),
@@ -322,18 +319,6 @@ impl Processes {
                 .and_then(|p| p.identity.as_ref())
                 .is_some_and(|(_, at)| *at >= since)
         })
-    }
-
-    /// Whether the last [`Self::resolve`] held its sample: it resolved
-    /// nothing, as a file its stack copy's walk met is still being read
-    /// (`UserStack::hold`); the caller resolves it again later.
-    pub fn take_held(&mut self) -> bool {
-        std::mem::take(&mut self.ctx.held)
-    }
-
-    /// Counts a sample held (`take_held`) for the first time.
-    pub fn count_held(&mut self) {
-        self.ctx.unwind.snapshots_held += 1;
     }
 
     /// What changed for the BPF program's trace-context offsets since the

@@ -69,22 +69,6 @@ pub struct UserStack<'a> {
     /// window, when the BPF walk found no unwind ranges for the process:
     /// walked here by CFI (see `snapshot`).
     pub snapshot: Option<(u64, &'a [u8])>,
-    /// When the copy's walk is cut at a file whose facts or CFI are still
-    /// being read: resolve nothing and say so ([`Processes::take_held`]),
-    /// so the caller resolves the sample again once they are read, rather
-    /// than keep the BPF walk's cut chain.
-    pub hold: bool,
-}
-
-/// How a stack copy's walk went.
-enum CopyWalk {
-    /// To the stack's end: the frames are pushed (with the cut of a
-    /// return address that failed its check, if one did).
-    Whole(Option<Cut>),
-    /// Cut: the BPF walk's chain is used.
-    Cut,
-    /// Cut at a file still being read, and the caller may hold the sample.
-    Held,
 }
 
 /// A leaf frame resolved, with what its CFI lookup needs.
@@ -169,13 +153,8 @@ impl Context {
                 bp: stack.bp,
                 data,
             };
-            match r.walk_snapshot(&snap, leaf.frame.clone(), stack.hold, out) {
-                CopyWalk::Whole(cut) => return (info, cut),
-                CopyWalk::Held => {
-                    r.ctx.held = true;
-                    return (info, None);
-                }
-                CopyWalk::Cut => {}
+            if let Some(cut) = r.walk_snapshot(&snap, leaf.frame.clone(), out) {
+                return (info, cut);
             }
         }
         let end = stack.end & USER_END_MASK as u32;
@@ -474,42 +453,31 @@ impl Resolver<'_> {
 
     /// The stack walked from its snapshot by each file's CFI (frame
     /// pointers where a file has none), into `out` after `leaf`, when the
-    /// walk reaches the stack's end (nothing pushed otherwise: the BPF
-    /// walk's chain is used then, unless `hold` and a file it met is still
-    /// being read). The cut, if a return address fails its check.
+    /// walk reaches the stack's end; `None` (nothing pushed) when it does
+    /// not: the BPF walk's chain is used then. The cut, if a return address
+    /// fails its check.
     fn walk_snapshot(
         &mut self,
         snap: &crate::snapshot::Snapshot<'_>,
         leaf: UserFrame,
-        hold: bool,
         out: &mut Vec<UserFrame>,
-    ) -> CopyWalk {
-        let mut pending = false;
+    ) -> Option<Option<Cut>> {
         let (returns, end) =
             crate::snapshot::walk(snap, record::USER_STACK_DEPTH - 1, |depth, ip| {
                 let frame = self.frame(record::call_site(depth, ip))?;
-                let rule = self.leaf_rule(&frame);
-                if rule.is_none() && frame.key != VDSO_KEY {
-                    pending |=
-                        self.ctx.cfi.loading(frame.key) || self.ctx.binaries.reading(frame.key);
-                }
-                rule
+                self.leaf_rule(&frame)
             });
         if !end.whole() {
-            if hold && pending {
-                return CopyWalk::Held;
-            }
             self.ctx.unwind.snapshots_cut += 1;
             tracing::debug!(
                 pid = self.pid,
                 ?end,
-                pending,
                 depth = returns.len(),
                 bytes = snap.data.len(),
                 "a stack copy's walk did not reach the stack's end: {:x?}",
                 &returns[..returns.len().min(6)]
             );
-            return CopyWalk::Cut;
+            return None;
         }
         self.ctx.unwind.snapshots_whole += 1;
         out.push(leaf);
@@ -521,7 +489,7 @@ impl Resolver<'_> {
                 break;
             }
         }
-        CopyWalk::Whole(cut)
+        Some(cut)
     }
 
     /// The cache key of the check of return address `ret` in frame

@@ -36,7 +36,6 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &[],
         snapshot: None,
-        hold: false,
     };
     let (info, cut) = procs.resolve(pid, "test", &stack, &mut out);
     let exe = std::fs::read("/proc/self/exe").unwrap();
@@ -61,7 +60,6 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &ret.to_le_bytes(),
         snapshot: None,
-        hold: false,
     };
     let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!((cut, out.len()), (None, 2), "{out:?}");
@@ -77,7 +75,6 @@ fn resolves_our_own_stack_to_our_build_id() {
             bp: 0,
             window: &[],
             snapshot: None,
-            hold: false,
         };
         let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
         assert_eq!((cut, out.len()), (Some(why), 1), "{out:?}");
@@ -90,7 +87,6 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &[],
         snapshot: None,
-        hold: false,
     };
     procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!(
@@ -105,7 +101,6 @@ fn resolves_our_own_stack_to_our_build_id() {
         bp: 0,
         window: &[],
         snapshot: None,
-        hold: false,
     };
     let (_, cut) = procs.resolve(pid, "test", &stack, &mut out);
     assert_eq!((cut, out.len()), (Some(Cut::NotIncreasing), 2));
@@ -211,7 +206,6 @@ fn no_stack() -> UserStack<'static> {
         bp: 0,
         window: &[],
         snapshot: None,
-        hold: false,
     }
 }
 
