@@ -102,8 +102,13 @@ struct {
 	__type(value, struct usdt_spec);
 } usdt_specs SEC(".maps");
 
-/* Per CPU: the current window's start, the allocations seen in it, and
- * the thinning in force (keep one in 2^shift). */
+/* Per CPU and weight class: the current window's start, the allocations
+ * seen in it, and the thinning in force (keep one in 2^shift). Records
+ * standing for ALLOC_LARGE_WEIGHT bytes or more are counted apart from
+ * smaller ones: a burst of small allocations (a churn of 4 KiB blocks,
+ * thousands of records) must not thin the few large ones, whose weights
+ * carry most of an in-use profile's bytes and whose thinning would cost
+ * most precision. Each class has the rate bound, so twice it in all. */
 struct alloc_window {
 	__u64 start_ns;
 	__u64 seen;
@@ -112,10 +117,11 @@ struct alloc_window {
 };
 
 #define MAX_ALLOC_SHIFT 20
+#define ALLOC_LARGE_WEIGHT (64 << 10)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct alloc_window);
 } alloc_windows SEC(".maps");
@@ -765,10 +771,13 @@ int on_usdt(struct pt_regs *ctx)
 	}
 	if (spec->probe != USDT_PROBE_ALLOC)
 		return 0;
+	__u64 size = 0, weight = 0;
+	usdt_arg(ctx, &spec->args[1], &size);
+	usdt_arg(ctx, &spec->args[2], &weight);
 	__u32 shift = 0;
 	if (alloc_window_max) {
-		__u32 zero = 0;
-		struct alloc_window *w = bpf_map_lookup_elem(&alloc_windows, &zero);
+		__u32 class = weight >= ALLOC_LARGE_WEIGHT;
+		struct alloc_window *w = bpf_map_lookup_elem(&alloc_windows, &class);
 		if (!w)
 			return 0;
 		__u64 now = bpf_ktime_get_ns();
@@ -804,12 +813,10 @@ int on_usdt(struct pt_regs *ctx)
 		count(COUNTER_ALLOCS_LOST);
 		return 0;
 	}
-	a->size = 0;
-	a->weight = 0;
-	usdt_arg(ctx, &spec->args[1], &a->size);
-	usdt_arg(ctx, &spec->args[2], &a->weight);
 	if (shift) /* it stands for 2^shift allocations like it */
-		a->weight = a->weight >> (64 - shift) ? ~0ULL : a->weight << shift;
+		weight = weight >> (64 - shift) ? ~0ULL : weight << shift;
+	a->size = size;
+	a->weight = weight;
 	a->ptr = key.ptr;
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	sample_header(&a->sample, RECORD_ALLOC, id, task, bpf_ktime_get_boot_ns());
@@ -818,7 +825,6 @@ int on_usdt(struct pt_regs *ctx)
 	user_stack(ctx, 1, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), &a->sample,
 		   proc_of(id >> 32), 0);
 	a->sample.kernel_bytes = 0;
-	__u64 weight = a->weight;
 	/* After the reserve: the free's record comes after this one. */
 	a->tracked = track_live(&key, &weight);
 	a->pad = 0;

@@ -186,7 +186,9 @@ pub struct Args {
     /// record costs the agent a few microseconds. Beyond the rate (kept per
     /// tenth of a second) allocations are thinned: one in 2^k recorded,
     /// its weight 2^k times larger, so totals stay unbiased; those left
-    /// out are counted as throttled.
+    /// out are counted as throttled. Records standing for 64 KiB or more
+    /// are bounded apart from smaller ones (a burst of small allocations
+    /// never thins the large ones), so the records can reach twice this.
     #[arg(long, env = "SYMTRACE_AGENT_MEMORY_MAX_RATE", default_value_t = 10000)]
     pub memory_max_rate: u32,
 

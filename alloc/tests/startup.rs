@@ -7,6 +7,12 @@
 //!   the agent attach to the executable, which stays attached when the run
 //!   ends, so the second run is covered from its first allocation.
 //!
+//! - the C program again, its churn of small blocks (thousands of records
+//!   in milliseconds, past the agent's rate bound) run just before its
+//!   large blocks: the thinning a burst of small records brings must not
+//!   reach the large ones (a CI run saw 116% when a previous process's
+//!   churn thinned the Rust program's first records).
+//!
 //! Each keeps 64 × 1 MiB live from the first lines of `main`
 //! (`hold_at_start`); ≥ 95% of it must be in `inuse_space`, under
 //! `hold_at_start`.
@@ -16,7 +22,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use symtrace_testkit::agent::{bpf_test, clang_with_frame_pointers, Agent};
+use symtrace_testkit::agent::{bpf_test, clang_with_frame_pointers, number_after, Agent};
 use symtrace_testkit::{self as kit, Backend, Server};
 
 mod common;
@@ -26,11 +32,10 @@ const INUSE: &str = "inuse_space:bytes::";
 /// estimate's standard error is ~1.1% and a 95% bound is 4.5 of them away.
 const INTERVAL: &str = "8192";
 
-/// Starts `cmd` for `service`; returns it (lingering with its blocks live)
+/// Starts `cmd` (its arguments given: the linger first) for `service`; returns it (lingering with its blocks live)
 /// and the bytes it says it holds.
 fn run(cmd: &mut Command, service: &str) -> (Child, f64) {
     let mut child = cmd
-        .arg("6")
         .env("OTEL_SERVICE_NAME", service)
         .env("OTEL_MEMORY_SAMPLING_INTERVAL", INTERVAL)
         .stdin(Stdio::null())
@@ -136,15 +141,27 @@ fn allocations_from_the_first_milliseconds_are_in_use() {
 
     // The C program: the library's first process.
     let service = kit::unique("startup-c-");
-    let (mut child, held) = run(Command::new(&c).env("LD_PRELOAD", &lib), &service);
+    let (mut child, held) = run(Command::new(&c).arg("6").env("LD_PRELOAD", &lib), &service);
     assert_covered(&server, "C, preload library named", &service, held);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // Small records past the rate bound just before the large ones.
+    let service = kit::unique("startup-c-churn-first-");
+    let (mut child, held) = run(
+        Command::new(&c)
+            .args(["6", "churn-first"])
+            .env("LD_PRELOAD", &lib),
+        &service,
+    );
+    assert_covered(&server, "C, churn first", &service, held);
     child.kill().unwrap();
     child.wait().unwrap();
 
     // The Rust program: a first run the agent finds (a few ms late), then
     // a second one, covered from its start by the attachment kept.
     let first = kit::unique("startup-rust-first-");
-    let (mut child, _) = run(&mut Command::new(&rust), &first);
+    let (mut child, _) = run(Command::new(&rust).arg("6"), &first);
     let name = rust.file_name().unwrap().to_str().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !agent
@@ -158,9 +175,13 @@ fn allocations_from_the_first_milliseconds_are_in_use() {
     child.kill().unwrap();
     child.wait().unwrap();
     let service = kit::unique("startup-rust-");
-    let (mut child, held) = run(&mut Command::new(&rust), &service);
+    let (mut child, held) = run(Command::new(&rust).arg("6"), &service);
     assert_covered(&server, "Rust, second run", &service, held);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(agent.stop().success(), "{}", agent.stderr());
+    // The churns were past the rate bound: the large blocks' coverage
+    // above held with thinning in force.
+    let totals = agent.last_line("total:").expect("the agent's totals");
+    assert!(number_after(&totals, "throttled ") > 0, "{totals}");
 }

@@ -3,7 +3,9 @@
  * and tables), then churn allocates and frees 64 MiB in small blocks.
  * Prints "held BYTES" and "ready", then sleeps LINGER seconds (argv[1],
  * default 3) with the blocks live, so in-use snapshots are taken, and
- * exits. Run under the LD_PRELOAD library. */
+ * exits. With "churn-first" as argv[2], churn runs before hold_at_start:
+ * thousands of small records just before the large ones, on one CPU.
+ * Run under the LD_PRELOAD library. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +40,12 @@ __attribute__((noinline)) void churn(void)
 int main(int argc, char **argv)
 {
 	static void *kept[BLOCKS];
+	int churn_first = argc > 2 && strcmp(argv[2], "churn-first") == 0;
+	if (churn_first)
+		churn();
 	size_t held = hold_at_start(kept);
-	churn();
+	if (!churn_first)
+		churn();
 	printf("held %zu\nready\n", held);
 	fflush(stdout);
 	sleep(argc > 1 ? (unsigned)atoi(argv[1]) : 3);
