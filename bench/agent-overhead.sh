@@ -12,6 +12,7 @@
 # the previous commit's), each frequency runs base, this build, this build,
 # base, one after another in the same run, so the two are compared side by
 # side on the same machine state; the script prints both and their ratio.
+# SYMTRACE_BENCH_FREQUENCIES="97" runs only the frequencies it lists.
 #
 # `switches` as the second argument measures the off-CPU sampler instead
 # (issue #22): a context-switch-heavy workload (pairs of threads ping-ponging
@@ -182,7 +183,7 @@ run_agent() {
   grep '^total:' "$out" | sed 's/^/    /' | cut -c1-400
 }
 
-for hz in 19 97; do
+for hz in ${SYMTRACE_BENCH_FREQUENCIES:-19 97}; do
   if [ -n "$BASE" ]; then
     run_agent "$BASE" "$hz" base
     run_agent "$BIN/symtrace-agent" "$hz" new

@@ -8,7 +8,15 @@
  *                                           (two frameless levels)
  *   zlib     main -> run -> zwork -> zlib's crc32              (Debian's zlib)
  *   corrupt  main -> run -> corrupt_spin, which overwrote its own saved
- *            %rbp and return address: its stack cannot be walked */
+ *            %rbp and return address: its stack cannot be walked
+ *   deep-qsort main -> deep -> run -> qsort -> cmp_ints, deep holding 8 KiB
+ *            of locals: at the comparator the main thread's stack is 8.3 to
+ *            10 KiB deep (qsort's merge sort recurses) — more than a copy of
+ *            8 KiB holds, less than 16 KiB; run with an empty environment,
+ *            the stack's mapping ends 0.5 to 8.5 KiB above the initial
+ *            stack pointer (the kernel's random padding), so a copy of 16
+ *            KiB from the comparator's stack pointer most often runs past
+ *            it */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,13 +94,25 @@ __attribute__((noinline)) double run(const char *mode, double seconds)
 	return cpu_now() - start;
 }
 
+__attribute__((noinline)) double deep(const char *mode, double seconds)
+{
+	volatile char pad[8 << 10];
+	pad[0] = 1;
+	pad[sizeof pad - 1] = 1;
+	double used = run(mode, seconds);
+	sink += pad[0] + pad[sizeof pad - 1];
+	return used;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s qsort|vendor|zlib|corrupt SECONDS\n", argv[0]);
+		fprintf(stderr, "usage: %s qsort|vendor|zlib|corrupt|deep-qsort SECONDS\n",
+			argv[0]);
 		return 2;
 	}
-	double used = run(argv[1], atof(argv[2]));
+	double used = !strcmp(argv[1], "deep-qsort") ? deep("qsort", atof(argv[2]))
+						     : run(argv[1], atof(argv[2]));
 	printf("%s %.6f\n", argv[1], used);
 	return 0;
 }
