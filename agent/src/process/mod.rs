@@ -44,6 +44,11 @@ use maps::MapEntry;
 const MAPS_MAX_AGE: Duration = Duration::from_secs(10);
 /// A miss reads the mappings again at most this often per process.
 pub(crate) const MAPS_MISS_INTERVAL: Duration = Duration::from_millis(200);
+/// ... but for the first miss after the first read, which is often of a
+/// process still being loaded (read at its first sample, its libraries not
+/// all mapped yet): until they are read, its unwind ranges lack them and
+/// every walk through them is cut.
+pub(crate) const MAPS_FIRST_MISS_INTERVAL: Duration = Duration::from_millis(5);
 /// Processes kept at most (a fork bomb's are not all remembered).
 pub const MAX_PROCESSES: usize = 16_384;
 /// How often, and for how long at most, the trace-context slot of a
@@ -92,6 +97,8 @@ pub(crate) struct Process {
     /// Per entry of `maps`, made on first use.
     pub(crate) mappings: Vec<Option<Arc<Mapping>>>,
     pub(crate) maps_read: Instant,
+    /// Its mappings were read again since the first read.
+    pub(crate) maps_reread: bool,
     last_sample: Instant,
     /// How its threads reach `otel_thread_ctx_v1`, when its executable or
     /// a library defines it (the BPF program reads their contexts).
@@ -807,6 +814,7 @@ impl Context {
             mappings: vec![None; read.executable.len()],
             maps: read.executable,
             maps_read: now,
+            maps_reread: false,
             last_sample: now,
             thread_ctx: None,
             thread_ctx_unsure: false,
@@ -968,6 +976,7 @@ impl Context {
     /// identity again if a process context appeared since.
     pub(crate) fn reread(&mut self, pid: u32, process: &mut Process, now: Instant) {
         process.maps_read = now;
+        process.maps_reread = true;
         if !process.work.has(now) {
             self.contained.maps_rereads_refused += 1;
             return;

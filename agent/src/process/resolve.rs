@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::maps::{self, MapEntry};
-use super::{Context, Process, ProcessInfo, Processes, MAPS_MAX_AGE, MAPS_MISS_INTERVAL};
+use super::{
+    Context, Process, ProcessInfo, Processes, MAPS_FIRST_MISS_INTERVAL, MAPS_MAX_AGE,
+    MAPS_MISS_INTERVAL,
+};
 use crate::cfi::LeafRule;
 use crate::jobs::{About, Ticket};
 use crate::record::{
@@ -343,7 +346,12 @@ impl Resolver<'_> {
     /// executable mapping.
     pub(crate) fn frame(&mut self, address: u64) -> Option<Leaf> {
         let mut at = maps::find(&self.process.maps, address);
-        if at.is_none() && self.now.duration_since(self.process.maps_read) > MAPS_MISS_INTERVAL {
+        let interval = if self.process.maps_reread {
+            MAPS_MISS_INTERVAL
+        } else {
+            MAPS_FIRST_MISS_INTERVAL
+        };
+        if at.is_none() && self.now.duration_since(self.process.maps_read) > interval {
             self.ctx.reread(self.pid, self.process, self.now);
             at = maps::find(&self.process.maps, address);
         }
