@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use symtrace_testkit::agent::{bpf_test, evidence, excuse_early, number_after, walks_early, Agent};
+use symtrace_testkit::agent::{
+    bpf_test, early_walks, evidence, excuse_early, number_after, walks_early, Agent,
+};
 use symtrace_testkit::stacks::{folded_stacks, has_path, run, samples_where};
 use symtrace_testkit::{self as kit, Backend, Killed, Server};
 
@@ -180,19 +182,6 @@ fn check_whole(
         share * 100.0
     );
     share
-}
-
-/// From the agent's latest stats line: the stacks walked before their
-/// process's unwind ranges were set, those of them copied, and the copies
-/// walked whole.
-fn copies(agent: &Agent) -> (u64, u64, u64) {
-    let Some(line) = agent.last_line("stats:") else {
-        return (0, 0, 0);
-    };
-    let early = number_after(&line, "stacks walked before their process's ranges");
-    let copied = number_after(&line, &format!("ranges {early} ("));
-    let whole = number_after(&line, "with their stack copied:");
-    (early, copied, whole)
 }
 
 /// Waits until every table the agent started building is loaded (or
@@ -438,7 +427,7 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
     // (most copies are of the dynamic loader's first milliseconds, before
     // the comparator runs).
     let service = kit::unique("cfi-deep-");
-    let at_start = copies(&agent);
+    let at_start = early_walks(&agent);
     let deadline = Instant::now() + Duration::from_secs(120);
     let (mut seconds, mut runs) = (0.0, 0);
     let (mut early, mut copied, mut whole_copies) = (0, 0, 0);
@@ -462,9 +451,12 @@ fn whole_stacks_through_libc_zlib_vendor_code_and_plain_o2_builds() {
             .and_then(|s| s.parse::<f64>().ok())
             .unwrap_or_else(|| panic!("deep-qsort printed {out:?}"));
         runs += 1;
-        let now = copies(&agent);
-        (early, copied, whole_copies) =
-            (now.0 - at_start.0, now.1 - at_start.1, now.2 - at_start.2);
+        let now = early_walks(&agent);
+        (early, copied, whole_copies) = (
+            now.early - at_start.early,
+            now.copied - at_start.copied,
+            now.whole - at_start.whole,
+        );
     }
     let stacks = folded_stacks(&server, &service, seconds * HZ);
     // The agent's word on each copy it could not walk whole.

@@ -309,12 +309,38 @@ pub fn go_build(dir: &Path, out: &Path, flags: &[&str]) {
 /// the whole host (its latest stats line): a new process's first samples,
 /// walked by frame pointer alone (longer on a busy machine).
 pub fn walks_early(agent: &Agent) -> u64 {
-    agent.last_line("stats:").map_or(0, |l| {
-        let early = number_after(&l, "stacks walked before their process's ranges");
-        let copied = number_after(&l, &format!("ranges {early} ("));
-        let not_whole = number_after(&l, "walked whole from it,");
-        early.saturating_sub(copied) + not_whole
-    })
+    let e = early_walks(agent);
+    e.early.saturating_sub(e.copied) + e.not_whole
+}
+
+/// The agent's counts, so far on the whole host (its latest stats line;
+/// all 0 before the first), of the stacks it walked before their
+/// process's unwind ranges were set, and of their copies.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EarlyWalks {
+    /// Stacks walked before their process's unwind ranges were set.
+    pub early: u64,
+    /// Of those, the stacks copied.
+    pub copied: u64,
+    /// Of the copies, those walked whole from the copy.
+    pub whole: u64,
+    /// Of the copies, those whose walk did not reach the stack's end.
+    pub not_whole: u64,
+}
+
+/// The agent's [`EarlyWalks`] so far.
+pub fn early_walks(agent: &Agent) -> EarlyWalks {
+    agent
+        .last_line("stats:")
+        .map_or_else(EarlyWalks::default, |l| {
+            let early = number_after(&l, "stacks walked before their process's ranges");
+            EarlyWalks {
+                early,
+                copied: number_after(&l, &format!("ranges {early} (")),
+                whole: number_after(&l, "with their stack copied:"),
+                not_whole: number_after(&l, "walked whole from it,"),
+            }
+        })
 }
 
 /// `ok` of `n` samples right, but for `early` the agent walked before
